@@ -1,0 +1,267 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::Lsn;
+
+/// Result alias used throughout walcrypt.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Where in the log something went wrong.
+///
+/// `segment` is the start LSN of the segment file (its name), `offset` the byte offset inside
+/// that file and `lsn` the log position of the record or page being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// Start LSN of the segment file, which is also its file name.
+    pub segment: Lsn,
+    /// Byte offset inside the segment file.
+    pub offset: u64,
+    /// Log position of the record (or page) that was being read.
+    pub lsn: Lsn,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "segment {} offset {} (lsn {})",
+            crate::format::segment_file_name(self.segment),
+            self.offset,
+            self.lsn
+        )
+    }
+}
+
+/// What kind of damage a [`Error::Corrupt`] found. In every variant with `expected` and `got`,
+/// `expected` is what the format or the position demands and `got` what the file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[allow(missing_docs)] // `expected`/`got` fields are described once, above.
+pub enum CorruptionKind {
+    /// A segment file does not start with the walcrypt magic.
+    BadMagic,
+    /// A segment header checksum does not match.
+    SegmentHeaderChecksum { expected: u32, got: u32 },
+    /// A segment header field holds a value the format does not allow.
+    SegmentHeaderField(&'static str),
+    /// A segment belongs to another log (its log id differs).
+    ForeignSegment { expected: u64, got: u64 },
+    /// A segment header says it starts at a different LSN than its file name.
+    SegmentAddress { expected: Lsn, got: Lsn },
+    /// A page header is not valid (bad magic, checksum or field).
+    BadPageHeader,
+    /// A valid page header carries another page's address: a stale or misplaced page.
+    PageAddress { expected: Lsn, got: Lsn },
+    /// A record's checksum does not match its bytes.
+    RecordChecksum { expected: u32, got: u32 },
+    /// A record header is malformed (reserved bits, impossible length).
+    BadRecordHeader(&'static str),
+    /// A record's continuation length in a page header disagrees with the record.
+    ContinuationMismatch { expected: u64, got: u64 },
+    /// The file ends before a record that later data proves was complete.
+    Truncated,
+    /// A segment file is missing from the middle of the log.
+    MissingSegment,
+}
+
+impl fmt::Display for CorruptionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadMagic => write!(f, "not a walcrypt segment (bad magic)"),
+            Self::SegmentHeaderChecksum { expected, got } => write!(
+                f,
+                "segment header checksum mismatch (expected {expected:#010x}, got {got:#010x})"
+            ),
+            Self::SegmentHeaderField(what) => write!(f, "invalid segment header field: {what}"),
+            Self::ForeignSegment { expected, got } => write!(
+                f,
+                "segment belongs to another log (log id {got:#018x}, expected {expected:#018x})"
+            ),
+            Self::SegmentAddress { expected, got } => write!(
+                f,
+                "segment header says it starts at {got}, its name says {expected}"
+            ),
+            Self::BadPageHeader => write!(f, "invalid page header"),
+            Self::PageAddress { expected, got } => write!(
+                f,
+                "page header carries address {got}, expected {expected} (stale or misplaced page)"
+            ),
+            Self::RecordChecksum { expected, got } => write!(
+                f,
+                "record checksum mismatch (expected {expected:#010x}, got {got:#010x})"
+            ),
+            Self::BadRecordHeader(what) => write!(f, "invalid record header: {what}"),
+            Self::ContinuationMismatch { expected, got } => write!(
+                f,
+                "page continuation length {got} disagrees with the record ({expected} bytes left)"
+            ),
+            Self::Truncated => write!(f, "log truncated inside durable data"),
+            Self::MissingSegment => write!(f, "segment file missing from the middle of the log"),
+        }
+    }
+}
+
+/// Every error walcrypt returns.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O operation failed; `path` names the file or directory.
+    Io {
+        /// What walcrypt was doing.
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The log is damaged at `at`. Records before that position are intact.
+    Corrupt {
+        /// Where the damage is.
+        at: Position,
+        /// What is wrong.
+        kind: CorruptionKind,
+    },
+    /// A segment was written by a format version this build does not read.
+    UnsupportedVersion {
+        /// The segment file.
+        path: PathBuf,
+        /// Version found in the file.
+        found: u32,
+        /// Version this build reads and writes.
+        supported: u32,
+    },
+    /// A key in the ring does not match the key check value recorded in the log for its id.
+    WrongKey {
+        /// The key id whose check value did not match.
+        key_id: u32,
+        /// The segment whose header recorded the check value.
+        segment: Lsn,
+    },
+    /// The log uses a key id the key ring does not contain (or no key ring was given).
+    MissingKey(u32),
+    /// A key file or key ring is malformed.
+    KeyFile {
+        /// The key file (empty when the ring was not loaded from a file).
+        path: PathBuf,
+        /// Line number (1-based), 0 when not tied to a line.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The configuration cannot be used.
+    Config(String),
+    /// The log on disk was created with another mode or geometry than the configuration asks for.
+    Mismatch {
+        /// Which setting differs.
+        what: &'static str,
+        /// Value on disk.
+        on_disk: String,
+        /// Value in the configuration.
+        configured: String,
+    },
+    /// Another process (or another `Wal` in this process) holds the log directory open for writing.
+    Locked(PathBuf),
+    /// An earlier write or fsync failed; the log refuses further work until it is reopened.
+    ///
+    /// After a failed fsync the kernel may have dropped the dirty pages, so retrying the fsync
+    /// and reporting success could lose acknowledged data. Reopening re-reads what is durable.
+    Poisoned(String),
+    /// The record is larger than the format allows.
+    RecordTooLarge {
+        /// Payload length asked for.
+        len: usize,
+        /// The largest payload a record can carry.
+        max: usize,
+    },
+    /// The requested LSN is not in the log (purged, or beyond its end).
+    LsnNotAvailable(Lsn),
+    /// The directory holds no walcrypt log.
+    NoLog(PathBuf),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
+            Self::Corrupt { at, kind } => write!(f, "{at}: {kind}"),
+            Self::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{}: format version {found} is not supported (this build reads version {supported})",
+                path.display()
+            ),
+            Self::WrongKey { key_id, segment } => write!(
+                f,
+                "wrong key for key id {key_id}: it does not match the check value in segment {}",
+                crate::format::segment_file_name(*segment)
+            ),
+            Self::MissingKey(id) => write!(f, "the log needs key id {id}, which the key ring lacks"),
+            Self::KeyFile { path, line, reason } => {
+                if *line > 0 {
+                    write!(f, "key file {} line {line}: {reason}", path.display())
+                } else {
+                    write!(f, "key file {}: {reason}", path.display())
+                }
+            }
+            Self::Config(why) => write!(f, "invalid configuration: {why}"),
+            Self::Mismatch {
+                what,
+                on_disk,
+                configured,
+            } => write!(
+                f,
+                "the log on disk has {what} {on_disk}, the configuration asks for {configured}"
+            ),
+            Self::Locked(path) => write!(
+                f,
+                "log directory {} is already open for writing by another Wal",
+                path.display()
+            ),
+            Self::Poisoned(why) => write!(
+                f,
+                "the log refuses further work after an earlier I/O failure ({why}); reopen it"
+            ),
+            Self::RecordTooLarge { len, max } => {
+                write!(f, "record payload of {len} bytes exceeds the maximum of {max}")
+            }
+            Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
+            Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(segment: Lsn, offset: u64, lsn: Lsn, kind: CorruptionKind) -> Self {
+        Self::Corrupt {
+            at: Position {
+                segment,
+                offset,
+                lsn,
+            },
+            kind,
+        }
+    }
+}

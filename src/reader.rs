@@ -1,0 +1,744 @@
+//! Sequential reading across segments: page validation, decryption and record parsing.
+//!
+//! [`Reader`] is the public face; the [`Cursor`] underneath is shared with crash recovery,
+//! so the reader and recovery agree byte for byte on what a valid record is.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::Lsn;
+use crate::config::Mode;
+use crate::crypto::{KeyRing, Keys};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::{
+    self, Geometry, HeaderError, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader,
+    RECORD_FLAG_SWITCH, RECORD_HEADER_PLAIN, RecordHeader, SegmentHeader,
+};
+use crate::storage::{FsStorage, Storage, StorageFile};
+
+/// One record as the embedder appended it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Where the record starts; what `append` returned for it.
+    pub lsn: Lsn,
+    /// Where the next record starts.
+    pub end_lsn: Lsn,
+    /// The embedder's record type.
+    pub kind: u8,
+    /// The payload, decrypted.
+    pub payload: Vec<u8>,
+}
+
+/// A record as stored, for inspection tools: header fields, stored bytes and, when the key was
+/// available, the decrypted payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    /// Where the record starts.
+    pub lsn: Lsn,
+    /// Where the next record starts.
+    pub end_lsn: Lsn,
+    /// The decoded record header.
+    pub header: RecordHeader,
+    /// The payload as stored on disk (ciphertext in perrecord; plaintext in the other modes,
+    /// since pagelevel pages are decrypted before records are parsed).
+    pub stored: Vec<u8>,
+    /// The plaintext payload: `Some` unless the payload is encrypted and its key is missing.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// A segment file of the log and its header.
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    /// Path of the file.
+    pub path: PathBuf,
+    /// The decoded segment header.
+    pub header: SegmentHeader,
+}
+
+/// A page header as found on disk, for inspection tools.
+#[derive(Debug, Clone)]
+pub struct PageInfo {
+    /// Start LSN of the segment holding the page.
+    pub segment: Lsn,
+    /// Byte offset of the page in its segment file.
+    pub offset: u64,
+    /// The expected page address.
+    pub page_lsn: Lsn,
+    /// The decoded header, `None` when the page holds no valid header (never written, torn,
+    /// or damaged).
+    pub header: Option<PageHeader>,
+}
+
+/// What a log directory holds: its segments, geometry and keys.
+pub(crate) struct LogFiles {
+    pub(crate) dir: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) mode: Mode,
+    pub(crate) geo: Geometry,
+    pub(crate) log_id: u64,
+    pub(crate) keys: Option<Arc<Keys>>,
+    pub(crate) segments: Vec<SegmentInfo>,
+}
+
+/// Lists the segment files in `dir`, sorted by start LSN.
+pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Lsn>> {
+    let names = storage
+        .list(dir)
+        .map_err(|e| Error::io("list log directory", dir, e))?;
+    let mut starts: Vec<Lsn> = names
+        .iter()
+        .filter_map(|n| format::parse_segment_file_name(n))
+        .collect();
+    starts.sort();
+    Ok(starts)
+}
+
+/// Reads and checks the header of the segment file at `path`, named as starting at `start`.
+pub(crate) fn read_segment_header(
+    storage: &dyn Storage,
+    path: &Path,
+    start: Lsn,
+) -> Result<SegmentHeader> {
+    let file = storage
+        .open(path, false)
+        .map_err(|e| Error::io("open segment", path, e))?;
+    let mut buf = vec![0u8; format::MAX_PAGE_SIZE as usize];
+    let n = read_full(file.as_ref(), &mut buf, 0).map_err(|e| Error::io("read segment header", path, e))?;
+    let header = SegmentHeader::decode(&buf[..n]).map_err(|e| match e {
+        HeaderError::Version(found) => Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found,
+            supported: format::FORMAT_VERSION,
+        },
+        HeaderError::Corrupt(kind) => Error::corrupt(start, 0, start, kind),
+    })?;
+    if header.start != start {
+        return Err(Error::corrupt(
+            start,
+            0,
+            start,
+            CorruptionKind::SegmentAddress {
+                expected: start,
+                got: header.start,
+            },
+        ));
+    }
+    Ok(header)
+}
+
+/// Reads as much of `buf` as the file holds at `offset`.
+pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+impl LogFiles {
+    /// Opens the segments of `dir` and checks that they form one log and that every key in
+    /// `ring` matches the check values recorded for its id.
+    pub(crate) fn open(dir: &Path, storage: Arc<dyn Storage>, ring: Option<&KeyRing>) -> Result<LogFiles> {
+        let starts = list_segments(storage.as_ref(), dir)?;
+        if starts.is_empty() {
+            return Err(Error::NoLog(dir.to_path_buf()));
+        }
+        let mut segments = Vec::with_capacity(starts.len());
+        for start in starts {
+            let path = dir.join(format::segment_file_name(start));
+            let header = read_segment_header(storage.as_ref(), &path, start)?;
+            segments.push(SegmentInfo { path, header });
+        }
+        let first = segments[0].header.clone();
+        for seg in &segments[1..] {
+            let h = &seg.header;
+            if h.log_id != first.log_id {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::ForeignSegment {
+                        expected: first.log_id,
+                        got: h.log_id,
+                    },
+                ));
+            }
+            if h.mode != first.mode || h.geometry != first.geometry {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField("mode or geometry differs from the first segment"),
+                ));
+            }
+            if u64::from(h.start) % first.geometry.segment_size != 0 {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField("start is not a multiple of the segment size"),
+                ));
+            }
+        }
+        let keys = ring.map(|r| Arc::new(Keys::new(r)));
+        if let Some(keys) = &keys {
+            check_keys(keys, &segments)?;
+        }
+        Ok(LogFiles {
+            dir: dir.to_path_buf(),
+            storage,
+            mode: first.mode,
+            geo: first.geometry,
+            log_id: first.log_id,
+            keys,
+            segments,
+        })
+    }
+
+    pub(crate) fn segment(&self, start: u64) -> Option<&SegmentInfo> {
+        self.segments
+            .binary_search_by_key(&start, |s| u64::from(s.header.start))
+            .ok()
+            .map(|i| &self.segments[i])
+    }
+
+    /// The end of the last segment file: nothing of this log lies beyond.
+    pub(crate) fn end_of_files(&self) -> u64 {
+        self.segments
+            .last()
+            .map(|s| u64::from(s.header.start) + self.geo.segment_size)
+            .unwrap_or(0)
+    }
+
+    /// The first record boundary in the segment that starts at `start`, if page 1's header is
+    /// valid (its continuation length says how far the previous segment's last record runs).
+    pub(crate) fn first_record_in_segment(&self, start: u64) -> Result<Option<u64>> {
+        let page = start + self.geo.page_size;
+        let Some(header) = self.read_page_header(page)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.geo.advance(self.geo.first_body_position(page), header.rem_len as u64)))
+    }
+
+    /// Reads and checks the header of the page at `page`; `None` when it is not valid.
+    pub(crate) fn read_page_header(&self, page: u64) -> Result<Option<PageHeader>> {
+        let seg_start = self.geo.segment_start(page);
+        let Some(seg) = self.segment(seg_start) else {
+            return Ok(None);
+        };
+        let file = self
+            .storage
+            .open(&seg.path, false)
+            .map_err(|e| Error::io("open segment", &seg.path, e))?;
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        let n = read_full(file.as_ref(), &mut buf, page - seg_start)
+            .map_err(|e| Error::io("read page header", &seg.path, e))?;
+        Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| u64::from(h.page_lsn) == page))
+    }
+
+    /// Every page header from `from_page` to the end of the files, in order.
+    pub(crate) fn page_headers_from(&self, from_page: u64) -> Result<Vec<PageInfo>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        for seg in &self.segments {
+            let start = u64::from(seg.header.start);
+            if start + self.geo.segment_size <= from_page {
+                continue;
+            }
+            let file = self
+                .storage
+                .open(&seg.path, false)
+                .map_err(|e| Error::io("open segment", &seg.path, e))?;
+            let len = file.len().map_err(|e| Error::io("stat segment", &seg.path, e))?;
+            let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
+            while offset < self.geo.segment_size && offset < len {
+                let n = read_full(file.as_ref(), &mut buf, offset)
+                    .map_err(|e| Error::io("read page header", &seg.path, e))?;
+                let page_lsn = start + offset;
+                let header = PageHeader::decode(self.log_id, &buf[..n])
+                    .filter(|h| u64::from(h.page_lsn) == page_lsn);
+                out.push(PageInfo {
+                    segment: Lsn(start),
+                    offset,
+                    page_lsn: Lsn(page_lsn),
+                    header,
+                });
+                offset += self.geo.page_size;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decides what an invalid record at `lsn` means. A later page written after the log was
+    /// durable beyond `lsn` proves the record was complete once: that is corruption. Otherwise
+    /// it is the torn tail of a crash, the end of the log.
+    pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
+        let start_page = self.geo.page_start(invalid.lsn);
+        for page in self.page_headers_from(start_page)? {
+            if let Some(h) = page.header
+                && u64::from(h.durable_hint) > invalid.lsn
+            {
+                return Ok(Some(self.position_error(invalid.at, invalid.lsn, invalid.kind)));
+            }
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
+        let segment = self.geo.segment_start(at);
+        Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)
+    }
+}
+
+fn check_keys(keys: &Keys, segments: &[SegmentInfo]) -> Result<()> {
+    for seg in segments {
+        for (id, kcv) in &seg.header.key_checks {
+            if let Some(mine) = keys.check_value(*id)
+                && mine != *kcv
+            {
+                return Err(Error::WrongKey {
+                    key_id: *id,
+                    segment: seg.header.start,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why reading stopped before a complete, valid record.
+#[derive(Debug, Clone)]
+pub(crate) struct Invalid {
+    /// Start of the record that could not be read: the end of the valid log if this is a tail.
+    pub(crate) lsn: u64,
+    /// Where the problem was found.
+    pub(crate) at: u64,
+    pub(crate) kind: CorruptionKind,
+}
+
+/// One step of a [`Cursor`].
+pub(crate) enum Step {
+    Record(RawRecord),
+    End(Invalid),
+}
+
+struct LoadedPage {
+    lsn: u64,
+    header: PageHeader,
+    image: Vec<u8>,
+}
+
+/// Walks the record stream from a record boundary.
+pub(crate) struct Cursor<'a> {
+    files: &'a LogFiles,
+    pos: u64,
+    page: Option<LoadedPage>,
+    file: Option<(u64, Box<dyn StorageFile>)>,
+}
+
+/// Result of trying to read bytes: `Err` is a hard error (I/O, missing key), `Ok(Err)` a place
+/// where the log is not valid.
+type Try<T> = Result<std::result::Result<T, Invalid>>;
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
+        Cursor {
+            files,
+            pos,
+            page: None,
+            file: None,
+        }
+    }
+
+    /// Reads the next record; `decrypt` asks for the plaintext payload of perrecord records.
+    /// Segment-switch records are followed, never returned.
+    pub(crate) fn next(&mut self, decrypt: bool) -> Result<Step> {
+        loop {
+            let start = self.files.geo.skip_headers(self.pos);
+            match self.read_record(start, decrypt)? {
+                Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
+                    let next_segment = self.files.geo.segment_start(start) + self.files.geo.segment_size;
+                    self.pos = next_segment;
+                }
+                Ok(rec) => {
+                    self.pos = u64::from(rec.end_lsn);
+                    return Ok(Step::Record(rec));
+                }
+                Err(invalid) => return Ok(Step::End(invalid)),
+            }
+        }
+    }
+
+    fn read_record(&mut self, start: u64, decrypt: bool) -> Try<RawRecord> {
+        let mut pos = start;
+        let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
+        if let Err(inv) = self.read_into(&mut pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)? {
+            return Ok(Err(inv));
+        }
+        let hlen = format::header_len_for_flags(head[9]);
+        if hlen > RECORD_HEADER_PLAIN
+            && let Err(inv) = self.read_into(&mut pos, &mut head[RECORD_HEADER_PLAIN..hlen], start, RECORD_HEADER_PLAIN, None)?
+        {
+            return Ok(Err(inv));
+        }
+        let header = match RecordHeader::decode(&head[..hlen]) {
+            Ok(h) => h,
+            Err(what) => return Ok(Err(invalid(start, start, CorruptionKind::BadRecordHeader(what)))),
+        };
+        let total = (hlen + header.len as usize) as u64;
+        // Grow the payload as pages are actually read, so an absurd length never allocates
+        // more than the files hold.
+        let mut stored = Vec::new();
+        let mut left = header.len as usize;
+        let mut consumed = hlen;
+        while left > 0 {
+            let chunk = left.min(self.files.geo.body_len() as usize);
+            let at = stored.len();
+            stored.resize(at + chunk, 0);
+            if let Err(inv) = self.read_into(&mut pos, &mut stored[at..], start, consumed, Some(total))? {
+                return Ok(Err(inv));
+            }
+            left -= chunk;
+            consumed += chunk;
+        }
+        let crc = format::record_crc(&head[..hlen], &stored);
+        if crc != header.crc {
+            return Ok(Err(invalid(
+                start,
+                start,
+                CorruptionKind::RecordChecksum {
+                    expected: header.crc,
+                    got: crc,
+                },
+            )));
+        }
+        if header.encryption.is_some() != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0) {
+            return Ok(Err(invalid(start, start, CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"))));
+        }
+        let payload = match header.encryption {
+            None => Some(stored.clone()),
+            Some(_) if !decrypt => None,
+            Some((key_id, iv)) => {
+                let keys = self.files.keys.as_ref().ok_or(Error::MissingKey(key_id))?;
+                let mut plain = stored.clone();
+                keys.apply_keystream(key_id, &iv, &mut plain)?;
+                Some(plain)
+            }
+        };
+        Ok(Ok(RawRecord {
+            lsn: Lsn(start),
+            end_lsn: Lsn(pos),
+            header,
+            stored,
+            payload,
+        }))
+    }
+
+    /// Copies `out.len()` stream bytes from `*pos`, loading pages as needed. `consumed` is how
+    /// many bytes of the record at `record` came before; `total`, when known, lets page
+    /// continuation lengths be checked.
+    fn read_into(&mut self, pos: &mut u64, out: &mut [u8], record: u64, consumed: usize, total: Option<u64>) -> Try<()> {
+        let geo = self.files.geo;
+        let mut done = 0;
+        while done < out.len() {
+            *pos = geo.skip_headers(*pos);
+            let page = geo.page_start(*pos);
+            let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
+            let loaded = match self.load_page(page, record)? {
+                Ok(p) => p,
+                Err(inv) => return Ok(Err(inv)),
+            };
+            let so_far = (consumed + done) as u64;
+            if fresh_page && so_far > 0
+                && let Some(total) = total
+                && loaded.header.rem_len as u64 != total - so_far
+            {
+                return Ok(Err(invalid(
+                    record,
+                    page,
+                    CorruptionKind::ContinuationMismatch {
+                        expected: total - so_far,
+                        got: loaded.header.rem_len as u64,
+                    },
+                )));
+            }
+            let in_page = (*pos - page) as usize;
+            let n = (out.len() - done).min(geo.page_size as usize - in_page);
+            out[done..done + n].copy_from_slice(&loaded.image[in_page..in_page + n]);
+            done += n;
+            *pos += n as u64;
+        }
+        Ok(Ok(()))
+    }
+
+    fn load_page(&mut self, page: u64, record: u64) -> Try<&LoadedPage> {
+        if self.page.as_ref().is_some_and(|p| p.lsn == page) {
+            return Ok(Ok(self.page.as_ref().expect("checked just above")));
+        }
+        let geo = self.files.geo;
+        let seg_start = geo.segment_start(page);
+        let Some(seg) = self.files.segment(seg_start) else {
+            let kind = if seg_start < self.files.end_of_files() {
+                CorruptionKind::MissingSegment
+            } else {
+                CorruptionKind::Truncated
+            };
+            return Ok(Err(invalid(record, page, kind)));
+        };
+        if self.file.as_ref().is_none_or(|(s, _)| *s != seg_start) {
+            let file = self
+                .files
+                .storage
+                .open(&seg.path, false)
+                .map_err(|e| Error::io("open segment", &seg.path, e))?;
+            self.file = Some((seg_start, file));
+        }
+        let (_, file) = self.file.as_ref().expect("opened just above");
+        let mut image = self.page.take().map(|p| p.image).unwrap_or_default();
+        image.resize(geo.page_size as usize, 0);
+        let n = read_full(file.as_ref(), &mut image, page - seg_start)
+            .map_err(|e| Error::io("read page", &seg.path, e))?;
+        if n < image.len() {
+            return Ok(Err(invalid(record, page, CorruptionKind::Truncated)));
+        }
+        let Some(header) = PageHeader::decode(self.files.log_id, &image) else {
+            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
+        };
+        if u64::from(header.page_lsn) != page {
+            return Ok(Err(invalid(
+                record,
+                page,
+                CorruptionKind::PageAddress {
+                    expected: Lsn(page),
+                    got: header.page_lsn,
+                },
+            )));
+        }
+        let encrypted = header.flags & PAGE_FLAG_ENCRYPTED != 0;
+        if encrypted != (self.files.mode == Mode::PageLevel) {
+            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
+        }
+        if encrypted {
+            let keys = self.files.keys.as_ref().ok_or(Error::MissingKey(header.key_id))?;
+            keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])?;
+        }
+        self.page = Some(LoadedPage {
+            lsn: page,
+            header,
+            image,
+        });
+        Ok(Ok(self.page.as_ref().expect("stored just above")))
+    }
+
+    /// The decrypted image of the page at `page`, if it is the page last loaded.
+    pub(crate) fn loaded_page(&self, page: u64) -> Option<(&PageHeader, &[u8])> {
+        self.page
+            .as_ref()
+            .filter(|p| p.lsn == page)
+            .map(|p| (&p.header, p.image.as_slice()))
+    }
+
+    /// Loads the page at `page` (for recovery, to keep the valid prefix of the tail page).
+    pub(crate) fn load(&mut self, page: u64) -> Result<bool> {
+        Ok(self.load_page(page, page)?.is_ok())
+    }
+}
+
+fn invalid(lsn: u64, at: u64, kind: CorruptionKind) -> Invalid {
+    Invalid { lsn, at, kind }
+}
+
+/// Reads a log directory: records in LSN order across segments, decrypted with the key ring.
+///
+/// The reader never changes the files; it may run while a `Wal` writes the same directory
+/// and then sees a prefix of the log.
+pub struct Reader {
+    files: LogFiles,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("dir", &self.files.dir)
+            .field("mode", &self.files.mode)
+            .field("segments", &self.files.segments.len())
+            .finish()
+    }
+}
+
+impl Reader {
+    /// Opens the log in `dir`. Without a key ring, plaintext logs read fully and perrecord
+    /// logs yield [`Error::MissingKey`] at the first record (use [`Reader::raw_records_from`]
+    /// to see headers); a key that does not match the log gives [`Error::WrongKey`] here.
+    pub fn open(dir: impl AsRef<Path>, keys: Option<KeyRing>) -> Result<Reader> {
+        Self::open_with_storage(dir, keys, Arc::new(FsStorage))
+    }
+
+    /// Like [`Reader::open`] over another storage back end.
+    pub fn open_with_storage(dir: impl AsRef<Path>, keys: Option<KeyRing>, storage: Arc<dyn Storage>) -> Result<Reader> {
+        let files = LogFiles::open(dir.as_ref(), storage, keys.as_ref())?;
+        Ok(Reader { files })
+    }
+
+    /// The log's encryption mode, from its segment headers.
+    pub fn mode(&self) -> Mode {
+        self.files.mode
+    }
+
+    /// Page and segment sizes.
+    pub fn geometry(&self) -> Geometry {
+        self.files.geo
+    }
+
+    /// The log's random id.
+    pub fn log_id(&self) -> u64 {
+        self.files.log_id
+    }
+
+    /// The segment files, oldest first.
+    pub fn segments(&self) -> &[SegmentInfo] {
+        &self.files.segments
+    }
+
+    /// Every page header of the log, oldest first (valid or not), without needing a key.
+    pub fn page_headers(&self) -> Result<Vec<PageInfo>> {
+        self.files.page_headers_from(0)
+    }
+
+    /// The first record boundary of the oldest segment.
+    pub fn first_lsn(&self) -> Result<Lsn> {
+        let oldest = u64::from(self.files.segments[0].header.start);
+        let first = self.files.first_record_in_segment(oldest)?;
+        Ok(Lsn(first.unwrap_or_else(|| self.files.geo.first_body_position(oldest))))
+    }
+
+    fn start(&self, lsn: Lsn) -> Result<u64> {
+        let oldest = u64::from(self.files.segments[0].header.start);
+        if lsn == Lsn(0) || u64::from(lsn) == oldest {
+            return Ok(self.first_lsn()?.into());
+        }
+        if u64::from(lsn) < oldest || u64::from(lsn) > self.files.end_of_files() {
+            return Err(Error::LsnNotAvailable(lsn));
+        }
+        Ok(u64::from(lsn))
+    }
+
+    /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to
+    /// the end of the valid log. Damage followed by later valid data is an error, not the end.
+    pub fn records_from(&self, lsn: Lsn) -> Records<'_> {
+        Records {
+            inner: self.raw_records_from(lsn),
+        }
+    }
+
+    /// Like [`Reader::records_from`] but yields records as stored, with their headers, and
+    /// never fails for a missing perrecord key (the payload is then `None`).
+    pub fn raw_records_from(&self, lsn: Lsn) -> RawRecords<'_> {
+        let (cursor, pending) = match self.start(lsn) {
+            Ok(pos) => (Some(Cursor::new(&self.files, pos)), None),
+            Err(e) => (None, Some(e)),
+        };
+        RawRecords {
+            files: &self.files,
+            cursor,
+            pending,
+            end: None,
+        }
+    }
+}
+
+/// Iterator over [`RawRecord`]s; see [`Reader::raw_records_from`].
+pub struct RawRecords<'a> {
+    files: &'a LogFiles,
+    cursor: Option<Cursor<'a>>,
+    pending: Option<Error>,
+    end: Option<Lsn>,
+}
+
+impl RawRecords<'_> {
+    /// Where the valid log ended, once the iterator is exhausted without error.
+    pub fn end_lsn(&self) -> Option<Lsn> {
+        self.end
+    }
+}
+
+impl Iterator for RawRecords<'_> {
+    type Item = Result<RawRecord>;
+
+    fn next(&mut self) -> Option<Result<RawRecord>> {
+        if let Some(e) = self.pending.take() {
+            self.cursor = None;
+            return Some(Err(e));
+        }
+        let cursor = self.cursor.as_mut()?;
+        match cursor.next(false) {
+            Ok(Step::Record(mut rec)) => {
+                if rec.payload.is_none()
+                    && let Some((key_id, iv)) = rec.header.encryption
+                    && let Some(keys) = &self.files.keys
+                {
+                    let mut plain = rec.stored.clone();
+                    if keys.apply_keystream(key_id, &iv, &mut plain).is_ok() {
+                        rec.payload = Some(plain);
+                    }
+                }
+                Some(Ok(rec))
+            }
+            Ok(Step::End(invalid)) => {
+                self.cursor = None;
+                match self.files.classify(invalid.clone()) {
+                    Ok(None) => {
+                        self.end = Some(Lsn(invalid.lsn));
+                        None
+                    }
+                    Ok(Some(e)) => Some(Err(e)),
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            Err(e) => {
+                self.cursor = None;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Iterator over decrypted [`Record`]s; see [`Reader::records_from`].
+pub struct Records<'a> {
+    inner: RawRecords<'a>,
+}
+
+impl Records<'_> {
+    /// Where the valid log ended, once the iterator is exhausted without error.
+    pub fn end_lsn(&self) -> Option<Lsn> {
+        self.inner.end
+    }
+}
+
+impl Iterator for Records<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        let raw = match self.inner.next()? {
+            Ok(raw) => raw,
+            Err(e) => return Some(Err(e)),
+        };
+        match raw.payload {
+            Some(payload) => Some(Ok(Record {
+                lsn: raw.lsn,
+                end_lsn: raw.end_lsn,
+                kind: raw.header.kind,
+                payload,
+            })),
+            None => {
+                self.inner.cursor = None;
+                let id = raw.header.encryption.map(|(id, _)| id).unwrap_or(0);
+                Some(Err(Error::MissingKey(id)))
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Opening a log for writing: end-of-log detection, torn-tail truncation and replay.
+//!
+//! Recovery reads forward from a record boundary near the end (or from the replay start) with
+//! the reader's own cursor. The first record that is not valid ends the log, unless a later
+//! page proves the log was durable beyond it: then it is corruption and the open fails rather
+//! than silently dropping acknowledged records. Everything after the end is zeroed (the tail
+//! segment) or removed (later segments) before writing resumes, so stale bytes can never be
+//! read as part of the log again.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::Lsn;
+use crate::config::Config;
+use crate::crypto::{Keys, random_u64};
+use crate::error::{Error, Result};
+use crate::format::{self, Geometry, SegmentHeader};
+use crate::reader::{Cursor, LogFiles, Record, Step, list_segments};
+use crate::writer::{Resume, TMP_SUFFIX, Wal, create_segment};
+
+impl Wal {
+    /// Creates the log in `dir` (an empty or missing directory), or opens the log there: finds
+    /// the end of the valid log, truncates a torn tail and continues writing at the end.
+    ///
+    /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
+    /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
+    /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
+    /// records follow a damaged one.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Wal> {
+        open(dir.as_ref(), config, None)
+    }
+
+    /// Opens the log like [`Wal::open`] and, in the same pass that finds the end of the log,
+    /// hands every record from `from` on to `replay`, in LSN order. Use `Lsn::default()` to
+    /// replay from the oldest record. An error from `replay` aborts the open.
+    pub fn open_and_replay<F>(dir: impl AsRef<Path>, config: Config, from: Lsn, mut replay: F) -> Result<Wal>
+    where
+        F: FnMut(Record) -> Result<()>,
+    {
+        open(dir.as_ref(), config, Some((from, &mut replay)))
+    }
+}
+
+type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
+
+fn validate(config: &Config) -> Result<()> {
+    let geo = Geometry {
+        page_size: config.page_size,
+        segment_size: config.segment_size,
+    };
+    format::validate_geometry(geo).map_err(|why| Error::Config(why.into()))?;
+    if config.mode.is_encrypted() && config.keys.is_empty() {
+        return Err(Error::Config(format!(
+            "mode {} needs a key ring with at least one key",
+            config.mode
+        )));
+    }
+    let max = SegmentHeader::max_keys(config.page_size);
+    if config.keys.len() > max {
+        return Err(Error::Config(format!(
+            "{} keys do not fit a segment header of a {} byte page (at most {max})",
+            config.keys.len(),
+            config.page_size
+        )));
+    }
+    Ok(())
+}
+
+fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
+    validate(&config)?;
+    let storage = config.storage.clone();
+    storage
+        .create_dir_all(dir)
+        .map_err(|e| Error::io("create log directory", dir, e))?;
+    let lock = storage
+        .lock_dir(dir)
+        .map_err(|e| Error::io("lock log directory", dir, e))?
+        .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
+    remove_unfinished_segments(&config, dir)?;
+    let keys = Arc::new(Keys::new(&config.keys));
+
+    if list_segments(storage.as_ref(), dir)?.is_empty() {
+        let geo = Geometry {
+            page_size: config.page_size,
+            segment_size: config.segment_size,
+        };
+        let header = SegmentHeader {
+            mode: config.mode,
+            geometry: geo,
+            log_id: random_u64()?,
+            start: Lsn(0),
+            key_checks: if config.mode.is_encrypted() { keys.check_values() } else { Vec::new() },
+        };
+        create_segment(storage.as_ref(), dir, &header)?;
+        let resume = Resume {
+            log_id: header.log_id,
+            geo,
+            end: geo.first_body_position(0),
+            tail_page: None,
+        };
+        return Wal::start(dir, &config, keys, resume, lock);
+    }
+
+    let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
+    if files.mode != config.mode {
+        return Err(Error::Mismatch {
+            what: "mode",
+            on_disk: files.mode.to_string(),
+            configured: config.mode.to_string(),
+        });
+    }
+    let scan_from = scan_start(&files, replay.as_ref().map(|(from, _)| *from))?;
+    let mut cursor = Cursor::new(&files, scan_from);
+    let end = loop {
+        let deliver = replay.as_ref().map(|(from, _)| *from);
+        match cursor.next(deliver.is_some())? {
+            Step::Record(raw) => {
+                if let Some((from, f)) = replay.as_mut()
+                    && raw.lsn >= *from
+                {
+                    let payload = raw.payload.ok_or(Error::MissingKey(
+                        raw.header.encryption.map(|(id, _)| id).unwrap_or(0),
+                    ))?;
+                    f(Record {
+                        lsn: raw.lsn,
+                        end_lsn: raw.end_lsn,
+                        kind: raw.header.kind,
+                        payload,
+                    })?;
+                }
+            }
+            Step::End(invalid) => {
+                if let Some(error) = files.classify(invalid.clone())? {
+                    return Err(error);
+                }
+                break invalid.lsn;
+            }
+        }
+    };
+    let tail_page = tail_prefix(&mut cursor, files.geo, end)?;
+    truncate_after(&files, end)?;
+    let needs_switch = needs_new_segment(&files, &keys, end);
+    let resume = Resume {
+        log_id: files.log_id,
+        geo: files.geo,
+        end,
+        tail_page,
+    };
+    drop(cursor);
+    drop(files);
+    let wal = Wal::start(dir, &config, keys, resume, lock)?;
+    if needs_switch {
+        wal.switch_segment()?;
+    }
+    Ok(wal)
+}
+
+/// Removes segment files left half-made by a crash or a failed creation.
+fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
+    let names = config
+        .storage
+        .list(dir)
+        .map_err(|e| Error::io("list log directory", dir, e))?;
+    for name in names {
+        if let Some(base) = name.strip_suffix(TMP_SUFFIX)
+            && format::parse_segment_file_name(base).is_some()
+        {
+            let path = dir.join(&name);
+            config
+                .storage
+                .remove(&path)
+                .map_err(|e| Error::io("remove unfinished segment", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A record boundary from which reading surely passes every record that reaches into the last
+/// segment: the start of the newest segment that does not begin inside a record. With a
+/// replay start, the earlier of the two.
+fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
+    let oldest = u64::from(files.segments[0].header.start);
+    let oldest_first = files
+        .first_record_in_segment(oldest)?
+        .unwrap_or_else(|| files.geo.first_body_position(oldest));
+    let mut tail = oldest_first;
+    for seg in files.segments.iter().skip(1).rev() {
+        let start = u64::from(seg.header.start);
+        let page1 = start + files.geo.page_size;
+        if let Some(h) = files.read_page_header(page1)?
+            && h.rem_len == 0
+        {
+            tail = files.geo.first_body_position(page1);
+            break;
+        }
+    }
+    match replay_from {
+        None => Ok(tail),
+        Some(from) if from == Lsn(0) || u64::from(from) <= oldest_first => Ok(oldest_first),
+        Some(from) if u64::from(from) > files.end_of_files() => Err(Error::LsnNotAvailable(from)),
+        Some(from) => Ok(u64::from(from).min(tail)),
+    }
+}
+
+/// The valid bytes of the page holding `end` (decrypted) and its continuation length, so the
+/// writer can rewrite that page with the old records intact.
+fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Option<(Vec<u8>, u32)>> {
+    let page = geo.page_start(end);
+    if end % geo.page_size == 0 || end <= page + format::PAGE_HEADER_LEN as u64 {
+        return Ok(None);
+    }
+    if !cursor.load(page)? {
+        return Ok(None);
+    }
+    Ok(cursor
+        .loaded_page(page)
+        .map(|(header, image)| (image[..(end - page) as usize].to_vec(), header.rem_len)))
+}
+
+/// Zeroes the tail segment after `end`, removes every later segment and makes both durable.
+fn truncate_after(files: &LogFiles, end: u64) -> Result<()> {
+    let geo = files.geo;
+    let tail_segment = if end % geo.segment_size == 0 {
+        end - geo.segment_size
+    } else {
+        geo.segment_start(end)
+    };
+    let storage = files.storage.as_ref();
+    for seg in files.segments.iter().rev() {
+        let start = u64::from(seg.header.start);
+        if start > tail_segment {
+            storage
+                .remove(&seg.path)
+                .map_err(|e| Error::io("remove segment after the end of the log", &seg.path, e))?;
+        } else {
+            let file = storage
+                .open(&seg.path, true)
+                .map_err(|e| Error::io("open segment", &seg.path, e))?;
+            if start == tail_segment {
+                let keep = end - start;
+                file.set_len(keep)
+                    .and_then(|()| file.set_len(geo.segment_size))
+                    .map_err(|e| Error::io("truncate torn tail of segment", &seg.path, e))?;
+            }
+            // Whatever the previous writer left in the page cache becomes durable before new
+            // pages claim, through their durable hint, that the log is durable up to `end`.
+            file.sync_data()
+                .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
+            if start + 2 * geo.segment_size <= tail_segment {
+                break;
+            }
+        }
+    }
+    storage
+        .sync_dir(&files.dir)
+        .map_err(|e| Error::io("sync directory", &files.dir, e))
+}
+
+/// True when the segment the log ends in does not list every key of the ring with the same
+/// check value: new data must then go to a new segment whose header does.
+fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
+    if !files.mode.is_encrypted() || end % files.geo.segment_size == 0 {
+        return false;
+    }
+    let Some(seg) = files.segment(files.geo.segment_start(end)) else {
+        return false;
+    };
+    keys.check_values()
+        .iter()
+        .any(|kc| !seg.header.key_checks.contains(kc))
+}

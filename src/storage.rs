@@ -1,0 +1,132 @@
+//! The small file-system interface the log uses, so tests can inject faults.
+//!
+//! [`FsStorage`] is the real file system. Every path is a directory plus a file name; the log
+//! never needs more than these operations.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// An open segment file.
+pub trait StorageFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at end of file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes written data durable (fdatasync).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Sets the file length; new bytes read as zeros.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Current file length.
+    fn len(&self) -> io::Result<u64>;
+}
+
+/// A directory of segment files.
+pub trait Storage: Send + Sync {
+    /// Names of the files in `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Opens an existing file for reading (and writing when `write`).
+    fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>>;
+    /// Creates a new file that must not exist yet, for writing.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Renames a file (atomically replacing `to`).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Creates the directory (and parents) if missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on the directory for one writer; dropping the guard releases it.
+    /// `Ok(None)` means another writer holds it.
+    fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>>;
+}
+
+/// The real file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsStorage;
+
+/// Name of the lock file in a log directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+struct FsFile(File);
+
+impl StorageFile for FsFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        loop {
+            match self.0.read_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Storage for FsStorage {
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+    fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
+        let file = OpenOptions::new().read(true).write(write).open(path)?;
+        Ok(Box::new(FsFile(file)))
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Box::new(FsFile(file)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_FILE))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Box::new(file))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+impl fmt::Debug for dyn Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Storage")
+    }
+}
