@@ -64,7 +64,9 @@ impl std::str::FromStr for Mode {
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode `{s}` (expected plaintext, perrecord or pagelevel)"))
+            .ok_or_else(|| {
+                format!("unknown mode `{s}` (expected plaintext, perrecord or pagelevel)")
+            })
     }
 }
 

@@ -131,7 +131,9 @@ impl KeyRing {
             return Err(key_ring_error("key id 0 is reserved for unencrypted data"));
         }
         if self.get(id).is_some() {
-            return Err(key_ring_error(&format!("key id {id} is already in the ring")));
+            return Err(key_ring_error(&format!(
+                "key id {id} is already in the ring"
+            )));
         }
         self.keys.push((id, key));
         Ok(())
@@ -323,7 +325,10 @@ impl Keys {
 
     /// `(id, check value)` of every key.
     pub(crate) fn check_values(&self) -> Vec<(u32, [u8; KCV_LEN])> {
-        self.expanded.iter().map(|(id, _, kcv)| (*id, *kcv)).collect()
+        self.expanded
+            .iter()
+            .map(|(id, _, kcv)| (*id, *kcv))
+            .collect()
     }
 
     pub(crate) fn check_value(&self, id: u32) -> Option<[u8; KCV_LEN]> {
@@ -334,7 +339,12 @@ impl Keys {
     }
 
     /// XORs the AES-256-CTR keystream for (`key_id`, `iv`) into `data`.
-    pub(crate) fn apply_keystream(&self, key_id: u32, iv: &[u8; IV_LEN], data: &mut [u8]) -> Result<()> {
+    pub(crate) fn apply_keystream(
+        &self,
+        key_id: u32,
+        iv: &[u8; IV_LEN],
+        data: &mut [u8],
+    ) -> Result<()> {
         let aes = self
             .expanded
             .iter()
@@ -446,7 +456,12 @@ mod tests {
     #[test]
     fn debug_never_shows_key_bytes() {
         let key = Key::from_bytes([0xab; 32]);
-        let shown = format!("{key:?} {:?}", KeyRing { keys: vec![(1, key.clone())] });
+        let shown = format!(
+            "{key:?} {:?}",
+            KeyRing {
+                keys: vec![(1, key.clone())]
+            }
+        );
         assert!(!shown.contains("abab"), "{shown}");
     }
 

@@ -201,7 +201,9 @@ impl fmt::Display for Error {
                 "wrong key for key id {key_id}: it does not match the check value in segment {}",
                 crate::format::segment_file_name(*segment)
             ),
-            Self::MissingKey(id) => write!(f, "the log needs key id {id}, which the key ring lacks"),
+            Self::MissingKey(id) => {
+                write!(f, "the log needs key id {id}, which the key ring lacks")
+            }
             Self::KeyFile { path, line, reason } => {
                 if *line > 0 {
                     write!(f, "key file {} line {line}: {reason}", path.display())
@@ -228,7 +230,10 @@ impl fmt::Display for Error {
                 "the log refuses further work after an earlier I/O failure ({why}); reopen it"
             ),
             Self::RecordTooLarge { len, max } => {
-                write!(f, "record payload of {len} bytes exceeds the maximum of {max}")
+                write!(
+                    f,
+                    "record payload of {len} bytes exceeds the maximum of {max}"
+                )
             }
             Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),

@@ -197,16 +197,21 @@ impl SegmentHeader {
         let expected = le_u32(bytes, end);
         let got = crc32c::crc32c(&bytes[..end]);
         if expected != got {
-            return Err(HeaderError::Corrupt(SegmentHeaderChecksum { expected, got }));
+            return Err(HeaderError::Corrupt(SegmentHeaderChecksum {
+                expected,
+                got,
+            }));
         }
-        let mode = Mode::from_code(bytes[12]).ok_or(HeaderError::Corrupt(SegmentHeaderField("mode")))?;
+        let mode =
+            Mode::from_code(bytes[12]).ok_or(HeaderError::Corrupt(SegmentHeaderField("mode")))?;
         let page_size = le_u32(bytes, 16) as u64;
         let segment_size = le_u64(bytes, 24);
         let geometry = Geometry {
             page_size,
             segment_size,
         };
-        validate_geometry(geometry).map_err(|what| HeaderError::Corrupt(SegmentHeaderField(what)))?;
+        validate_geometry(geometry)
+            .map_err(|what| HeaderError::Corrupt(SegmentHeaderField(what)))?;
         let key_checks = (0..n)
             .map(|i| {
                 let at = SEGMENT_HEADER_FIXED + i * KCV_ENTRY;

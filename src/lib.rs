@@ -58,7 +58,9 @@ mod writer;
 
 use std::fmt;
 
-pub use config::{Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode};
+pub use config::{
+    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
+};
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
 pub use error::{CorruptionKind, Error, Position, Result};
 pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};

@@ -103,7 +103,8 @@ pub(crate) fn read_segment_header(
         .open(path, false)
         .map_err(|e| Error::io("open segment", path, e))?;
     let mut buf = vec![0u8; format::MAX_PAGE_SIZE as usize];
-    let n = read_full(file.as_ref(), &mut buf, 0).map_err(|e| Error::io("read segment header", path, e))?;
+    let n = read_full(file.as_ref(), &mut buf, 0)
+        .map_err(|e| Error::io("read segment header", path, e))?;
     let header = SegmentHeader::decode(&buf[..n]).map_err(|e| match e {
         HeaderError::Version(found) => Error::UnsupportedVersion {
             path: path.to_path_buf(),
@@ -127,7 +128,11 @@ pub(crate) fn read_segment_header(
 }
 
 /// Reads as much of `buf` as the file holds at `offset`.
-pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+pub(crate) fn read_full(
+    file: &dyn StorageFile,
+    buf: &mut [u8],
+    offset: u64,
+) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         let n = file.read_at(&mut buf[done..], offset + done as u64)?;
@@ -142,7 +147,11 @@ pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> 
 impl LogFiles {
     /// Opens the segments of `dir` and checks that they form one log and that every key in
     /// `ring` matches the check values recorded for its id.
-    pub(crate) fn open(dir: &Path, storage: Arc<dyn Storage>, ring: Option<&KeyRing>) -> Result<LogFiles> {
+    pub(crate) fn open(
+        dir: &Path,
+        storage: Arc<dyn Storage>,
+        ring: Option<&KeyRing>,
+    ) -> Result<LogFiles> {
         let starts = list_segments(storage.as_ref(), dir)?;
         if starts.is_empty() {
             return Err(Error::NoLog(dir.to_path_buf()));
@@ -172,7 +181,9 @@ impl LogFiles {
                     h.start,
                     0,
                     h.start,
-                    CorruptionKind::SegmentHeaderField("mode or geometry differs from the first segment"),
+                    CorruptionKind::SegmentHeaderField(
+                        "mode or geometry differs from the first segment",
+                    ),
                 ));
             }
             if u64::from(h.start) % first.geometry.segment_size != 0 {
@@ -180,7 +191,9 @@ impl LogFiles {
                     h.start,
                     0,
                     h.start,
-                    CorruptionKind::SegmentHeaderField("start is not a multiple of the segment size"),
+                    CorruptionKind::SegmentHeaderField(
+                        "start is not a multiple of the segment size",
+                    ),
                 ));
             }
         }
@@ -221,7 +234,10 @@ impl LogFiles {
         let Some(header) = self.read_page_header(page)? else {
             return Ok(None);
         };
-        Ok(Some(self.geo.advance(self.geo.first_body_position(page), header.rem_len as u64)))
+        Ok(Some(self.geo.advance(
+            self.geo.first_body_position(page),
+            header.rem_len as u64,
+        )))
     }
 
     /// Reads and checks the header of the page at `page`; `None` when it is not valid.
@@ -253,7 +269,9 @@ impl LogFiles {
                 .storage
                 .open(&seg.path, false)
                 .map_err(|e| Error::io("open segment", &seg.path, e))?;
-            let len = file.len().map_err(|e| Error::io("stat segment", &seg.path, e))?;
+            let len = file
+                .len()
+                .map_err(|e| Error::io("stat segment", &seg.path, e))?;
             let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
             while offset < self.geo.segment_size && offset < len {
                 let n = read_full(file.as_ref(), &mut buf, offset)
@@ -282,7 +300,11 @@ impl LogFiles {
             if let Some(h) = page.header
                 && u64::from(h.durable_hint) > invalid.lsn
             {
-                return Ok(Some(self.position_error(invalid.at, invalid.lsn, invalid.kind)));
+                return Ok(Some(self.position_error(
+                    invalid.at,
+                    invalid.lsn,
+                    invalid.kind,
+                )));
             }
         }
         Ok(None)
@@ -361,7 +383,8 @@ impl<'a> Cursor<'a> {
             let start = self.files.geo.skip_headers(self.pos);
             match self.read_record(start, decrypt)? {
                 Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
-                    let next_segment = self.files.geo.segment_start(start) + self.files.geo.segment_size;
+                    let next_segment =
+                        self.files.geo.segment_start(start) + self.files.geo.segment_size;
                     self.pos = next_segment;
                 }
                 Ok(rec) => {
@@ -376,18 +399,32 @@ impl<'a> Cursor<'a> {
     fn read_record(&mut self, start: u64, decrypt: bool) -> Try<RawRecord> {
         let mut pos = start;
         let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
-        if let Err(inv) = self.read_into(&mut pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)? {
+        if let Err(inv) =
+            self.read_into(&mut pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)?
+        {
             return Ok(Err(inv));
         }
         let hlen = format::header_len_for_flags(head[9]);
         if hlen > RECORD_HEADER_PLAIN
-            && let Err(inv) = self.read_into(&mut pos, &mut head[RECORD_HEADER_PLAIN..hlen], start, RECORD_HEADER_PLAIN, None)?
+            && let Err(inv) = self.read_into(
+                &mut pos,
+                &mut head[RECORD_HEADER_PLAIN..hlen],
+                start,
+                RECORD_HEADER_PLAIN,
+                None,
+            )?
         {
             return Ok(Err(inv));
         }
         let header = match RecordHeader::decode(&head[..hlen]) {
             Ok(h) => h,
-            Err(what) => return Ok(Err(invalid(start, start, CorruptionKind::BadRecordHeader(what)))),
+            Err(what) => {
+                return Ok(Err(invalid(
+                    start,
+                    start,
+                    CorruptionKind::BadRecordHeader(what),
+                )));
+            }
         };
         let total = (hlen + header.len as usize) as u64;
         // Grow the payload as pages are actually read, so an absurd length never allocates
@@ -399,7 +436,9 @@ impl<'a> Cursor<'a> {
             let chunk = left.min(self.files.geo.body_len() as usize);
             let at = stored.len();
             stored.resize(at + chunk, 0);
-            if let Err(inv) = self.read_into(&mut pos, &mut stored[at..], start, consumed, Some(total))? {
+            if let Err(inv) =
+                self.read_into(&mut pos, &mut stored[at..], start, consumed, Some(total))?
+            {
                 return Ok(Err(inv));
             }
             left -= chunk;
@@ -416,8 +455,14 @@ impl<'a> Cursor<'a> {
                 },
             )));
         }
-        if header.encryption.is_some() != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0) {
-            return Ok(Err(invalid(start, start, CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"))));
+        if header.encryption.is_some()
+            != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0)
+        {
+            return Ok(Err(invalid(
+                start,
+                start,
+                CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
+            )));
         }
         let payload = match header.encryption {
             None => Some(stored.clone()),
@@ -441,7 +486,14 @@ impl<'a> Cursor<'a> {
     /// Copies `out.len()` stream bytes from `*pos`, loading pages as needed. `consumed` is how
     /// many bytes of the record at `record` came before; `total`, when known, lets page
     /// continuation lengths be checked.
-    fn read_into(&mut self, pos: &mut u64, out: &mut [u8], record: u64, consumed: usize, total: Option<u64>) -> Try<()> {
+    fn read_into(
+        &mut self,
+        pos: &mut u64,
+        out: &mut [u8],
+        record: u64,
+        consumed: usize,
+        total: Option<u64>,
+    ) -> Try<()> {
         let geo = self.files.geo;
         let mut done = 0;
         while done < out.len() {
@@ -453,7 +505,8 @@ impl<'a> Cursor<'a> {
                 Err(inv) => return Ok(Err(inv)),
             };
             let so_far = (consumed + done) as u64;
-            if fresh_page && so_far > 0
+            if fresh_page
+                && so_far > 0
                 && let Some(total) = total
                 && loaded.header.rem_len as u64 != total - so_far
             {
@@ -523,7 +576,11 @@ impl<'a> Cursor<'a> {
             return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
         }
         if encrypted {
-            let keys = self.files.keys.as_ref().ok_or(Error::MissingKey(header.key_id))?;
+            let keys = self
+                .files
+                .keys
+                .as_ref()
+                .ok_or(Error::MissingKey(header.key_id))?;
             keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])?;
         }
         self.page = Some(LoadedPage {
@@ -579,7 +636,11 @@ impl Reader {
     }
 
     /// Like [`Reader::open`] over another storage back end.
-    pub fn open_with_storage(dir: impl AsRef<Path>, keys: Option<KeyRing>, storage: Arc<dyn Storage>) -> Result<Reader> {
+    pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        keys: Option<KeyRing>,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Reader> {
         let files = LogFiles::open(dir.as_ref(), storage, keys.as_ref())?;
         Ok(Reader { files })
     }
@@ -613,7 +674,9 @@ impl Reader {
     pub fn first_lsn(&self) -> Result<Lsn> {
         let oldest = u64::from(self.files.segments[0].header.start);
         let first = self.files.first_record_in_segment(oldest)?;
-        Ok(Lsn(first.unwrap_or_else(|| self.files.geo.first_body_position(oldest))))
+        Ok(Lsn(first.unwrap_or_else(|| {
+            self.files.geo.first_body_position(oldest)
+        })))
     }
 
     fn start(&self, lsn: Lsn) -> Result<u64> {

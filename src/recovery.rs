@@ -33,7 +33,12 @@ impl Wal {
     /// Opens the log like [`Wal::open`] and, in the same pass that finds the end of the log,
     /// hands every record from `from` on to `replay`, in LSN order. Use `Lsn::default()` to
     /// replay from the oldest record. An error from `replay` aborts the open.
-    pub fn open_and_replay<F>(dir: impl AsRef<Path>, config: Config, from: Lsn, mut replay: F) -> Result<Wal>
+    pub fn open_and_replay<F>(
+        dir: impl AsRef<Path>,
+        config: Config,
+        from: Lsn,
+        mut replay: F,
+    ) -> Result<Wal>
     where
         F: FnMut(Record) -> Result<()>,
     {
@@ -89,7 +94,11 @@ fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
             geometry: geo,
             log_id: random_u64()?,
             start: Lsn(0),
-            key_checks: if config.mode.is_encrypted() { keys.check_values() } else { Vec::new() },
+            key_checks: if config.mode.is_encrypted() {
+                keys.check_values()
+            } else {
+                Vec::new()
+            },
         };
         create_segment(storage.as_ref(), dir, &header)?;
         let resume = Resume {

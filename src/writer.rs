@@ -446,17 +446,22 @@ impl Wal {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         let file = match self.storage.open(&path, true) {
             Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                create_segment(self.storage.as_ref(), &self.dir, &self.segment_header(segment))
-                    .map_err(|e| self.poison_error(e))?
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
+                self.storage.as_ref(),
+                &self.dir,
+                &self.segment_header(segment),
+            )
+            .map_err(|e| self.poison_error(e))?,
             Err(e) => return Err(self.poison("open segment", segment, e)),
         };
         // Keep the handles of segments still being written or awaiting fdatasync.
         let dirty = w.dirty.clone();
         w.files.retain(|(s, _)| dirty.contains(s));
         w.files.push((segment, file));
-        Ok(w.files.last().map(|(_, f)| f.as_ref()).expect("pushed just above"))
+        Ok(w.files
+            .last()
+            .map(|(_, f)| f.as_ref())
+            .expect("pushed just above"))
     }
 
     fn segment_header(&self, start: u64) -> SegmentHeader {
@@ -588,7 +593,13 @@ impl Wal {
     pub fn stats(&self) -> WalStats {
         let (appends, payload_bytes, record_bytes, insert_lock_ns, buffer_full_waits) = {
             let ins = self.insert.lock();
-            (ins.appends, ins.payload_bytes, ins.record_bytes, ins.hold_ns, ins.full_waits)
+            (
+                ins.appends,
+                ins.payload_bytes,
+                ins.record_bytes,
+                ins.hold_ns,
+                ins.full_waits,
+            )
         };
         let w = self.write.lock();
         WalStats {
