@@ -91,16 +91,16 @@ impl Geometry {
 
     /// True when `page` (a page start) is page 0 of its segment, the segment header page.
     pub fn is_header_page(&self, page: u64) -> bool {
-        page % self.segment_size == 0
+        page.is_multiple_of(self.segment_size)
     }
 
     /// Moves `lsn` forward past page and segment headers to where record bytes may go.
     pub fn skip_headers(&self, lsn: u64) -> u64 {
         let mut lsn = lsn;
-        if lsn % self.segment_size == 0 {
+        if lsn.is_multiple_of(self.segment_size) {
             lsn += self.page_size;
         }
-        if lsn % self.page_size == 0 {
+        if lsn.is_multiple_of(self.page_size) {
             lsn += PAGE_HEADER_LEN as u64;
         }
         lsn
@@ -246,7 +246,7 @@ pub fn validate_geometry(g: Geometry) -> Result<(), &'static str> {
     {
         return Err("page size must be a power of two from 512 B to 1 MiB");
     }
-    if g.segment_size < 2 * g.page_size || g.segment_size % g.page_size != 0 {
+    if g.segment_size < 2 * g.page_size || !g.segment_size.is_multiple_of(g.page_size) {
         return Err("segment size must be a multiple of the page size, at least two pages");
     }
     if g.segment_size > 1 << 40 {

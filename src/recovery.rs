@@ -215,7 +215,7 @@ fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
 /// writer can rewrite that page with the old records intact.
 fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Option<(Vec<u8>, u32)>> {
     let page = geo.page_start(end);
-    if end % geo.page_size == 0 || end <= page + format::PAGE_HEADER_LEN as u64 {
+    if end.is_multiple_of(geo.page_size) || end <= page + format::PAGE_HEADER_LEN as u64 {
         return Ok(None);
     }
     if !cursor.load(page)? {
@@ -229,7 +229,7 @@ fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Optio
 /// Zeroes the tail segment after `end`, removes every later segment and makes both durable.
 fn truncate_after(files: &LogFiles, end: u64) -> Result<()> {
     let geo = files.geo;
-    let tail_segment = if end % geo.segment_size == 0 {
+    let tail_segment = if end.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {
         geo.segment_start(end)
@@ -268,7 +268,7 @@ fn truncate_after(files: &LogFiles, end: u64) -> Result<()> {
 /// True when the segment the log ends in does not list every key of the ring with the same
 /// check value: new data must then go to a new segment whose header does.
 fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
-    if !files.mode.is_encrypted() || end % files.geo.segment_size == 0 {
+    if !files.mode.is_encrypted() || end.is_multiple_of(files.geo.segment_size) {
         return false;
     }
     let Some(seg) = files.segment(files.geo.segment_start(end)) else {

@@ -20,7 +20,7 @@ pub trait StorageFile: Send + Sync {
     /// Sets the file length; new bytes read as zeros.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Current file length.
-    fn len(&self) -> io::Result<u64>;
+    fn file_len(&self) -> io::Result<u64>;
 }
 
 /// A directory of segment files.
@@ -71,7 +71,7 @@ impl StorageFile for FsFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
     }
-    fn len(&self) -> io::Result<u64> {
+    fn file_len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 }
