@@ -270,7 +270,7 @@ impl LogFiles {
                 .open(&seg.path, false)
                 .map_err(|e| Error::io("open segment", &seg.path, e))?;
             let len = file
-                .len()
+                .file_len()
                 .map_err(|e| Error::io("stat segment", &seg.path, e))?;
             let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
             while offset < self.geo.segment_size && offset < len {
