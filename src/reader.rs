@@ -291,12 +291,14 @@ impl LogFiles {
         Ok(out)
     }
 
-    /// Decides what an invalid record at `lsn` means. A later page written after the log was
-    /// durable beyond `lsn` proves the record was complete once: that is corruption. Otherwise
-    /// it is the torn tail of a crash, the end of the log.
+    /// Decides what an invalid record at `lsn` means. A valid page beyond the pages the
+    /// record was read from, written after the log was durable beyond `lsn`, proves the record
+    /// was complete once: that is corruption. Otherwise it is the torn tail of a crash, the end
+    /// of the log. (Damage confined to the last written page cannot be told from a torn write;
+    /// like PostgreSQL, walcrypt then ends the log there.)
     pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
-        let start_page = self.geo.page_start(invalid.lsn);
-        for page in self.page_headers_from(start_page)? {
+        let after = self.geo.page_start(invalid.reach) + self.geo.page_size;
+        for page in self.page_headers_from(after)? {
             if let Some(h) = page.header
                 && u64::from(h.durable_hint) > invalid.lsn
             {
@@ -339,6 +341,8 @@ pub(crate) struct Invalid {
     pub(crate) lsn: u64,
     /// Where the problem was found.
     pub(crate) at: u64,
+    /// The furthest byte read for the record: its damage lies in pages up to this one.
+    pub(crate) reach: u64,
     pub(crate) kind: CorruptionKind,
 }
 
@@ -446,14 +450,14 @@ impl<'a> Cursor<'a> {
         }
         let crc = format::record_crc(&head[..hlen], &stored);
         if crc != header.crc {
-            return Ok(Err(invalid(
-                start,
-                start,
-                CorruptionKind::RecordChecksum {
-                    expected: header.crc,
-                    got: crc,
-                },
-            )));
+            let kind = CorruptionKind::RecordChecksum {
+                expected: header.crc,
+                got: crc,
+            };
+            return Ok(Err(Invalid {
+                reach: pos - 1,
+                ..invalid(start, start, kind)
+            }));
         }
         if header.encryption.is_some()
             != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0)
@@ -555,9 +559,9 @@ impl<'a> Cursor<'a> {
         image.resize(geo.page_size as usize, 0);
         let n = read_full(file.as_ref(), &mut image, page - seg_start)
             .map_err(|e| Error::io("read page", &seg.path, e))?;
-        if n < image.len() {
-            return Ok(Err(invalid(record, page, CorruptionKind::Truncated)));
-        }
+        // Bytes past the end of a shortened file read as never written (zeros): records
+        // wholly before the cut stay readable, the rest fail their checksums.
+        image[n..].fill(0);
         let Some(header) = PageHeader::decode(self.files.log_id, &image) else {
             return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
         };
@@ -606,7 +610,12 @@ impl<'a> Cursor<'a> {
 }
 
 fn invalid(lsn: u64, at: u64, kind: CorruptionKind) -> Invalid {
-    Invalid { lsn, at, kind }
+    Invalid {
+        lsn,
+        at,
+        reach: at,
+        kind,
+    }
 }
 
 /// Reads a log directory: records in LSN order across segments, decrypted with the key ring.

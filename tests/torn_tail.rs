@@ -1,0 +1,115 @@
+//! A crash leaves the last written page torn at any byte, or garbage after the end: recovery
+//! returns exactly the complete records, truncates there, and new appends continue.
+
+mod support;
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+
+use support::{copy_dir, payload, read_all, segment_files, small_config};
+use walcrypt::{KeyRing, Lsn, Mode, Wal};
+
+/// Writes records of assorted sizes; returns (lsn, end, payload) for each.
+fn build_log(dir: &std::path::Path, mode: Mode, keys: &KeyRing) -> Vec<(Lsn, Lsn, Vec<u8>)> {
+    let wal = Wal::open(dir, small_config(mode, keys)).unwrap();
+    for i in 0..40u64 {
+        let lsn = wal.append(1, &payload(i, (i as usize * 37) % 300)).unwrap();
+        wal.flush(lsn).unwrap();
+    }
+    wal.close().unwrap();
+    let reader = walcrypt::Reader::open(dir, Some(keys.clone())).unwrap();
+    reader
+        .records_from(Lsn::default())
+        .map(|r| r.unwrap())
+        .map(|r| (r.lsn, r.end_lsn, r.payload))
+        .collect()
+}
+
+#[test]
+fn truncating_the_last_page_at_every_byte_keeps_exactly_the_complete_records() {
+    for mode in Mode::ALL {
+        let original = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let records = build_log(original.path(), mode, &keys);
+        let config = small_config(mode, &keys);
+        let geo_page = config.page_size;
+        let seg_size = config.segment_size;
+        let end = u64::from(records.last().unwrap().1);
+        let last_page = (end - 1) - (end - 1) % geo_page;
+        let segment = last_page - last_page % seg_size;
+        let file_name = walcrypt::format::segment_file_name(Lsn(segment));
+        for cut in 0..geo_page {
+            let dir = tempfile::tempdir().unwrap();
+            copy_dir(original.path(), dir.path());
+            let path = dir.path().join(&file_name);
+            let file = OpenOptions::new().write(true).open(&path).unwrap();
+            // Bytes from `cut` on in the last page never reached the disk.
+            file.set_len(last_page - segment + cut).unwrap();
+            drop(file);
+
+            let boundary = last_page + cut;
+            let header_intact = cut >= walcrypt::format::PAGE_HEADER_LEN as u64;
+            let expected: Vec<_> = records
+                .iter()
+                .filter(|(_, e, _)| {
+                    let e = u64::from(*e);
+                    e <= last_page || (header_intact && e <= boundary)
+                })
+                .map(|(l, _, p)| (*l, 1u8, p.clone()))
+                .collect();
+
+            let wal = Wal::open(dir.path(), config.clone())
+                .unwrap_or_else(|e| panic!("{mode} cut {cut}: open failed: {e}"));
+            let lsn = wal.append(2, b"after the crash").unwrap();
+            wal.flush(lsn).unwrap();
+            wal.close().unwrap();
+            let mut got = read_all(dir.path(), Some(keys.clone()));
+            let last = got.pop().unwrap();
+            assert_eq!(last.2, b"after the crash", "{mode} cut {cut}");
+            let lsns = |v: &[(Lsn, u8, Vec<u8>)]| v.iter().map(|r| r.0).collect::<Vec<_>>();
+            assert_eq!(
+                lsns(&got),
+                lsns(&expected),
+                "{mode} cut {cut} (page {last_page})"
+            );
+            assert!(got == expected, "{mode} cut {cut}: payloads differ");
+        }
+    }
+}
+
+#[test]
+fn garbage_after_the_end_is_cut_off() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let records = build_log(dir.path(), mode, &keys);
+        let end = u64::from(records.last().unwrap().1);
+        let config = small_config(mode, &keys);
+        // Random bytes from the end of the log to the end of its segment file.
+        let segment = end - end % config.segment_size;
+        let path = segment_files(dir.path()).pop().unwrap();
+        assert!(path.ends_with(walcrypt::format::segment_file_name(Lsn(segment))));
+        let mut file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.seek(SeekFrom::Start(end - segment)).unwrap();
+        let garbage = payload(99, (config.segment_size - (end - segment)) as usize);
+        file.write_all(&garbage).unwrap();
+        drop(file);
+
+        let expected: Vec<_> = records
+            .iter()
+            .map(|(l, _, p)| (*l, 1u8, p.clone()))
+            .collect();
+        assert_eq!(
+            read_all(dir.path(), Some(keys.clone())),
+            expected,
+            "{mode}: reader"
+        );
+        let wal = Wal::open(dir.path(), config).unwrap();
+        let lsn = wal.append(3, b"next").unwrap();
+        assert_eq!(u64::from(lsn), end, "{mode}: continues at the old end");
+        wal.close().unwrap();
+        let mut got = read_all(dir.path(), Some(keys));
+        assert_eq!(got.pop().unwrap().2, b"next");
+        assert_eq!(got, expected, "{mode}");
+    }
+}
