@@ -1,1 +1,403 @@
-fn main() {}
+//! walbench: reproduces the per-record vs page-level WAL encryption study on walcrypt.
+//!
+//! Runs every (workload, mode, threads) cell for a few rounds with the modes interleaved,
+//! reports medians and ratios to plaintext measured side by side, times crash recovery of a
+//! large log per mode, fits a scaling model to the measured lock hold times, and writes CSV
+//! files and SVG charts. See docs/BENCHMARKS.md.
+
+mod args;
+mod charts;
+mod cpu;
+mod model;
+mod report;
+mod run;
+mod workload;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use walcrypt::{KeyRing, Mode};
+
+use crate::args::{Args, Parsed};
+use crate::report::RecoveryRuns;
+use crate::run::{BoxError, CellSpec};
+use crate::workload::{EngineWork, Workload};
+
+/// Timed replays per recovery log (after one untimed warm-up replay).
+const RECOVERY_REPEATS: usize = 3;
+
+fn main() -> ExitCode {
+    let parsed = match args::parse(std::env::args().skip(1)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("walbench: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match parsed {
+        Parsed::Help => {
+            print!("{}", args::USAGE);
+            ExitCode::SUCCESS
+        }
+        Parsed::Run(args) => match run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("walbench: error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run(args: &Args) -> Result<(), BoxError> {
+    fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create output directory {}: {e}", args.out.display()))?;
+    let temp;
+    let log_base: PathBuf = if args.keep {
+        let p = args.out.join("logs");
+        fs::create_dir_all(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+        p
+    } else {
+        temp = tempfile::Builder::new()
+            .prefix("walbench-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        temp.path().to_path_buf()
+    };
+    let keys = KeyRing::generate()?;
+    let work = EngineWork::calibrate(args.work_us);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    print_header(args, work, cores);
+
+    let cells_total = args.rounds * args.workloads.len() * args.threads.len() * args.modes.len();
+    let recovery_total = if args.recovery_mib > 0 {
+        args.workloads.len() * args.modes.len() * (RECOVERY_REPEATS + 2)
+    } else {
+        0
+    };
+    let bar = progress_bar(args.progress, (cells_total + recovery_total) as u64);
+
+    let mut cells = Vec::with_capacity(cells_total);
+    for round in 0..args.rounds {
+        for &workload in &args.workloads {
+            for (ti, &threads) in args.threads.iter().enumerate() {
+                for mode in rotated(&args.modes, round + ti) {
+                    bar.set_message(format!(
+                        "round {}/{} {} {} x{}",
+                        round + 1,
+                        args.rounds,
+                        workload.name(),
+                        mode.name(),
+                        threads
+                    ));
+                    let dir = log_base.join(format!("{}-{}-t{threads}", workload.name(), mode));
+                    fresh_dir(&dir)?;
+                    let cell = run::run_cell(&CellSpec {
+                        dir: &dir,
+                        keys: &keys,
+                        workload,
+                        mode,
+                        threads,
+                        round,
+                        sync: args.sync,
+                        duration: args.duration,
+                        work,
+                    })
+                    .map_err(|e| format!("{} {} x{threads}: {e}", workload.name(), mode))?;
+                    cells.push(cell);
+                    if !(args.keep && round + 1 == args.rounds) {
+                        remove_dir(&dir);
+                    }
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+
+    let mut recoveries = Vec::new();
+    if args.recovery_mib > 0 {
+        for &workload in &args.workloads {
+            recoveries.extend(recovery(args, &keys, &log_base, workload, &bar)?);
+        }
+    }
+    bar.finish_and_clear();
+
+    let summary = report::summarize(&cells);
+    println!(
+        "THROUGHPUT (medians over {} rounds; x_pt = ratio to plaintext, same threads, per round, median)",
+        args.rounds
+    );
+    println!("{}", report::throughput_table(&summary));
+    let fits = model::fit(&summary, cores);
+    println!(
+        "SCALING MODEL (a prediction, not a measurement): X(n) = n / (t_par + n*t_ser), t_ser = measured insert+write lock hold per txn at {} threads, t_par = the rest of a txn at the smallest thread count",
+        fits.first().map_or(cores, |f| f.ser_from)
+    );
+    println!("{}", model::table(&fits, args.model_cores));
+    let rec_summary = report::summarize_recovery(&recoveries);
+    if !rec_summary.is_empty() {
+        println!(
+            "RECOVERY (open_and_replay of a {} MiB log written without checkpoints and dropped without close; medians of {RECOVERY_REPEATS}; x_ = ratio to plaintext)",
+            args.recovery_mib
+        );
+        println!("{}", report::recovery_table(&rec_summary));
+    }
+
+    let out = &args.out;
+    write(
+        &out.join("throughput.csv"),
+        &report::throughput_csv(&summary),
+    )?;
+    write(&out.join("rounds.csv"), &report::rounds_csv(&cells))?;
+    write(&out.join("model.csv"), &model::csv(&fits, args.model_cores))?;
+    if !rec_summary.is_empty() {
+        write(
+            &out.join("recovery.csv"),
+            &report::recovery_csv(&rec_summary),
+        )?;
+    }
+    draw_charts(args, &summary, &fits, &rec_summary)?;
+    println!("wrote CSV files and SVG charts to {}", out.display());
+    if args.keep {
+        println!("kept the logs under {}", log_base.display());
+    }
+    Ok(())
+}
+
+/// `modes` starting at `by % len`: each round and thread count starts with another mode, so
+/// no mode always runs first (or last) on a machine whose load drifts.
+fn rotated(modes: &[Mode], by: usize) -> Vec<Mode> {
+    let k = by % modes.len().max(1);
+    modes[k..].iter().chain(&modes[..k]).copied().collect()
+}
+
+fn recovery(
+    args: &Args,
+    keys: &KeyRing,
+    base: &Path,
+    workload: Workload,
+    bar: &ProgressBar,
+) -> Result<Vec<RecoveryRuns>, BoxError> {
+    let bytes = args.recovery_mib << 20;
+    let mut runs = Vec::new();
+    for &mode in &args.modes {
+        bar.set_message(format!("recovery: writing {} {}", workload.name(), mode));
+        let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
+        fresh_dir(&dir)?;
+        let log_bytes = run::write_recovery_log(&dir, keys, workload, mode, bytes)
+            .map_err(|e| format!("recovery log {} {}: {e}", workload.name(), mode))?;
+        // Warm-up: the first open may settle the torn tail; later replays see the same log.
+        run::replay(&dir, keys, mode)?;
+        bar.inc(2);
+        runs.push(RecoveryRuns {
+            workload,
+            mode,
+            log_bytes,
+            runs: Vec::new(),
+        });
+    }
+    for rep in 0..RECOVERY_REPEATS {
+        for mode in rotated(&args.modes, rep) {
+            bar.set_message(format!("recovery: replaying {} {}", workload.name(), mode));
+            let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
+            let r = run::replay(&dir, keys, mode)
+                .map_err(|e| format!("replay {} {}: {e}", workload.name(), mode))?;
+            if let Some(slot) = runs.iter_mut().find(|x| x.mode == mode) {
+                slot.runs.push(r);
+            }
+            bar.inc(1);
+        }
+    }
+    if !args.keep {
+        for &mode in &args.modes {
+            remove_dir(&base.join(format!("recovery-{}-{}", workload.name(), mode)));
+        }
+    }
+    Ok(runs)
+}
+
+fn draw_charts(
+    args: &Args,
+    summary: &[report::Summary],
+    fits: &[model::Fit],
+    recovery: &[report::RecoverySummary],
+) -> Result<(), BoxError> {
+    let measured: Vec<charts::Panel> = args
+        .workloads
+        .iter()
+        .map(|&w| charts::Panel {
+            title: format!("{} ({} B/txn)", w.name(), w.payload_bytes_per_txn()),
+            lines: args
+                .modes
+                .iter()
+                .map(|&m| {
+                    let pts = summary
+                        .iter()
+                        .filter(|r| r.workload == w && r.mode == m)
+                        .map(|r| (r.threads as f64, r.txn_per_s))
+                        .collect();
+                    (m, pts)
+                })
+                .collect(),
+        })
+        .collect();
+    charts::line_panels(
+        &args.out.join("throughput.svg"),
+        &format!(
+            "walbench: measured transactions/s vs threads (sync {}, {} cores)",
+            args.sync.name(),
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        "txn/s",
+        &measured,
+    )?;
+    let modelled: Vec<charts::Panel> = args
+        .workloads
+        .iter()
+        .map(|&w| charts::Panel {
+            title: format!("{} (model)", w.name()),
+            lines: fits
+                .iter()
+                .filter(|f| f.workload == w)
+                .map(|f| {
+                    let pts = model::model_points(args.model_cores)
+                        .into_iter()
+                        .map(|n| (n as f64, f.predict(n)))
+                        .collect();
+                    (f.mode, pts)
+                })
+                .collect(),
+        })
+        .collect();
+    charts::line_panels(
+        &args.out.join("model.svg"),
+        &format!(
+            "MODEL, not measured: X(n) = n / (t_par + n*t_ser) up to {} cores",
+            args.model_cores
+        ),
+        "txn/s (predicted)",
+        &modelled,
+    )?;
+    if !recovery.is_empty() {
+        let groups: Vec<(String, Vec<(Mode, f64)>)> = args
+            .workloads
+            .iter()
+            .map(|&w| {
+                let bars = recovery
+                    .iter()
+                    .filter(|r| r.workload == w)
+                    .map(|r| (r.mode, r.mb_per_s))
+                    .collect();
+                (w.name().to_string(), bars)
+            })
+            .collect();
+        charts::bars(
+            &args.out.join("recovery.svg"),
+            &format!(
+                "walbench: recovery replay MB/s ({} MiB log, page cache warm)",
+                args.recovery_mib
+            ),
+            "MB/s",
+            &groups,
+        )?;
+    }
+    Ok(())
+}
+
+fn progress_bar(enabled: bool, total: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:32}] {pos}/{len} {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+fn print_header(args: &Args, work: EngineWork, cores: usize) {
+    let cmd: Vec<String> = std::env::args().collect();
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, v)| v.trim());
+    let flags = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .unwrap_or("");
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    println!("walbench {} (UTC)  {}", utc_now(), cmd.join(" "));
+    println!(
+        "machine: {model}, {cores} cores, aes-ni {}, vaes {}",
+        yes(has("aes")),
+        yes(has("vaes"))
+    );
+    println!(
+        "sync {}, {:.2} s per cell x {} rounds, engine work {} us/txn ({} loop iterations), threads {:?}",
+        args.sync.name(),
+        args.duration.as_secs_f64(),
+        args.rounds,
+        args.work_us,
+        work.iterations(),
+        args.threads
+    );
+    for w in &args.workloads {
+        let recs: Vec<String> = w.records().iter().map(|(_, l)| l.to_string()).collect();
+        println!(
+            "  {:<5} records per txn (payload bytes): {}",
+            w.name(),
+            recs.join(" + ")
+        );
+    }
+    println!();
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC, without a date crate.
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+fn fresh_dir(dir: &Path) -> Result<(), BoxError> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(())
+}
+
+fn remove_dir(dir: &Path) {
+    let _ = fs::remove_dir_all(dir);
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BoxError> {
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+}

@@ -1,0 +1,156 @@
+//! SVG charts (plotters): throughput and model vs threads per workload, recovery bars.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use walcrypt::Mode;
+
+use crate::run::BoxError;
+
+fn mode_color(mode: Mode) -> RGBColor {
+    match mode {
+        Mode::Plaintext => RGBColor(40, 40, 40),
+        Mode::PerRecord => RGBColor(31, 119, 180),
+        Mode::PageLevel => RGBColor(214, 39, 40),
+    }
+}
+
+/// One panel: a title and one (mode, points) line per mode.
+pub struct Panel {
+    pub title: String,
+    pub lines: Vec<(Mode, Vec<(f64, f64)>)>,
+}
+
+/// Panels side by side, x = threads (log 2 scale), y from zero.
+pub fn line_panels(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    panels: &[Panel],
+) -> Result<(), BoxError> {
+    let width = 420 * panels.len().max(1) as u32;
+    let root = SVGBackend::new(path, (width, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 18))?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (area, panel) in areas.iter().zip(panels) {
+        let xs = panel.lines.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
+        let x_max = xs.fold(2.0f64, f64::max);
+        let y_max = panel
+            .lines
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .filter(|y| y.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(62)
+            .build_cartesian_2d((1f64..x_max).log_scale(), 0f64..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("threads")
+            .y_desc(y_label)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| short(*y))
+            .draw()?;
+        for (mode, points) in &panel.lines {
+            let color = mode_color(*mode);
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+                .label(mode.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// Grouped bars: one group per workload, one bar per mode.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    groups: &[(String, Vec<(Mode, f64)>)],
+) -> Result<(), BoxError> {
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let y_max = groups
+        .iter()
+        .flat_map(|(_, b)| b.iter().map(|x| x.1))
+        .filter(|y| y.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.15;
+    let n = groups.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(62)
+        .build_cartesian_2d(0f64..n, 0f64..y_max)?;
+    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_label)
+        .y_label_formatter(&|y| short(*y))
+        .draw()?;
+    for mode in Mode::ALL {
+        let color = mode_color(mode);
+        let slot = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0) as f64;
+        let rects: Vec<_> = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, bars))| {
+                let v = bars.iter().find(|b| b.0 == mode)?.1;
+                let x0 = i as f64 + 0.1 + slot * 0.27;
+                Some(Rectangle::new([(x0, 0.0), (x0 + 0.25, v)], color.filled()))
+            })
+            .collect();
+        if rects.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(rects)?
+            .label(mode.name())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn short(y: f64) -> String {
+    if y >= 1e6 {
+        format!("{:.1}M", y / 1e6)
+    } else if y >= 1e3 {
+        format!("{:.0}k", y / 1e3)
+    } else {
+        format!("{y:.0}")
+    }
+}

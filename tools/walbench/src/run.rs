@@ -1,0 +1,239 @@
+//! One measured cell (workload x mode x threads x round) and one recovery measurement.
+
+use std::path::Path;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
+
+use crate::cpu::CpuTime;
+use crate::workload::{EngineWork, Workload, payload};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What one cell measured.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub workload: Workload,
+    pub mode: Mode,
+    pub threads: usize,
+    pub round: usize,
+    pub elapsed: f64,
+    pub txns: u64,
+    pub lat_p50_us: f64,
+    pub lat_p99_us: f64,
+    pub cpu: CpuTime,
+    pub stats: WalStats,
+}
+
+impl Cell {
+    pub fn txn_per_s(&self) -> f64 {
+        self.txns as f64 / self.elapsed
+    }
+    pub fn wal_mb_per_s(&self) -> f64 {
+        self.stats.record_bytes as f64 / self.elapsed / 1e6
+    }
+    fn per_txn(&self, ns: u64) -> f64 {
+        ns as f64 / self.txns.max(1) as f64
+    }
+    pub fn insert_ns_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.insert_lock_ns)
+    }
+    pub fn write_ns_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.write_lock_ns)
+    }
+    pub fn encrypt_ns_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.write_lock_encrypt_ns)
+    }
+    /// Both critical sections: the serial part of a transaction.
+    pub fn serial_ns_per_txn(&self) -> f64 {
+        self.insert_ns_per_txn() + self.write_ns_per_txn()
+    }
+}
+
+pub struct CellSpec<'a> {
+    pub dir: &'a Path,
+    pub keys: &'a KeyRing,
+    pub workload: Workload,
+    pub mode: Mode,
+    pub threads: usize,
+    pub round: usize,
+    pub sync: SyncMode,
+    pub duration: Duration,
+    pub work: EngineWork,
+}
+
+/// Runs `threads` transaction loops against a fresh log for `duration`.
+pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
+    let config = Config::new(spec.mode)
+        .keys(spec.keys.clone())
+        .sync(spec.sync);
+    let wal = Wal::open(spec.dir, config)?;
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(spec.threads + 1);
+    let records = spec.workload.records();
+    let (start, cpu0, stats0, outcomes, end, cpu1, stats1) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..spec.threads)
+            .map(|t| {
+                let (wal, stop, barrier) = (&wal, &stop, &barrier);
+                let work = spec.work;
+                s.spawn(move || {
+                    let data = payload(spec.workload.max_record(), 0x5eed + t as u64);
+                    barrier.wait();
+                    txn_loop(wal, stop, work, records, &data, t as u64)
+                })
+            })
+            .collect();
+        let stats0 = wal.stats();
+        let cpu0 = CpuTime::now();
+        barrier.wait();
+        let start = Instant::now();
+        std::thread::sleep(spec.duration);
+        stop.store(true, Ordering::Relaxed);
+        let outcomes: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+            })
+            .collect();
+        let end = Instant::now();
+        (
+            start,
+            cpu0,
+            stats0,
+            outcomes,
+            end,
+            CpuTime::now(),
+            wal.stats(),
+        )
+    });
+    wal.close()?;
+    let mut txns = 0;
+    let mut lats = Vec::new();
+    for outcome in outcomes {
+        let (n, l) = outcome?;
+        txns += n;
+        lats.extend(l);
+    }
+    lats.sort_unstable();
+    Ok(Cell {
+        workload: spec.workload,
+        mode: spec.mode,
+        threads: spec.threads,
+        round: spec.round,
+        elapsed: (end - start).as_secs_f64(),
+        txns,
+        lat_p50_us: percentile(&lats, 0.50) / 1e3,
+        lat_p99_us: percentile(&lats, 0.99) / 1e3,
+        cpu: cpu1.since(cpu0),
+        stats: delta(stats1, stats0),
+    })
+}
+
+/// One worker: engine work, append the transaction's records, commit (flush). Returns the
+/// transaction count and each commit's latency (first append to flush return) in ns.
+fn txn_loop(
+    wal: &Wal,
+    stop: &AtomicBool,
+    work: EngineWork,
+    records: &[(u8, usize)],
+    data: &[u8],
+    seed: u64,
+) -> Result<(u64, Vec<u32>), BoxError> {
+    let mut lats = Vec::with_capacity(1 << 16);
+    let mut txns = 0u64;
+    let mut salt = seed;
+    while !stop.load(Ordering::Relaxed) {
+        salt = work.run(salt);
+        let began = Instant::now();
+        let mut last = Lsn::default();
+        for &(kind, len) in records {
+            last = wal.append(kind, &data[..len])?;
+        }
+        wal.flush(last)?;
+        lats.push(began.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+        txns += 1;
+    }
+    Ok((txns, lats))
+}
+
+fn percentile(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i] as f64
+}
+
+fn delta(after: WalStats, before: WalStats) -> WalStats {
+    WalStats {
+        appends: after.appends - before.appends,
+        payload_bytes: after.payload_bytes - before.payload_bytes,
+        record_bytes: after.record_bytes - before.record_bytes,
+        insert_lock_ns: after.insert_lock_ns - before.insert_lock_ns,
+        write_lock_acquisitions: after.write_lock_acquisitions - before.write_lock_acquisitions,
+        write_lock_ns: after.write_lock_ns - before.write_lock_ns,
+        write_lock_encrypt_ns: after.write_lock_encrypt_ns - before.write_lock_encrypt_ns,
+        fsync_ns: after.fsync_ns - before.fsync_ns,
+        fsyncs: after.fsyncs - before.fsyncs,
+        pages_written: after.pages_written - before.pages_written,
+        buffer_full_waits: after.buffer_full_waits - before.buffer_full_waits,
+    }
+}
+
+/// Writes about `bytes` of `workload` records into a fresh log at `dir` from one thread,
+/// commits now and then, and drops the log without closing it (a crash of the process: no
+/// checkpoint, nothing but the log). Returns the record bytes written.
+pub fn write_recovery_log(
+    dir: &Path,
+    keys: &KeyRing,
+    workload: Workload,
+    mode: Mode,
+    bytes: u64,
+) -> Result<u64, BoxError> {
+    let config = Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Buffered);
+    let wal = Wal::open(dir, config)?;
+    let data = payload(workload.max_record(), 0xfeed);
+    let mut last = Lsn::default();
+    while wal.stats().record_bytes < bytes {
+        for _ in 0..64 {
+            for &(kind, len) in workload.records() {
+                last = wal.append(kind, &data[..len])?;
+            }
+        }
+        wal.flush(last)?;
+    }
+    let written = wal.stats().record_bytes;
+    drop(wal);
+    Ok(written)
+}
+
+/// One timed replay of the whole log at `dir`.
+#[derive(Debug, Clone, Copy)]
+pub struct Replay {
+    pub wall: f64,
+    pub cpu: CpuTime,
+    pub records: u64,
+}
+
+pub fn replay(dir: &Path, keys: &KeyRing, mode: Mode) -> Result<Replay, BoxError> {
+    let config = Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Buffered);
+    let mut records = 0u64;
+    let cpu0 = CpuTime::now();
+    let started = Instant::now();
+    let wal = Wal::open_and_replay(dir, config, Lsn::default(), |record| {
+        records += 1;
+        std::hint::black_box(&record.payload);
+        Ok(())
+    })?;
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = CpuTime::now().since(cpu0);
+    drop(wal);
+    Ok(Replay { wall, cpu, records })
+}
