@@ -291,14 +291,16 @@ impl LogFiles {
         Ok(out)
     }
 
-    /// Decides what an invalid record at `lsn` means. A valid page beyond the pages the
-    /// record was read from, written after the log was durable beyond `lsn`, proves the record
-    /// was complete once: that is corruption. Otherwise it is the torn tail of a crash, the end
-    /// of the log. (Damage confined to the last written page cannot be told from a torn write;
-    /// like PostgreSQL, walcrypt then ends the log there.)
+    /// Decides what an invalid record at `lsn` means. A valid page at or after the page
+    /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
+    /// made durable: the record was complete once, so this is corruption, never a torn tail.
+    /// That includes the pages the record itself was read from: a crash cannot damage bytes
+    /// that were durable before a page was rewritten, except by tearing a pagelevel rewrite
+    /// (the new header over old sectors), which must be reported, not truncated away.
+    /// Otherwise the record is the torn tail of a crash, the end of the log.
     pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
-        let after = self.geo.page_start(invalid.reach) + self.geo.page_size;
-        for page in self.page_headers_from(after)? {
+        let start_page = self.geo.page_start(invalid.lsn);
+        for page in self.page_headers_from(start_page)? {
             if let Some(h) = page.header
                 && u64::from(h.durable_hint) > invalid.lsn
             {
@@ -341,14 +343,37 @@ pub(crate) struct Invalid {
     pub(crate) lsn: u64,
     /// Where the problem was found.
     pub(crate) at: u64,
-    /// The furthest byte read for the record: its damage lies in pages up to this one.
-    pub(crate) reach: u64,
     pub(crate) kind: CorruptionKind,
+}
+
+/// A valid record as stored: for perrecord logs the payload is still ciphertext.
+pub(crate) struct Stored {
+    pub(crate) lsn: Lsn,
+    pub(crate) end_lsn: Lsn,
+    pub(crate) header: RecordHeader,
+    pub(crate) stored: Vec<u8>,
+}
+
+impl Stored {
+    /// Decrypts the payload in place (perrecord) and returns the record.
+    pub(crate) fn into_record(self, keys: Option<&Keys>) -> Result<Record> {
+        let mut payload = self.stored;
+        if let Some((key_id, iv)) = self.header.encryption {
+            keys.ok_or(Error::MissingKey(key_id))?
+                .apply_keystream(key_id, &iv, &mut payload)?;
+        }
+        Ok(Record {
+            lsn: self.lsn,
+            end_lsn: self.end_lsn,
+            kind: self.header.kind,
+            payload,
+        })
+    }
 }
 
 /// One step of a [`Cursor`].
 pub(crate) enum Step {
-    Record(RawRecord),
+    Record(Stored),
     End(Invalid),
 }
 
@@ -380,12 +405,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Reads the next record; `decrypt` asks for the plaintext payload of perrecord records.
-    /// Segment-switch records are followed, never returned.
-    pub(crate) fn next(&mut self, decrypt: bool) -> Result<Step> {
+    /// Reads the next record as stored. Segment-switch records are followed, never returned.
+    pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
             let start = self.files.geo.skip_headers(self.pos);
-            match self.read_record(start, decrypt)? {
+            match self.read_record(start)? {
                 Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
                     let next_segment =
                         self.files.geo.segment_start(start) + self.files.geo.segment_size;
@@ -400,7 +424,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn read_record(&mut self, start: u64, decrypt: bool) -> Try<RawRecord> {
+    fn read_record(&mut self, start: u64) -> Try<Stored> {
         let mut pos = start;
         let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
         if let Err(inv) =
@@ -454,10 +478,7 @@ impl<'a> Cursor<'a> {
                 expected: header.crc,
                 got: crc,
             };
-            return Ok(Err(Invalid {
-                reach: pos - 1,
-                ..invalid(start, start, kind)
-            }));
+            return Ok(Err(invalid(start, start, kind)));
         }
         if header.encryption.is_some()
             != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0)
@@ -468,22 +489,11 @@ impl<'a> Cursor<'a> {
                 CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
             )));
         }
-        let payload = match header.encryption {
-            None => Some(stored.clone()),
-            Some(_) if !decrypt => None,
-            Some((key_id, iv)) => {
-                let keys = self.files.keys.as_ref().ok_or(Error::MissingKey(key_id))?;
-                let mut plain = stored.clone();
-                keys.apply_keystream(key_id, &iv, &mut plain)?;
-                Some(plain)
-            }
-        };
-        Ok(Ok(RawRecord {
+        Ok(Ok(Stored {
             lsn: Lsn(start),
             end_lsn: Lsn(pos),
             header,
             stored,
-            payload,
         }))
     }
 
@@ -610,12 +620,7 @@ impl<'a> Cursor<'a> {
 }
 
 fn invalid(lsn: u64, at: u64, kind: CorruptionKind) -> Invalid {
-    Invalid {
-        lsn,
-        at,
-        reach: at,
-        kind,
-    }
+    Invalid { lsn, at, kind }
 }
 
 /// Reads a log directory: records in LSN order across segments, decrypted with the key ring.
@@ -703,18 +708,24 @@ impl Reader {
     /// the end of the valid log. Damage followed by later valid data is an error, not the end.
     pub fn records_from(&self, lsn: Lsn) -> Records<'_> {
         Records {
-            inner: self.raw_records_from(lsn),
+            walk: self.walk(lsn),
         }
     }
 
     /// Like [`Reader::records_from`] but yields records as stored, with their headers, and
     /// never fails for a missing perrecord key (the payload is then `None`).
     pub fn raw_records_from(&self, lsn: Lsn) -> RawRecords<'_> {
+        RawRecords {
+            walk: self.walk(lsn),
+        }
+    }
+
+    fn walk(&self, lsn: Lsn) -> Walk<'_> {
         let (cursor, pending) = match self.start(lsn) {
             Ok(pos) => (Some(Cursor::new(&self.files, pos)), None),
             Err(e) => (None, Some(e)),
         };
-        RawRecords {
+        Walk {
             files: &self.files,
             cursor,
             pending,
@@ -723,43 +734,24 @@ impl Reader {
     }
 }
 
-/// Iterator over [`RawRecord`]s; see [`Reader::raw_records_from`].
-pub struct RawRecords<'a> {
+/// A cursor plus the decision at its end: torn tail (the iteration ends) or corruption (one
+/// error, then the end).
+struct Walk<'a> {
     files: &'a LogFiles,
     cursor: Option<Cursor<'a>>,
     pending: Option<Error>,
     end: Option<Lsn>,
 }
 
-impl RawRecords<'_> {
-    /// Where the valid log ended, once the iterator is exhausted without error.
-    pub fn end_lsn(&self) -> Option<Lsn> {
-        self.end
-    }
-}
-
-impl Iterator for RawRecords<'_> {
-    type Item = Result<RawRecord>;
-
-    fn next(&mut self) -> Option<Result<RawRecord>> {
+impl Walk<'_> {
+    fn next_stored(&mut self) -> Option<Result<Stored>> {
         if let Some(e) = self.pending.take() {
             self.cursor = None;
             return Some(Err(e));
         }
-        let cursor = self.cursor.as_mut()?;
-        match cursor.next(false) {
-            Ok(Step::Record(mut rec)) => {
-                if rec.payload.is_none()
-                    && let Some((key_id, iv)) = rec.header.encryption
-                    && let Some(keys) = &self.files.keys
-                {
-                    let mut plain = rec.stored.clone();
-                    if keys.apply_keystream(key_id, &iv, &mut plain).is_ok() {
-                        rec.payload = Some(plain);
-                    }
-                }
-                Some(Ok(rec))
-            }
+        let step = self.cursor.as_mut()?.next();
+        match step {
+            Ok(Step::Record(stored)) => Some(Ok(stored)),
             Ok(Step::End(invalid)) => {
                 self.cursor = None;
                 match self.files.classify(invalid.clone()) {
@@ -767,8 +759,7 @@ impl Iterator for RawRecords<'_> {
                         self.end = Some(Lsn(invalid.lsn));
                         None
                     }
-                    Ok(Some(e)) => Some(Err(e)),
-                    Err(e) => Some(Err(e)),
+                    Ok(Some(e)) | Err(e) => Some(Err(e)),
                 }
             }
             Err(e) => {
@@ -779,15 +770,53 @@ impl Iterator for RawRecords<'_> {
     }
 }
 
+/// Iterator over [`RawRecord`]s; see [`Reader::raw_records_from`].
+pub struct RawRecords<'a> {
+    walk: Walk<'a>,
+}
+
+impl RawRecords<'_> {
+    /// Where the valid log ended, once the iterator is exhausted without error.
+    pub fn end_lsn(&self) -> Option<Lsn> {
+        self.walk.end
+    }
+}
+
+impl Iterator for RawRecords<'_> {
+    type Item = Result<RawRecord>;
+
+    fn next(&mut self) -> Option<Result<RawRecord>> {
+        let rec = match self.walk.next_stored()? {
+            Ok(rec) => rec,
+            Err(e) => return Some(Err(e)),
+        };
+        let payload = match rec.header.encryption {
+            None => Some(rec.stored.clone()),
+            Some((key_id, iv)) => self.walk.files.keys.as_ref().and_then(|keys| {
+                let mut plain = rec.stored.clone();
+                keys.apply_keystream(key_id, &iv, &mut plain).ok()?;
+                Some(plain)
+            }),
+        };
+        Some(Ok(RawRecord {
+            lsn: rec.lsn,
+            end_lsn: rec.end_lsn,
+            header: rec.header,
+            stored: rec.stored,
+            payload,
+        }))
+    }
+}
+
 /// Iterator over decrypted [`Record`]s; see [`Reader::records_from`].
 pub struct Records<'a> {
-    inner: RawRecords<'a>,
+    walk: Walk<'a>,
 }
 
 impl Records<'_> {
     /// Where the valid log ended, once the iterator is exhausted without error.
     pub fn end_lsn(&self) -> Option<Lsn> {
-        self.inner.end
+        self.walk.end
     }
 }
 
@@ -795,22 +824,14 @@ impl Iterator for Records<'_> {
     type Item = Result<Record>;
 
     fn next(&mut self) -> Option<Result<Record>> {
-        let raw = match self.inner.next()? {
-            Ok(raw) => raw,
+        let stored = match self.walk.next_stored()? {
+            Ok(stored) => stored,
             Err(e) => return Some(Err(e)),
         };
-        match raw.payload {
-            Some(payload) => Some(Ok(Record {
-                lsn: raw.lsn,
-                end_lsn: raw.end_lsn,
-                kind: raw.header.kind,
-                payload,
-            })),
-            None => {
-                self.inner.cursor = None;
-                let id = raw.header.encryption.map(|(id, _)| id).unwrap_or(0);
-                Some(Err(Error::MissingKey(id)))
-            }
+        let record = stored.into_record(self.walk.files.keys.as_deref());
+        if record.is_err() {
+            self.walk.cursor = None;
         }
+        Some(record)
     }
 }

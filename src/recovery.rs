@@ -121,21 +121,12 @@ fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
     let scan_from = scan_start(&files, replay.as_ref().map(|(from, _)| *from))?;
     let mut cursor = Cursor::new(&files, scan_from);
     let end = loop {
-        let deliver = replay.as_ref().map(|(from, _)| *from);
-        match cursor.next(deliver.is_some())? {
-            Step::Record(raw) => {
-                if let Some((from, f)) = replay.as_mut()
-                    && raw.lsn >= *from
+        match cursor.next()? {
+            Step::Record(stored) => {
+                if let Some((from, replay)) = replay.as_mut()
+                    && stored.lsn >= *from
                 {
-                    let payload = raw.payload.ok_or(Error::MissingKey(
-                        raw.header.encryption.map(|(id, _)| id).unwrap_or(0),
-                    ))?;
-                    f(Record {
-                        lsn: raw.lsn,
-                        end_lsn: raw.end_lsn,
-                        kind: raw.header.kind,
-                        payload,
-                    })?;
+                    replay(stored.into_record(Some(&keys))?)?;
                 }
             }
             Step::End(invalid) => {
