@@ -1,0 +1,423 @@
+//! The default output: one line (or JSON object) per record or page, and `--follow`.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use walcrypt::format::{self, PAGE_FLAG_ENCRYPTED};
+use walcrypt::{KeyRing, Lsn, Mode, RawRecord, Reader};
+
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
+use crate::{Args, OutputFormat, PayloadFormat};
+
+/// How often `--follow` looks for new records.
+const POLL: Duration = Duration::from_millis(200);
+/// How many polls in a row `--follow` tolerates an error before giving up (a reader racing
+/// the writer can see a page mid-write).
+const FOLLOW_RETRIES: u32 = 10;
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let keys = load_keys(args.key_file.as_deref())?;
+    let target = Target::resolve(&args.path)?;
+    let reader = target.open(keys.as_ref(), args.key_file.as_deref())?;
+    let mut disk = Disk::new(&reader);
+    let (from, to) = target.range(&reader, args.start, args.end);
+    if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {
+        if !args.pages {
+            let note = "pagelevel log: page bodies are encrypted, records need --key-file; \
+                        showing page headers";
+            match args.format {
+                OutputFormat::Text => writeln!(out, "# {note}")?,
+                OutputFormat::Json => eprintln!("wal-dump: {note}"),
+            }
+            if args.follow {
+                return Err(Fail::trouble(
+                    "--follow on a pagelevel log needs --key-file to read records",
+                ));
+            }
+        }
+        list_pages(args, &reader, &mut disk, from, to, out)?;
+        return Ok(EXIT_OK);
+    }
+    let mut lister = Lister {
+        args,
+        keys: keys.as_ref(),
+        shown: 0,
+    };
+    let begin = disk.boundary_before(from)?;
+    let mut next = lister.list(&reader, &mut disk, begin, from, to, out)?;
+    if !args.follow {
+        return Ok(EXIT_OK);
+    }
+    let mut failures = 0;
+    while let Some(pos) = next {
+        out.flush()?;
+        std::thread::sleep(POLL);
+        let polled = target
+            .open(keys.as_ref(), args.key_file.as_deref())
+            .and_then(|reader| {
+                let mut disk = Disk::new(&reader);
+                lister.list(&reader, &mut disk, pos, from, to, out)
+            });
+        match polled {
+            Ok(n) => {
+                failures = 0;
+                next = n;
+            }
+            Err(fail) if fail.code == EXIT_DAMAGE && failures < FOLLOW_RETRIES => failures += 1,
+            Err(fail) => return Err(fail),
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+struct Lister<'a> {
+    args: &'a Args,
+    keys: Option<&'a KeyRing>,
+    shown: u64,
+}
+
+impl Lister<'_> {
+    /// Lists records from the boundary `begin`, showing those in `[from, to)`. Returns where
+    /// to continue when the log grows, or `None` when the range or limit is exhausted.
+    fn list(
+        &mut self,
+        reader: &Reader,
+        disk: &mut Disk,
+        begin: Lsn,
+        from: u64,
+        to: u64,
+        out: &mut dyn Write,
+    ) -> Result<Option<Lsn>, Fail> {
+        let mut records = reader.raw_records_from(begin);
+        let mut last_end = begin;
+        for item in records.by_ref() {
+            let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, self.key_file()))?;
+            last_end = rec.end_lsn;
+            let lsn = u64::from(rec.lsn);
+            if lsn >= to || self.args.limit.is_some_and(|l| self.shown >= l) {
+                return Ok(None);
+            }
+            if lsn < from
+                || !(self.args.kinds.is_empty() || self.args.kinds.contains(&rec.header.kind))
+            {
+                continue;
+            }
+            self.show(reader, disk, &rec, out)?;
+            self.shown += 1;
+            if self.args.limit.is_some_and(|l| self.shown >= l) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(records.end_lsn().unwrap_or(last_end)))
+    }
+
+    fn key_file(&self) -> Option<&Path> {
+        self.args.key_file.as_deref()
+    }
+
+    fn show(
+        &self,
+        reader: &Reader,
+        disk: &mut Disk,
+        rec: &RawRecord,
+        out: &mut dyn Write,
+    ) -> Result<(), Fail> {
+        let view = RecordView::new(reader, disk, rec)?;
+        let payload = self.payload(reader, disk, rec, &view)?;
+        match self.args.format {
+            OutputFormat::Text => view.write_text(&payload, self.args.payload, out)?,
+            OutputFormat::Json => view.write_json(&payload, self.args.payload, out)?,
+        }
+        Ok(())
+    }
+
+    /// The payload bytes to show: decrypted, as stored (`--raw`), or `Hidden` when encrypted
+    /// and no key was given.
+    fn payload(
+        &self,
+        reader: &Reader,
+        disk: &mut Disk,
+        rec: &RawRecord,
+        view: &RecordView,
+    ) -> Result<Shown, Fail> {
+        if self.args.payload == PayloadFormat::None {
+            return Ok(if view.encrypted && rec.payload.is_none() {
+                Shown::Hidden
+            } else {
+                Shown::NotAsked
+            });
+        }
+        if self.args.raw {
+            if reader.mode() == Mode::PageLevel {
+                let at = reader
+                    .geometry()
+                    .advance(view.lsn, rec.header.len_bytes() as u64);
+                return Ok(Shown::Bytes(disk.stream(at, rec.header.len as usize)?));
+            }
+            return Ok(Shown::Bytes(rec.stored.clone()));
+        }
+        match (&rec.payload, self.keys) {
+            (Some(p), _) => Ok(Shown::Bytes(p.clone())),
+            (None, None) => Ok(Shown::Hidden),
+            (None, Some(_)) => {
+                let id = view.key_id.unwrap_or(0);
+                let file = self
+                    .key_file()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                Err(Fail::trouble(format!(
+                    "key file {file}: the log needs key id {id}, which the key ring lacks \
+                     (record at {})",
+                    position(reader.geometry(), view.lsn)
+                )))
+            }
+        }
+    }
+}
+
+/// What is shown of a payload.
+enum Shown {
+    NotAsked,
+    Hidden,
+    Bytes(Vec<u8>),
+}
+
+/// The header fields of one record as the tool shows them.
+pub struct RecordView {
+    pub lsn: u64,
+    pub end_lsn: u64,
+    pub kind: u8,
+    pub len: u32,
+    pub header_len: usize,
+    pub encrypted: bool,
+    /// `record` (perrecord), `page` (pagelevel) or `none`.
+    pub encryption: &'static str,
+    pub key_id: Option<u32>,
+    pub iv: Option<[u8; walcrypt::IV_LEN]>,
+    pub crc_ok: bool,
+}
+
+impl RecordView {
+    pub fn new(reader: &Reader, disk: &mut Disk, rec: &RawRecord) -> Result<RecordView, Fail> {
+        let lsn = u64::from(rec.lsn);
+        let (encryption, key_id, iv) = match (reader.mode(), rec.header.encryption) {
+            (_, Some((id, iv))) => ("record", Some(id), Some(iv)),
+            (Mode::PageLevel, None) => {
+                let page = disk.page_header(reader.geometry().page_start(lsn))?;
+                let id = page
+                    .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
+                    .map(|h| h.key_id);
+                ("page", id, None)
+            }
+            _ => ("none", None, None),
+        };
+        Ok(RecordView {
+            lsn,
+            end_lsn: u64::from(rec.end_lsn),
+            kind: rec.header.kind,
+            len: rec.header.len,
+            header_len: rec.header.len_bytes(),
+            encrypted: encryption != "none",
+            encryption,
+            key_id,
+            iv,
+            crc_ok: crc_ok(rec),
+        })
+    }
+
+    fn write_text(
+        &self,
+        payload: &Shown,
+        how: PayloadFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), Fail> {
+        let key = self
+            .key_id
+            .map(|k| k.to_string())
+            .unwrap_or_else(|| "-".into());
+        let iv = match (self.iv, self.encryption) {
+            (Some(iv), _) => hex(&iv),
+            (None, "page") => "page".into(),
+            _ => "-".into(),
+        };
+        write!(
+            out,
+            "lsn: {}  len: {}  kind: {}  key: {}  iv: {}  crc: {}",
+            fmt_lsn(self.lsn),
+            self.len,
+            self.kind,
+            key,
+            iv,
+            if self.crc_ok { "ok" } else { "BAD" }
+        )?;
+        match payload {
+            Shown::NotAsked => writeln!(out)?,
+            Shown::Hidden if how == PayloadFormat::None => writeln!(out, "  payload: encrypted")?,
+            Shown::Hidden => {
+                writeln!(out)?;
+                writeln!(out, "  payload: encrypted (pass --key-file to decrypt)")?;
+            }
+            Shown::Bytes(bytes) => {
+                writeln!(out)?;
+                match how {
+                    PayloadFormat::Text => writeln!(out, "  payload: \"{}\"", escape(bytes))?,
+                    _ => writeln!(out, "  payload: {}", hex(bytes))?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_json(
+        &self,
+        payload: &Shown,
+        how: PayloadFormat,
+        out: &mut dyn Write,
+    ) -> Result<(), Fail> {
+        let (hex_payload, text_payload) = match (payload, how) {
+            (Shown::Bytes(b), PayloadFormat::Hex) => (Some(hex(b)), None),
+            (Shown::Bytes(b), PayloadFormat::Text) => {
+                (None, Some(String::from_utf8_lossy(b).into_owned()))
+            }
+            _ => (None, None),
+        };
+        let obj = JsonRecord {
+            lsn: self.lsn,
+            lsn_text: fmt_lsn(self.lsn),
+            end_lsn: self.end_lsn,
+            end_lsn_text: fmt_lsn(self.end_lsn),
+            kind: self.kind,
+            len: self.len,
+            header_len: self.header_len,
+            encrypted: self.encrypted,
+            encryption: self.encryption,
+            key_id: self.key_id,
+            iv: self.iv.map(|iv| hex(&iv)),
+            crc_ok: self.crc_ok,
+            payload: hex_payload,
+            payload_text: text_payload,
+        };
+        serde_json::to_writer(&mut *out, &obj)
+            .map_err(|e| Fail::trouble(format!("write output: {e}")))?;
+        writeln!(out)?;
+        Ok(())
+    }
+}
+
+#[derive(Serialize)]
+struct JsonRecord {
+    lsn: u64,
+    lsn_text: String,
+    end_lsn: u64,
+    end_lsn_text: String,
+    kind: u8,
+    len: u32,
+    header_len: usize,
+    encrypted: bool,
+    encryption: &'static str,
+    key_id: Option<u32>,
+    iv: Option<String>,
+    crc_ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_text: Option<String>,
+}
+
+#[derive(Serialize)]
+struct JsonPage {
+    page_lsn: u64,
+    page_lsn_text: String,
+    segment: String,
+    offset: u64,
+    valid: bool,
+    encrypted: bool,
+    key_id: Option<u32>,
+    iv: Option<String>,
+    rem_len: Option<u32>,
+    durable_hint: Option<u64>,
+    durable_hint_text: Option<String>,
+}
+
+/// Lists page headers in `[from, to)`; pages never written (all zero) are skipped.
+fn list_pages(
+    args: &Args,
+    reader: &Reader,
+    disk: &mut Disk,
+    from: u64,
+    to: u64,
+    out: &mut dyn Write,
+) -> Result<(), Fail> {
+    let mut shown = 0u64;
+    for info in reader.page_headers()? {
+        let page = u64::from(info.page_lsn);
+        if page < from || page >= to {
+            continue;
+        }
+        if args.limit.is_some_and(|l| shown >= l) {
+            break;
+        }
+        if info.header.is_none() && disk.page_header_bytes(page)?.iter().all(|&b| b == 0) {
+            continue;
+        }
+        let h = info.header;
+        let encrypted = h.is_some_and(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0);
+        let key_id = h.filter(|_| encrypted).map(|h| h.key_id);
+        let iv = h.filter(|_| encrypted).map(|h| hex(&h.iv));
+        match args.format {
+            OutputFormat::Text => match h {
+                Some(h) => writeln!(
+                    out,
+                    "page: {}  key: {}  iv: {}  rem_len: {}  durable: {}",
+                    fmt_lsn(page),
+                    key_id.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
+                    iv.unwrap_or_else(|| "-".into()),
+                    h.rem_len,
+                    fmt_lsn(h.durable_hint.into()),
+                )?,
+                None => writeln!(
+                    out,
+                    "page: {}  invalid header at {}",
+                    fmt_lsn(page),
+                    position(reader.geometry(), page)
+                )?,
+            },
+            OutputFormat::Json => {
+                let obj = JsonPage {
+                    page_lsn: page,
+                    page_lsn_text: fmt_lsn(page),
+                    segment: format::segment_file_name(info.segment),
+                    offset: info.offset,
+                    valid: h.is_some(),
+                    encrypted,
+                    key_id,
+                    iv,
+                    rem_len: h.map(|h| h.rem_len),
+                    durable_hint: h.map(|h| h.durable_hint.into()),
+                    durable_hint_text: h.map(|h| fmt_lsn(h.durable_hint.into())),
+                };
+                serde_json::to_writer(&mut *out, &obj)
+                    .map_err(|e| Fail::trouble(format!("write output: {e}")))?;
+                writeln!(out)?;
+            }
+        }
+        shown += 1;
+    }
+    Ok(())
+}
+
+/// Bytes as text: printable ASCII as is, everything else escaped.
+fn escape(bytes: &[u8]) -> String {
+    bytes.escape_ascii().to_string()
+}
+
+/// Recomputes a record's checksum over its header and stored payload.
+pub fn crc_ok(rec: &RawRecord) -> bool {
+    let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
+    let n = rec.header.len_bytes();
+    rec.header.encode(&mut head[..n]);
+    format::record_crc(&head[..n], &rec.stored) == rec.header.crc
+}

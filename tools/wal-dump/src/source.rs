@@ -1,0 +1,247 @@
+//! Opening what the user pointed at (a log directory or one segment file), loading keys, and
+//! reading bytes as stored on disk.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use walcrypt::format::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::{KeyRing, Lsn, Reader};
+
+use crate::fail::Fail;
+
+/// Loads the key ring named by `--key-file`, warning when others can read it.
+pub fn load_keys(path: Option<&Path>) -> Result<Option<KeyRing>, Fail> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let ring = KeyRing::load(path).map_err(|e| Fail::from_wal(&e))?;
+    if let Ok(false) = KeyRing::file_is_private(path) {
+        eprintln!(
+            "wal-dump: warning: key file {} is readable by group or others (chmod 600 it)",
+            path.display()
+        );
+    }
+    Ok(Some(ring))
+}
+
+/// Where the log lives and which part of it the user asked for.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The log directory.
+    pub dir: PathBuf,
+    /// When PATH named one segment file: that segment's start LSN.
+    pub segment: Option<u64>,
+}
+
+impl Target {
+    /// Resolves PATH: a directory is the log; a file must be named like a segment, and the
+    /// log is its directory.
+    pub fn resolve(path: &Path) -> Result<Target, Fail> {
+        let meta = std::fs::metadata(path).map_err(|e| Fail::io("open", path, &e))?;
+        if meta.is_dir() {
+            return Ok(Target {
+                dir: path.to_path_buf(),
+                segment: None,
+            });
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let Some(start) = format::parse_segment_file_name(name) else {
+            return Err(Fail::trouble(format!(
+                "{}: not a walcrypt segment file (names are 16 hex digits and .wal)",
+                path.display()
+            )));
+        };
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Ok(Target {
+            dir,
+            segment: Some(start.into()),
+        })
+    }
+
+    /// Opens a reader over the log with `keys`.
+    pub fn open(&self, keys: Option<&KeyRing>, key_file: Option<&Path>) -> Result<Reader, Fail> {
+        let reader = Reader::open(&self.dir, keys.cloned())
+            .map_err(|e| Fail::from_wal_with_keys(&e, key_file))?;
+        if let Some(start) = self.segment
+            && !reader
+                .segments()
+                .iter()
+                .any(|s| u64::from(s.header.start) == start)
+        {
+            return Err(Fail::trouble(format!(
+                "{}: segment {} is not part of the log",
+                self.dir.display(),
+                format::segment_file_name(Lsn(start))
+            )));
+        }
+        Ok(reader)
+    }
+
+    /// The LSN range `[from, to)` that the user's PATH and `--start`/`--end` select.
+    pub fn range(&self, reader: &Reader, start: Option<Lsn>, end: Option<Lsn>) -> (u64, u64) {
+        let mut from = start.map(u64::from).unwrap_or(0);
+        let mut to = end.map(u64::from).unwrap_or(u64::MAX);
+        if let Some(seg) = self.segment {
+            from = from.max(seg);
+            to = to.min(seg.saturating_add(reader.geometry().segment_size));
+        }
+        (from, to)
+    }
+}
+
+/// Reads the log's files as stored: page headers, ciphertext, raw bytes.
+pub struct Disk {
+    geo: Geometry,
+    log_id: u64,
+    segments: BTreeMap<u64, PathBuf>,
+    open: Option<(u64, File)>,
+}
+
+impl Disk {
+    /// Covers the segments `reader` found.
+    pub fn new(reader: &Reader) -> Disk {
+        Disk {
+            geo: reader.geometry(),
+            log_id: reader.log_id(),
+            segments: reader
+                .segments()
+                .iter()
+                .map(|s| (u64::from(s.header.start), s.path.clone()))
+                .collect(),
+            open: None,
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes at `lsn` from its segment file, without crossing the
+    /// segment's end; returns how many bytes the file held (0 for a missing segment).
+    pub fn read(&mut self, lsn: u64, buf: &mut [u8]) -> Result<usize, Fail> {
+        let seg = self.geo.segment_start(lsn);
+        let Some(path) = self.segments.get(&seg) else {
+            return Ok(0);
+        };
+        if self.open.as_ref().is_none_or(|(s, _)| *s != seg) {
+            let file = File::open(path).map_err(|e| Fail::io("open segment", path, &e))?;
+            self.open = Some((seg, file));
+        }
+        let Some((_, file)) = self.open.as_ref() else {
+            return Ok(0);
+        };
+        let room = (seg + self.geo.segment_size - lsn).min(buf.len() as u64) as usize;
+        let mut done = 0;
+        while done < room {
+            let n = file
+                .read_at(&mut buf[done..room], lsn - seg + done as u64)
+                .map_err(|e| {
+                    Fail::trouble(format!(
+                        "read segment {} offset {}: {e}",
+                        path.display(),
+                        lsn - seg + done as u64
+                    ))
+                })?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// `n` record-stream bytes from the body position `from`, skipping page and segment
+    /// headers, as stored on disk (ciphertext in pagelevel).
+    pub fn stream(&mut self, from: u64, n: usize) -> Result<Vec<u8>, Fail> {
+        let mut out = vec![0u8; n];
+        let mut pos = from;
+        let mut done = 0;
+        while done < n {
+            pos = self.geo.skip_headers(pos);
+            let room = (self.geo.page_start(pos) + self.geo.page_size - pos) as usize;
+            let step = room.min(n - done);
+            let got = self.read(pos, &mut out[done..done + step])?;
+            if got < step {
+                return Err(Fail::damage(format!(
+                    "lsn {}: the file ends inside a record",
+                    fmt_lsn(pos)
+                )));
+            }
+            done += step;
+            pos += step as u64;
+        }
+        Ok(out)
+    }
+
+    /// The raw 48 bytes where the header of `page` lives (zeros past the end of the file).
+    pub fn page_header_bytes(&mut self, page: u64) -> Result<[u8; PAGE_HEADER_LEN], Fail> {
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        self.read(page, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// The decoded header of `page`, if valid and at its own address.
+    pub fn page_header(&mut self, page: u64) -> Result<Option<PageHeader>, Fail> {
+        let bytes = self.page_header_bytes(page)?;
+        Ok(PageHeader::decode(self.log_id, &bytes).filter(|h| u64::from(h.page_lsn) == page))
+    }
+
+    /// The first record boundary in the segment starting at `seg`, from its first page's
+    /// continuation length.
+    pub fn first_record_in_segment(&mut self, seg: u64) -> Result<Option<u64>, Fail> {
+        let page = seg + self.geo.page_size;
+        Ok(self.page_header(page)?.map(|h| {
+            self.geo
+                .advance(self.geo.first_body_position(page), h.rem_len as u64)
+        }))
+    }
+
+    /// A record boundary at or before `target` from which reading can start cheaply: the first
+    /// record of the segment holding `target` (or an earlier one when a record spans into it).
+    /// `Lsn(0)` means the start of the log.
+    pub fn boundary_before(&mut self, target: u64) -> Result<Lsn, Fail> {
+        let starts: Vec<u64> = self.segments.keys().copied().collect();
+        let Some(&oldest) = starts.first() else {
+            return Ok(Lsn(0));
+        };
+        if target <= oldest {
+            return Ok(Lsn(0));
+        }
+        let seg = self.geo.segment_start(target);
+        for &s in starts.iter().rev().filter(|&&s| s <= seg && s > oldest) {
+            if let Some(b) = self.first_record_in_segment(s)?
+                && b <= target
+            {
+                return Ok(Lsn(b));
+            }
+        }
+        Ok(Lsn(0))
+    }
+}
+
+/// An LSN as `HI/LO` hex with LO padded to 8 digits, e.g. `0/0001A2C0`.
+pub fn fmt_lsn(lsn: u64) -> String {
+    format!("{:X}/{:08X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// Where `lsn` lies on disk: `segment <file> offset <n> (lsn <lsn>)`.
+pub fn position(geo: Geometry, lsn: u64) -> String {
+    let seg = geo.segment_start(lsn);
+    format!(
+        "segment {} offset {} (lsn {})",
+        format::segment_file_name(Lsn(seg)),
+        lsn - seg,
+        fmt_lsn(lsn)
+    )
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

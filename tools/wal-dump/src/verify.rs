@@ -1,0 +1,491 @@
+//! `--verify`: read the whole log and report every problem with its position.
+//!
+//! Checks: segment continuity and file sizes, every page header (magic, checksum, address,
+//! encryption flag, listed key id), record checksums and LSN continuity, key check values of a
+//! given key file against the segment headers, the clean end of the log, and that no counter
+//! block is used twice under one key (record IVs in perrecord, page IVs in pagelevel).
+//! The reader stops at the first damage; verify then resumes at the next page where a record
+//! starts, so one damaged record does not hide the next.
+
+use std::io::Write;
+
+use walcrypt::format::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::{IV_LEN, KeyRing, Lsn, Mode, Reader};
+
+use crate::Args;
+use crate::dump::crc_ok;
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail, one_line};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
+
+/// One use of a keystream: `blocks` counter blocks from `iv` under `key_id`.
+struct IvUse {
+    key_id: u32,
+    iv: [u8; IV_LEN],
+    blocks: u128,
+    what: String,
+}
+
+#[derive(Default)]
+struct Findings {
+    damage: Vec<String>,
+    keys: Vec<String>,
+    notes: Vec<String>,
+    records: u64,
+    pages: u64,
+}
+
+struct Verify<'a> {
+    reader: Reader,
+    disk: Disk,
+    ring: Option<&'a KeyRing>,
+    from: u64,
+    to: u64,
+    found: Findings,
+    ivs: Vec<IvUse>,
+    /// Pages whose header area holds anything but zeros.
+    written_pages: Vec<u64>,
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let ring = load_keys(args.key_file.as_deref())?;
+    let target = Target::resolve(&args.path)?;
+    let reader = match target.open(None, None) {
+        Ok(r) => r,
+        Err(fail) if fail.code == EXIT_DAMAGE => {
+            writeln!(out, "damage: {}", fail.message)?;
+            writeln!(out, "verify: 1 problem (the log could not be opened)")?;
+            return Ok(EXIT_DAMAGE);
+        }
+        Err(fail) => return Err(fail),
+    };
+    let (from, to) = target.range(&reader, args.start, args.end);
+    let mut v = Verify {
+        disk: Disk::new(&reader),
+        reader,
+        ring: ring.as_ref(),
+        from,
+        to,
+        found: Findings::default(),
+        ivs: Vec::new(),
+        written_pages: Vec::new(),
+    };
+    let keys_match = v.check_key_values(args);
+    v.check_segments()?;
+    v.check_pages()?;
+    v.check_records(target, keys_match, args)?;
+    v.check_iv_reuse();
+    v.report(out)
+}
+
+impl Verify<'_> {
+    fn geo(&self) -> format::Geometry {
+        self.reader.geometry()
+    }
+
+    /// Compares each key of the key file with the check value every segment records for its
+    /// id. Returns true when nothing disagrees.
+    fn check_key_values(&mut self, args: &Args) -> bool {
+        let Some(ring) = self.ring else {
+            if self.reader.mode().is_encrypted() {
+                self.found
+                    .notes
+                    .push("no --key-file: key check values not compared".into());
+            }
+            return true;
+        };
+        let file = args
+            .key_file
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let mut ok = true;
+        for seg in self.reader.segments() {
+            for (i, (id, kcv)) in seg.header.key_checks.iter().enumerate() {
+                let name = format::segment_file_name(seg.header.start);
+                let offset = format::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
+                match ring.get(*id) {
+                    Some(key) if key.check_value() != *kcv => {
+                        ok = false;
+                        self.found.keys.push(format!(
+                            "segment {name} offset {offset}: key id {id} has check value {} \
+                             but key file {file} holds a key with check value {} (wrong key)",
+                            hex(kcv),
+                            hex(&key.check_value())
+                        ));
+                    }
+                    Some(_) => {}
+                    None => self.found.notes.push(format!(
+                        "segment {name} lists key id {id}, which key file {file} lacks"
+                    )),
+                }
+            }
+        }
+        ok
+    }
+
+    /// Segment files form a run without gaps and have their full size.
+    fn check_segments(&mut self) -> Result<(), Fail> {
+        let geo = self.geo();
+        let segs: Vec<(u64, std::path::PathBuf)> = self
+            .reader
+            .segments()
+            .iter()
+            .map(|s| (u64::from(s.header.start), s.path.clone()))
+            .collect();
+        for pair in segs.windows(2) {
+            let (a, b) = (pair[0].0, pair[1].0);
+            if b != a + geo.segment_size {
+                self.found.damage.push(format!(
+                    "segment files missing between {} and {} (expected {} next)",
+                    format::segment_file_name(Lsn(a)),
+                    format::segment_file_name(Lsn(b)),
+                    format::segment_file_name(Lsn(a + geo.segment_size))
+                ));
+            }
+        }
+        for (start, path) in &segs {
+            if !self.in_range_segment(*start) {
+                continue;
+            }
+            let len = std::fs::metadata(path)
+                .map_err(|e| Fail::io("stat segment", path, &e))?
+                .len();
+            if len < geo.segment_size {
+                self.found.damage.push(format!(
+                    "segment {} is {len} bytes, expected {}: truncated at offset {len}",
+                    format::segment_file_name(Lsn(*start)),
+                    geo.segment_size
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn in_range_segment(&self, start: u64) -> bool {
+        start + self.geo().segment_size > self.from && start < self.to
+    }
+
+    /// Every page header: valid, at its own address, flagged for the log's mode, naming a key
+    /// its segment lists; never-written pages only after the last written one.
+    fn check_pages(&mut self) -> Result<(), Fail> {
+        let geo = self.geo();
+        let mode = self.reader.mode();
+        let log_id = self.reader.log_id();
+        let segs: Vec<(u64, Vec<u32>)> = self
+            .reader
+            .segments()
+            .iter()
+            .map(|s| {
+                let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
+                (u64::from(s.header.start), ids)
+            })
+            .collect();
+        for (start, listed) in segs {
+            if !self.in_range_segment(start) {
+                continue;
+            }
+            let mut hole: Option<u64> = None;
+            let mut page = start + geo.page_size;
+            while page < start + geo.segment_size {
+                let bytes = self.disk.page_header_bytes(page)?;
+                if bytes.iter().all(|&b| b == 0) {
+                    hole.get_or_insert(page);
+                    page += geo.page_size;
+                    continue;
+                }
+                self.found.pages += 1;
+                self.written_pages.push(page);
+                if let Some(h) = hole.take() {
+                    self.found.damage.push(format!(
+                        "{}: page never written, but later pages of the segment were",
+                        position(geo, h)
+                    ));
+                }
+                self.check_page(page, &bytes, log_id, mode, &listed);
+                page += geo.page_size;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_page(&mut self, page: u64, bytes: &[u8], log_id: u64, mode: Mode, listed: &[u32]) {
+        let geo = self.geo();
+        let at = position(geo, page);
+        let Some(h) = PageHeader::decode(log_id, bytes) else {
+            self.found.damage.push(format!(
+                "{at}: invalid page header (bad magic, flags or checksum)"
+            ));
+            return;
+        };
+        if u64::from(h.page_lsn) != page {
+            self.found.damage.push(format!(
+                "{at}: page header carries address {}, expected {} (stale or misplaced page)",
+                fmt_lsn(h.page_lsn.into()),
+                fmt_lsn(page)
+            ));
+            return;
+        }
+        let encrypted = h.flags & PAGE_FLAG_ENCRYPTED != 0;
+        if encrypted != (mode == Mode::PageLevel) {
+            self.found.damage.push(format!(
+                "{at}: page encryption flag {} does not fit a {mode} log",
+                if encrypted { "set" } else { "clear" }
+            ));
+            return;
+        }
+        if encrypted {
+            if !listed.contains(&h.key_id) {
+                self.found.damage.push(format!(
+                    "{at}: page uses key id {}, which its segment header does not list",
+                    h.key_id
+                ));
+            }
+            self.ivs.push(IvUse {
+                key_id: h.key_id,
+                iv: h.iv,
+                blocks: ((geo.page_size as usize - PAGE_HEADER_LEN) / 16) as u128,
+                what: format!("page at {at}"),
+            });
+        }
+    }
+
+    /// Reads every record; after damage, resumes at the next page where a record starts.
+    fn check_records(&mut self, target: Target, keys_match: bool, args: &Args) -> Result<(), Fail> {
+        let mode = self.reader.mode();
+        let usable = self.ring.filter(|_| keys_match);
+        if mode == Mode::PageLevel && usable.is_none() {
+            self.found.notes.push(
+                "records not checked: pagelevel pages need a matching --key-file to be read".into(),
+            );
+            return Ok(());
+        }
+        let reader = target.open(usable, args.key_file.as_deref())?;
+        let mut begin = self.disk.boundary_before(self.from)?;
+        let mut prev_end: Option<u64> = None;
+        loop {
+            let mut records = reader.raw_records_from(begin);
+            let mut damage_at = None;
+            for item in records.by_ref() {
+                match item {
+                    Ok(rec) => {
+                        let lsn = u64::from(rec.lsn);
+                        if lsn >= self.to {
+                            return Ok(());
+                        }
+                        if lsn >= self.from {
+                            self.check_record(&rec, prev_end);
+                        }
+                        prev_end = Some(rec.end_lsn.into());
+                    }
+                    Err(e @ walcrypt::Error::Corrupt { .. }) => {
+                        if let walcrypt::Error::Corrupt { at, .. } = &e {
+                            damage_at =
+                                Some((u64::from(at.segment) + at.offset).max(u64::from(at.lsn)));
+                        }
+                        self.found.damage.push(one_line(&e.to_string()));
+                        break;
+                    }
+                    Err(e @ walcrypt::Error::Io { .. }) => return Err(Fail::from_wal(&e)),
+                    Err(e) => {
+                        let f = Fail::from_wal_with_keys(&e, args.key_file.as_deref());
+                        self.found.keys.push(f.message);
+                        return Ok(());
+                    }
+                }
+            }
+            match damage_at {
+                Some(at) => match self.resume_after(at)? {
+                    Some(next) if next > u64::from(begin) => {
+                        self.found.notes.push(format!(
+                            "resumed reading records at {} after the damage",
+                            fmt_lsn(next)
+                        ));
+                        begin = Lsn(next);
+                        prev_end = None;
+                    }
+                    _ => return Ok(()),
+                },
+                None => {
+                    if let Some(end) = records.end_lsn() {
+                        self.check_tail(end.into())?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn check_record(&mut self, rec: &walcrypt::RawRecord, prev_end: Option<u64>) {
+        let geo = self.geo();
+        let lsn = u64::from(rec.lsn);
+        let at = position(geo, lsn);
+        self.found.records += 1;
+        if !crc_ok(rec) {
+            self.found
+                .damage
+                .push(format!("{at}: record checksum mismatch"));
+        }
+        if let Some(pe) = prev_end {
+            let next = geo.skip_headers(pe);
+            let after_switch = geo.skip_headers(geo.segment_start(next) + geo.segment_size);
+            if lsn != next && lsn != after_switch {
+                self.found.damage.push(format!(
+                    "{at}: record does not follow the previous one, which ended at {}",
+                    fmt_lsn(pe)
+                ));
+            }
+        }
+        if let Some((key_id, iv)) = rec.header.encryption {
+            let seg = geo.segment_start(lsn);
+            let listed = self
+                .reader
+                .segments()
+                .iter()
+                .find(|s| u64::from(s.header.start) == seg)
+                .is_some_and(|s| s.header.key_checks.iter().any(|(id, _)| *id == key_id));
+            if !listed {
+                self.found.damage.push(format!(
+                    "{at}: record uses key id {key_id}, which its segment header does not list"
+                ));
+            }
+            self.ivs.push(IvUse {
+                key_id,
+                iv,
+                blocks: (rec.header.len as u128).div_ceil(16).max(1),
+                what: format!("record at {at}"),
+            });
+        }
+    }
+
+    /// The first record boundary on a page after the one holding `at`.
+    fn resume_after(&mut self, at: u64) -> Result<Option<u64>, Fail> {
+        let geo = self.geo();
+        for &page in self.written_pages.clone().iter() {
+            if page <= geo.page_start(at) {
+                continue;
+            }
+            if let Some(h) = self.disk.page_header(page)? {
+                let b = geo.advance(geo.first_body_position(page), h.rem_len as u64);
+                if b < page + geo.page_size {
+                    return Ok(Some(b));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// After the end of the valid log nothing may follow: the rest of the tail page is zero
+    /// (decrypted, in pagelevel) and no later page was written.
+    fn check_tail(&mut self, end: u64) -> Result<(), Fail> {
+        if end >= self.to {
+            return Ok(());
+        }
+        let geo = self.geo();
+        let tail_page = geo.page_start(end);
+        let mut leftover = 0usize;
+        if !end.is_multiple_of(geo.page_size)
+            && let Some(h) = self.disk.page_header(tail_page)?
+        {
+            let mut page = vec![0u8; geo.page_size as usize];
+            let n = self.disk.read(tail_page, &mut page)?;
+            page.truncate(n);
+            let decrypted = if h.flags & PAGE_FLAG_ENCRYPTED != 0 {
+                match self.ring.and_then(|r| r.get(h.key_id)) {
+                    Some(key) => {
+                        walcrypt::ctr_apply_keystream(key, &h.iv, &mut page[PAGE_HEADER_LEN..]);
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                true
+            };
+            let from = ((end - tail_page) as usize).min(page.len());
+            if decrypted {
+                leftover = page[from..].iter().filter(|&&b| b != 0).count();
+            }
+        }
+        let later = self
+            .written_pages
+            .iter()
+            .filter(|&&p| p > tail_page || (p == tail_page && end.is_multiple_of(geo.page_size)))
+            .count();
+        if leftover > 0 || later > 0 {
+            self.found.damage.push(format!(
+                "{}: the valid log ends here, but {leftover} non-zero bytes follow in its page \
+                 and {later} later pages were written (a torn tail not yet recovered, or damage \
+                 to the last records)",
+                position(geo, end)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Under one key, no counter block may serve two records (or two page writes).
+    fn check_iv_reuse(&mut self) {
+        let mut uses: Vec<(u32, u128, u128, usize)> = self
+            .ivs
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let start = u128::from_be_bytes(u.iv);
+                (u.key_id, start, start.saturating_add(u.blocks), i)
+            })
+            .collect();
+        uses.sort();
+        let mut holder: Option<(u32, u128, usize)> = None;
+        for &(key, start, end, i) in &uses {
+            if let Some((hkey, hend, h)) = holder
+                && hkey == key
+                && start < hend
+            {
+                let (a, b) = (&self.ivs[h], &self.ivs[i]);
+                let what = if a.iv == b.iv {
+                    format!("IV {} reused under key id {key}", hex(&b.iv))
+                } else {
+                    format!(
+                        "counter blocks overlap under key id {key} (IVs {} and {})",
+                        hex(&a.iv),
+                        hex(&b.iv)
+                    )
+                };
+                self.found
+                    .damage
+                    .push(format!("{what}: {} and {}", a.what, b.what));
+            }
+            if holder.is_none_or(|(hkey, hend, _)| hkey != key || end > hend) {
+                holder = Some((key, end, i));
+            }
+        }
+    }
+
+    fn report(self, out: &mut dyn Write) -> Result<u8, Fail> {
+        let f = &self.found;
+        for d in &f.damage {
+            writeln!(out, "damage: {d}")?;
+        }
+        for k in &f.keys {
+            writeln!(out, "key: {k}")?;
+        }
+        for n in &f.notes {
+            writeln!(out, "note: {n}")?;
+        }
+        let problems = f.damage.len() + f.keys.len();
+        let summary = format!(
+            "verify: {} segments, {} pages, {} records checked",
+            self.reader.segments().len(),
+            f.pages,
+            f.records
+        );
+        if problems == 0 {
+            writeln!(out, "{summary}: clean")?;
+            return Ok(EXIT_OK);
+        }
+        writeln!(out, "{summary}: {problems} problems")?;
+        if !f.damage.is_empty() {
+            return Ok(EXIT_DAMAGE);
+        }
+        out.flush()?;
+        Err(Fail::trouble(format!("verify: {}", f.keys[0])))
+    }
+}
