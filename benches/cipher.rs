@@ -1,0 +1,78 @@
+//! AES-256-CTR throughput by record size: the key schedule shared (what the log does), expanded
+//! per record (the pitfall), and the whole perrecord seal path (IV, copy, keystream, CRC32C).
+
+mod common;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use aes::Aes256;
+use cipher::{InnerIvInit, KeyInit, StreamCipher};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use walcrypt::format::RECORD_HEADER_ENCRYPTED as HLEN;
+use walcrypt::{IV_LEN, Key, ctr_apply_keystream};
+
+type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
+
+const SIZES: [usize; 7] = [16, 64, 256, 1024, 4096, 8192, 16384];
+
+fn shared(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
+    let core = CtrCore::inner_iv_init(aes, iv.into());
+    cipher::StreamCipherCoreWrapper::from_core(core).apply_keystream(data);
+}
+
+fn iv(n: u64) -> [u8; IV_LEN] {
+    let mut iv = [0u8; IV_LEN];
+    iv[..8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_be_bytes());
+    iv[8..12].copy_from_slice(&(n as u32).to_be_bytes());
+    iv
+}
+
+fn cipher(c: &mut Criterion) {
+    let bytes = common::random_key_bytes();
+    let aes = Aes256::new((&*bytes).into());
+    let key = Key::from_bytes(*bytes);
+    let mut group = c.benchmark_group("aes256ctr");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for size in SIZES {
+        group.throughput(Throughput::Bytes(size as u64));
+        let mut buf = common::payload(size);
+        let mut n = 0u64;
+        group.bench_with_input(BenchmarkId::new("shared_schedule", size), &size, |b, _| {
+            b.iter(|| {
+                n += 1;
+                shared(&aes, &iv(n), black_box(&mut buf));
+            })
+        });
+        group.bench_with_input(
+            BenchmarkId::new("expanded_per_record", size),
+            &size,
+            |b, _| {
+                b.iter(|| {
+                    n += 1;
+                    ctr_apply_keystream(&key, &iv(n), black_box(&mut buf));
+                })
+            },
+        );
+        // What `append` does in perrecord mode before the insert lock: a fresh buffer with
+        // room for the header, the payload copied in, encrypted, and checksummed.
+        let payload = common::payload(size);
+        group.bench_with_input(BenchmarkId::new("perrecord_seal", size), &size, |b, _| {
+            b.iter(|| {
+                n += 1;
+                let mut sealed = vec![0u8; HLEN + size];
+                sealed[HLEN..].copy_from_slice(black_box(&payload));
+                shared(&aes, &iv(n), &mut sealed[HLEN..]);
+                let crc = crc32c::crc32c(&sealed);
+                black_box((sealed, crc))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, cipher);
+criterion_main!(benches);
