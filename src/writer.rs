@@ -123,8 +123,12 @@ pub struct Wal {
     /// Everything before this position has been written to the files.
     written_to: AtomicU64,
     /// Record boundary through which `flush` guarantees hold (written for `Buffered`,
-    /// fdatasync'ed for `Durable`). Stamped into page headers as the durable hint.
+    /// fdatasync'ed for `Durable`).
     flushed_to: AtomicU64,
+    /// Record boundary through which the log is fdatasync'ed. Stamped into page headers as the
+    /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
+    /// unsynced records durable would turn their loss in a machine crash into corruption.
+    synced_to: AtomicU64,
     write: Mutex<WriteState>,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
@@ -197,6 +201,7 @@ impl Wal {
             complete_to: AtomicU64::new(end),
             written_to: AtomicU64::new(end),
             flushed_to: AtomicU64::new(end),
+            synced_to: AtomicU64::new(end),
             write: Mutex::new(WriteState {
                 written_to: end,
                 files: Vec::new(),
@@ -374,7 +379,7 @@ impl Wal {
             return Ok(());
         }
         let ps = self.geo.page_size;
-        let hint = self.flushed_to.load(Ordering::Acquire);
+        let hint = self.synced_to.load(Ordering::Acquire);
         let mut page = self.geo.page_start(w.written_to);
         while page < target {
             if self.geo.is_header_page(page) {
@@ -523,6 +528,7 @@ impl Wal {
         self.write_locked(w, target)?;
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
+            self.synced_to.store(target, Ordering::Release);
         }
         self.flushed_to.store(target, Ordering::Release);
         Ok(())
@@ -535,6 +541,7 @@ impl Wal {
         let target = self.complete_to.load(Ordering::Acquire);
         self.write_locked(&mut w, target)?;
         self.sync_locked(&mut w)?;
+        self.synced_to.store(target, Ordering::Release);
         self.flushed_to.store(target, Ordering::Release);
         Ok(())
     }
@@ -585,6 +592,7 @@ impl Wal {
         self.sync_locked(&mut w)?;
         w.written_to = next;
         self.written_to.store(next, Ordering::Release);
+        self.synced_to.store(next, Ordering::Release);
         self.flushed_to.store(next, Ordering::Release);
         Ok(())
     }

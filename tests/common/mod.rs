@@ -179,6 +179,8 @@ struct Fault {
 /// How a crash image treats one unsynced write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tear {
+    /// Writes are never torn, only dropped or kept whole (a device with atomic page writes).
+    Whole,
     /// Torn writes keep a prefix of their 512-byte sectors (in-order write-back).
     Prefix,
     /// Torn writes keep any subset of their sectors (a device that reorders sectors).
@@ -334,14 +336,16 @@ impl FaultStorage {
                             damaged += 1;
                         }
                     }
-                    Pending::Write { offset, data } => match rng.below(3) {
-                        0 => apply_write(&mut image, *offset, data),
-                        1 => damaged += 1,
-                        _ => {
-                            damaged += 1;
-                            tear_write(&mut image, *offset, data, rng, tear);
+                    Pending::Write { offset, data } => {
+                        match rng.below(if tear == Tear::Whole { 2 } else { 3 }) {
+                            0 => apply_write(&mut image, *offset, data),
+                            1 => damaged += 1,
+                            _ => {
+                                damaged += 1;
+                                tear_write(&mut image, *offset, data, rng, tear);
+                            }
                         }
-                    },
+                    }
                 }
             }
             fs::write(&target, &image).unwrap();
@@ -373,6 +377,7 @@ fn tear_write(image: &mut Vec<u8>, offset: u64, data: &[u8], rng: &mut Rng, tear
     let keep_prefix = rng.below(pieces.len() as u64 + 1) as usize;
     for (i, (from, to)) in pieces.into_iter().enumerate() {
         let keep = match tear {
+            Tear::Whole => true,
             Tear::Prefix => i < keep_prefix,
             Tear::AnySectors => rng.chance(50),
         };
