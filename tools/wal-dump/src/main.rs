@@ -107,9 +107,9 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.trim_start_matches("error: ");
-            eprintln!("wal-dump: {first} (see wal-dump --help)");
+            let head = text.split("Usage:").next().unwrap_or("invalid arguments");
+            let head = fail::one_line(head.trim_start_matches("error: "));
+            eprintln!("wal-dump: {head} (see wal-dump --help)");
             return ExitCode::from(EXIT_TROUBLE);
         }
     };

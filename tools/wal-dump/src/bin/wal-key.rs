@@ -53,11 +53,12 @@ fn main() -> ExitCode {
                 );
             }
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!(
-                "wal-key: {} (see wal-key --help)",
-                first.trim_start_matches("error: ")
-            );
+            let head = text.split("Usage:").next().unwrap_or("invalid arguments");
+            let head: Vec<&str> = head
+                .trim_start_matches("error: ")
+                .split_whitespace()
+                .collect();
+            eprintln!("wal-key: {} (see wal-key --help)", head.join(" "));
             return ExitCode::from(2);
         }
     };
