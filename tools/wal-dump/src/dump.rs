@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::Value;
 use walcrypt::format::{self, PAGE_FLAG_ENCRYPTED};
 use walcrypt::{KeyRing, Lsn, Mode, RawRecord, Reader};
 
@@ -264,7 +265,7 @@ impl RecordView {
                 writeln!(out)?;
                 match how {
                     PayloadFormat::Text => writeln!(out, "  payload: \"{}\"", escape(bytes))?,
-                    _ => writeln!(out, "  payload: {}", hex(bytes))?,
+                    _ => writeln!(out, "{}", format!("  payload: {}", hex(bytes)).trim_end())?,
                 }
             }
         }
@@ -278,10 +279,13 @@ impl RecordView {
         out: &mut dyn Write,
     ) -> Result<(), Fail> {
         let (hex_payload, text_payload) = match (payload, how) {
-            (Shown::Bytes(b), PayloadFormat::Hex) => (Some(hex(b)), None),
-            (Shown::Bytes(b), PayloadFormat::Text) => {
-                (None, Some(String::from_utf8_lossy(b).into_owned()))
-            }
+            (Shown::Bytes(b), PayloadFormat::Hex) => (Some(Value::String(hex(b))), None),
+            (Shown::Bytes(b), PayloadFormat::Text) => (
+                None,
+                Some(Value::String(String::from_utf8_lossy(b).into_owned())),
+            ),
+            (Shown::Hidden, PayloadFormat::Hex) => (Some(Value::Null), None),
+            (Shown::Hidden, PayloadFormat::Text) => (None, Some(Value::Null)),
             _ => (None, None),
         };
         let obj = JsonRecord {
@@ -322,9 +326,9 @@ struct JsonRecord {
     iv: Option<String>,
     crc_ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<String>,
+    payload: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    payload_text: Option<String>,
+    payload_text: Option<Value>,
 }
 
 #[derive(Serialize)]

@@ -22,7 +22,16 @@ struct IvUse {
     key_id: u32,
     iv: [u8; IV_LEN],
     blocks: u128,
-    what: String,
+    /// Where: the page or record start.
+    at: u64,
+    page: bool,
+}
+
+impl IvUse {
+    fn describe(&self, geo: format::Geometry) -> String {
+        let what = if self.page { "page" } else { "record" };
+        format!("{what} at {}", position(geo, self.at))
+    }
 }
 
 #[derive(Default)]
@@ -244,7 +253,8 @@ impl Verify<'_> {
                 key_id: h.key_id,
                 iv: h.iv,
                 blocks: ((geo.page_size as usize - PAGE_HEADER_LEN) / 16) as u128,
-                what: format!("page at {at}"),
+                at: page,
+                page: true,
             });
         }
     }
@@ -352,7 +362,8 @@ impl Verify<'_> {
                 key_id,
                 iv,
                 blocks: (rec.header.len as u128).div_ceil(16).max(1),
-                what: format!("record at {at}"),
+                at: lsn,
+                page: false,
             });
         }
     }
@@ -449,9 +460,12 @@ impl Verify<'_> {
                         hex(&b.iv)
                     )
                 };
-                self.found
-                    .damage
-                    .push(format!("{what}: {} and {}", a.what, b.what));
+                let geo = self.geo();
+                self.found.damage.push(format!(
+                    "{what}: {} and {}",
+                    a.describe(geo),
+                    b.describe(geo)
+                ));
             }
             if holder.is_none_or(|(hkey, hend, _)| hkey != key || end > hend) {
                 holder = Some((key, end, i));

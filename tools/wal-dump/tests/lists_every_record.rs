@@ -67,6 +67,13 @@ fn perrecord_headers_show_without_the_key() {
     let o = wal_dump(&[&"--payload", &"hex", &log]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("payload: encrypted (pass --key-file to decrypt)"));
+    let o = wal_dump(&[&"--payload", &"hex", &"--format", &"json", &log]);
+    assert_eq!(o.status.code(), Some(0));
+    for line in stdout(&o).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["payload"].is_null() && v["encrypted"] == true, "{line}");
+        assert_eq!(v["key_id"].as_u64(), Some(1));
+    }
 }
 
 #[test]
