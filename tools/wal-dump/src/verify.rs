@@ -495,7 +495,8 @@ impl Verify<'_> {
             writeln!(out, "{summary}: clean")?;
             return Ok(EXIT_OK);
         }
-        writeln!(out, "{summary}: {problems} problems")?;
+        let plural = if problems == 1 { "" } else { "s" };
+        writeln!(out, "{summary}: {problems} problem{plural}")?;
         if !f.damage.is_empty() {
             return Ok(EXIT_DAMAGE);
         }
