@@ -79,6 +79,9 @@ struct Slot {
 
 struct WriteState {
     written_to: u64,
+    /// A segment (created before the key was rotated) whose pages use this key, not the active
+    /// one: its header lists only the keys of its time.
+    segment_key: Option<(u64, u32)>,
     files: Vec<(u64, Box<dyn StorageFile>)>,
     dirty: Vec<u64>,
     scratch: Vec<u8>,
@@ -204,6 +207,7 @@ impl Wal {
             synced_to: AtomicU64::new(end),
             write: Mutex::new(WriteState {
                 written_to: end,
+                segment_key: None,
                 files: Vec::new(),
                 dirty: Vec::new(),
                 scratch: Vec::new(),
@@ -431,12 +435,16 @@ impl Wal {
         };
         if self.mode == Mode::PageLevel {
             let started = Instant::now();
+            let key_id = match w.segment_key {
+                Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
+                _ => self.active_key,
+            };
             let iv = self.ivs.next_iv()?;
             self.keys
-                .apply_keystream(self.active_key, &iv, &mut out[PAGE_HEADER_LEN..])?;
+                .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..])?;
             w.encrypt_ns += started.elapsed().as_nanos() as u64;
             header.flags = PAGE_FLAG_ENCRYPTED;
-            header.key_id = self.active_key;
+            header.key_id = key_id;
             header.iv = iv;
         }
         header.encode(self.log_id, &mut out[..PAGE_HEADER_LEN]);
@@ -582,12 +590,18 @@ impl Wal {
         let sealed = self.seal(0, RECORD_FLAG_SWITCH, &[])?;
         let mut ins = self.insert.lock();
         let (_, end) = self.copy_in(&mut ins, &sealed)?;
-        let next = self.geo.segment_start(end - 1) + self.geo.segment_size;
+        let segment = self.geo.segment_start(end - 1);
+        let next = segment + self.geo.segment_size;
         ins.pos = next;
         self.complete_to.store(next, Ordering::Release);
         drop(ins);
         // The switch must be durable before anything lands in the next segment.
         let mut w = self.write.lock();
+        if self.mode == Mode::PageLevel {
+            // The pages rewritten here belong to a segment whose header does not list the
+            // active key: encrypt them under a key it does list.
+            w.segment_key = Some((segment, self.listed_key(segment)?));
+        }
         self.write_locked(&mut w, end)?;
         self.sync_locked(&mut w)?;
         w.written_to = next;
@@ -595,6 +609,22 @@ impl Wal {
         self.synced_to.store(next, Ordering::Release);
         self.flushed_to.store(next, Ordering::Release);
         Ok(())
+    }
+
+    /// The newest key of the ring that the header of the segment at `segment` lists.
+    fn listed_key(&self, segment: u64) -> Result<u32> {
+        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+        let header =
+            crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment))?;
+        header
+            .key_checks
+            .iter()
+            .rev()
+            .find(|(id, kcv)| self.keys.check_value(*id) == Some(*kcv))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| {
+                Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
+            })
     }
 
     /// What this `Wal` has done since it was opened.
