@@ -176,7 +176,8 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
 }
 
 /// A record boundary from which reading surely passes every record that reaches into the last
-/// segment: the start of the newest segment that does not begin inside a record. With a
+/// segment and every hole a crash may have left: the start of the newest segment that does not
+/// begin inside a record and before which a durable hint proves the log complete. With a
 /// replay start, the earlier of the two.
 fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
     let oldest = u64::from(files.segments[0].header.start);
@@ -190,8 +191,20 @@ fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
         if let Some(h) = files.read_page_header(page1)?
             && h.rem_len == 0
         {
-            tail = files.geo.first_body_position(page1);
-            break;
+            // Start here only if a page from here on was written when the log was already
+            // durable through this point. Otherwise an unsynced page of an earlier segment may
+            // have been lost in a crash while this one survived: the log ends at that hole,
+            // and the scan must reach it rather than continue after it.
+            let first = files.geo.first_body_position(page1);
+            let proven = files
+                .page_headers_from(page1)?
+                .iter()
+                .filter_map(|p| p.header)
+                .any(|h| u64::from(h.durable_hint) >= first);
+            if proven {
+                tail = first;
+                break;
+            }
         }
     }
     match replay_from {

@@ -24,31 +24,46 @@ fn config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
         .buffer_size(4 * 1024)
 }
 
-/// Opens a crash image and returns the ids it holds; checks they are 1..=m in order and
-/// byte-identical, and that the Reader agrees after recovery. An error opening is returned.
-fn reopen(dir: &Path, mode: Mode, keys: &KeyRing, what: &str) -> walcrypt::Result<Vec<u64>> {
-    let mut ids = Vec::new();
+/// Id of the record appended after each reopen.
+const MARKER: u64 = 1 << 40;
+
+/// Opens a crash image as a writer would (Wal::open, no replay), appends and flushes a marker
+/// record, then reads the log with the Reader and with replay from the start: both must give
+/// records 1..=m in order, byte-identical, then the marker. Returns m; an error opening is
+/// returned.
+fn reopen(dir: &Path, mode: Mode, keys: &KeyRing, what: &str) -> walcrypt::Result<u64> {
+    let wal = Wal::open(dir, config(mode, keys, SyncMode::Durable))?;
+    let (kind, payload) = payload_for(MARKER);
+    let lsn = wal.append(kind, &payload).unwrap();
+    wal.flush(lsn).unwrap();
+    wal.close().unwrap_or_else(|e| panic!("{what}: close: {e}"));
+    let read = common::read_all(dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
+    let ids: Vec<u64> = read
+        .iter()
+        .map(|r| check_payload(r.kind, &r.payload).unwrap_or_else(|e| panic!("{what}: {e}")))
+        .collect();
+    let m = ids.len() as u64 - 1;
+    let mut expected: Vec<u64> = (1..=m).collect();
+    expected.push(MARKER);
+    assert_eq!(
+        ids, expected,
+        "{what}: not a prefix in order, then the marker"
+    );
+    let mut replayed = Vec::new();
     let wal = Wal::open_and_replay(
         dir,
         config(mode, keys, SyncMode::Durable),
         Lsn::default(),
         |rec| {
-            let id =
-                check_payload(rec.kind, &rec.payload).unwrap_or_else(|e| panic!("{what}: {e}"));
-            ids.push(id);
+            replayed.push(rec.payload);
             Ok(())
         },
-    )?;
-    wal.close().unwrap_or_else(|e| panic!("{what}: close: {e}"));
-    let expected: Vec<u64> = (1..=ids.len() as u64).collect();
-    assert_eq!(ids, expected, "{what}: records are not a prefix in order");
-    let read = common::read_all(dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
-    assert_eq!(
-        read.len(),
-        ids.len(),
-        "{what}: reader and recovery disagree"
-    );
-    Ok(ids)
+    )
+    .unwrap_or_else(|e| panic!("{what}: second reopen: {e}"));
+    wal.close().unwrap();
+    let payloads: Vec<Vec<u8>> = read.into_iter().map(|r| r.payload).collect();
+    assert!(replayed == payloads, "{what}: replay and reader disagree");
+    Ok(m)
 }
 
 struct Totals {
@@ -96,9 +111,9 @@ fn one_run(
                 common::copy_dir(&image, keep);
             }
             match reopen(&image, mode, &keys, &what) {
-                Ok(ids) => {
-                    if sync == SyncMode::Durable && (ids.len() as u64) < acked {
-                        return Err(format!("{what}: only {} records back", ids.len()));
+                Ok(m) => {
+                    if sync == SyncMode::Durable && m < acked {
+                        return Err(format!("{what}: only {m} records back"));
                     }
                 }
                 // The documented pagelevel limit: a torn rewrite of a partly filled page
