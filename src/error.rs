@@ -178,6 +178,8 @@ pub enum Error {
     },
     /// The requested LSN is not in the log (purged, or beyond its end).
     LsnNotAvailable(Lsn),
+    /// The requested LSN lies inside the log but no record starts there.
+    NotRecordStart(Lsn),
     /// The directory holds no walcrypt log.
     NoLog(PathBuf),
 }
@@ -236,6 +238,7 @@ impl fmt::Display for Error {
                 )
             }
             Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
+            Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
         }
     }

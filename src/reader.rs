@@ -701,7 +701,37 @@ impl Reader {
         if u64::from(lsn) < oldest || u64::from(lsn) > self.files.end_of_files() {
             return Err(Error::LsnNotAvailable(lsn));
         }
+        self.check_record_start(u64::from(lsn))?;
         Ok(u64::from(lsn))
+    }
+
+    /// Checks that `pos` is where a record starts, by walking from the first record boundary of
+    /// its page (the page header's continuation length says where that is). Positions in a
+    /// part of the log not written yet are left for the iteration to end at.
+    fn check_record_start(&self, pos: u64) -> Result<()> {
+        let geo = self.files.geo;
+        let not_a_record = || Error::NotRecordStart(Lsn(pos));
+        let page = geo.page_start(pos);
+        let body = page + PAGE_HEADER_LEN as u64;
+        if geo.is_header_page(page) || pos < body {
+            return Err(not_a_record());
+        }
+        let Some(header) = self.files.read_page_header(page)? else {
+            return Ok(());
+        };
+        let mut at = geo.advance(body, header.rem_len as u64);
+        let mut cursor = Cursor::new(&self.files, at);
+        while geo.skip_headers(at) < pos {
+            match cursor.next()? {
+                Step::Record(stored) => at = u64::from(stored.end_lsn),
+                Step::End(_) => return Ok(()),
+            }
+        }
+        if geo.skip_headers(at) == pos {
+            Ok(())
+        } else {
+            Err(not_a_record())
+        }
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to

@@ -71,3 +71,28 @@ fn replay_from_a_middle_lsn_starts_there() {
         drop(wal);
     }
 }
+
+#[test]
+fn reading_from_a_position_inside_a_record_is_refused() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
+        let records: Vec<_> = (0..30).map(|i| (1u8, payload(i, 200))).collect();
+        let lsns = support::append_all(&wal, &records);
+        wal.close().unwrap();
+        let reader = walcrypt::Reader::open(dir.path(), Some(keys)).unwrap();
+        // Every record start works, and yields exactly the records from there.
+        for (i, lsn) in lsns.iter().enumerate() {
+            let n = reader.records_from(*lsn).map(|r| r.unwrap()).count();
+            assert_eq!(n, lsns.len() - i, "{mode} from {lsn}");
+        }
+        // A position inside a record (header or payload, or a continuation on a later page).
+        for lsn in [lsns[3].0 + 1, lsns[3].0 + 100, lsns[10].0 + 250] {
+            match reader.records_from(Lsn(lsn)).next() {
+                Some(Err(walcrypt::Error::NotRecordStart(at))) => assert_eq!(at, Lsn(lsn)),
+                other => panic!("{mode}: from {lsn}: {other:?}"),
+            }
+        }
+    }
+}
