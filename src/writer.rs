@@ -31,6 +31,13 @@ use crate::storage::{Storage, StorageFile};
 
 const NO_PAGE: u64 = u64::MAX;
 
+/// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
+const SEAL_BUFFER_KEEP: usize = 256 << 10;
+
+thread_local! {
+    static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
 ///
 /// Lock hold times are measured with a monotonic clock from the moment the lock is acquired
@@ -263,20 +270,29 @@ impl Wal {
                 max: format::MAX_PAYLOAD,
             });
         }
-        let sealed = self.seal(kind, 0, payload)?;
-        self.insert_sealed(&sealed, payload.len())
+        SEAL_BUFFER.with(|buffer| {
+            let mut sealed = buffer.take();
+            let result = self
+                .seal(kind, 0, payload, &mut sealed)
+                .and_then(|()| self.insert_sealed(&sealed, payload.len()));
+            if sealed.capacity() <= SEAL_BUFFER_KEEP {
+                buffer.set(sealed);
+            }
+            result
+        })
     }
 
-    /// Encrypts (perrecord) and checksums a record into its stored form.
-    fn seal(&self, kind: u8, flags: u8, payload: &[u8]) -> Result<Vec<u8>> {
+    /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`.
+    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<()> {
         let encrypt = self.mode == Mode::PerRecord && flags & RECORD_FLAG_SWITCH == 0;
         let hlen = if encrypt {
             RECORD_HEADER_ENCRYPTED
         } else {
             RECORD_HEADER_PLAIN
         };
-        let mut sealed = vec![0u8; hlen + payload.len()];
-        sealed[hlen..].copy_from_slice(payload);
+        sealed.clear();
+        sealed.resize(hlen, 0);
+        sealed.extend_from_slice(payload);
         let mut header = RecordHeader {
             crc: 0,
             len: payload.len() as u32,
@@ -294,7 +310,7 @@ impl Wal {
         header.encode(&mut sealed[..hlen]);
         header.crc = format::record_crc(&sealed[..hlen], &sealed[hlen..]);
         header.encode(&mut sealed[..hlen]);
-        Ok(sealed)
+        Ok(())
     }
 
     fn insert_sealed(&self, sealed: &[u8], payload_len: usize) -> Result<Lsn> {
@@ -354,9 +370,10 @@ impl Wal {
                 let free = slot.page == NO_PAGE
                     || self.written_to.load(Ordering::Acquire) >= slot.page + self.geo.page_size;
                 if free {
+                    // No zeroing here: the writer copies only bytes below its target and
+                    // writes zeros after them.
                     slot.page = page;
                     slot.rem_len = rem_len;
-                    slot.data.fill(0);
                     return Ok(());
                 }
             }
@@ -397,7 +414,8 @@ impl Wal {
             while page < target && self.geo.segment_start(page) == segment {
                 let at = scratch.len();
                 scratch.resize(at + ps as usize, 0);
-                self.page_image(w, page, hint, &mut scratch[at..])?;
+                let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
+                self.page_image(w, page, valid as usize, hint, &mut scratch[at..])?;
                 page += ps;
             }
             let written = self.file_for(w, segment).and_then(|file| {
@@ -416,15 +434,24 @@ impl Wal {
         Ok(())
     }
 
-    /// Builds the on-disk image of `page` into `out`: header, body, and (pagelevel) the body
-    /// encrypted under a fresh IV.
-    fn page_image(&self, w: &mut WriteState, page: u64, hint: u64, out: &mut [u8]) -> Result<()> {
+    /// Builds the on-disk image of `page` into `out`: header, the first `valid` bytes of the
+    /// page from the buffer and zeros after them, and (pagelevel) the body encrypted under a
+    /// fresh IV.
+    fn page_image(
+        &self,
+        w: &mut WriteState,
+        page: u64,
+        valid: usize,
+        hint: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         let rem_len = {
             let slot = self.slots[self.slot_index(page)].lock();
             debug_assert_eq!(slot.page, page, "writing a page that is not in the buffer");
-            out[PAGE_HEADER_LEN..].copy_from_slice(&slot.data[PAGE_HEADER_LEN..]);
+            out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
             slot.rem_len
         };
+        out[valid..].fill(0);
         let mut header = PageHeader {
             flags: 0,
             key_id: 0,
@@ -587,7 +614,8 @@ impl Wal {
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
     /// next record starts in a new segment, whose header lists the current keys.
     pub(crate) fn switch_segment(&self) -> Result<()> {
-        let sealed = self.seal(0, RECORD_FLAG_SWITCH, &[])?;
+        let mut sealed = Vec::new();
+        self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
         let mut ins = self.insert.lock();
         let (_, end) = self.copy_in(&mut ins, &sealed)?;
         let segment = self.geo.segment_start(end - 1);
