@@ -102,9 +102,19 @@ pub(crate) fn read_segment_header(
     let file = storage
         .open(path, false)
         .map_err(|e| Error::io("open segment", path, e))?;
-    let mut buf = vec![0u8; format::MAX_PAGE_SIZE as usize];
-    let n = read_full(file.as_ref(), &mut buf, 0)
+    // The fixed part says how many key check values follow; read exactly that much.
+    let mut buf = vec![0u8; format::SEGMENT_HEADER_FIXED];
+    let mut n = read_full(file.as_ref(), &mut buf, 0)
         .map_err(|e| Error::io("read segment header", path, e))?;
+    if n == buf.len() {
+        let keys = u16::from_le_bytes([buf[14], buf[15]]) as usize;
+        buf.resize(
+            format::SEGMENT_HEADER_FIXED + keys * format::KCV_ENTRY + 4,
+            0,
+        );
+        n += read_full(file.as_ref(), &mut buf[n..], n as u64)
+            .map_err(|e| Error::io("read segment header", path, e))?;
+    }
     let header = SegmentHeader::decode(&buf[..n]).map_err(|e| match e {
         HeaderError::Version(found) => Error::UnsupportedVersion {
             path: path.to_path_buf(),

@@ -176,35 +176,44 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
 }
 
 /// A record boundary from which reading surely passes every record that reaches into the last
-/// segment and every hole a crash may have left: the start of the newest segment that does not
-/// begin inside a record and before which a durable hint proves the log complete. With a
-/// replay start, the earlier of the two.
+/// segment and every hole a crash may have left. Walking back from the newest segment, a
+/// candidate is the first record boundary of a segment, or, when a record runs into that
+/// segment from the one before, the first record boundary of the one before (so the crossing
+/// record is read and checked). A candidate is taken only when a page from there on was written
+/// after the log was durable through it: otherwise an unsynced page of an earlier segment may
+/// have been lost in a crash while later ones survived, and the scan must reach that hole. With
+/// a replay start, the earlier of the two.
 fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
+    let geo = files.geo;
     let oldest = u64::from(files.segments[0].header.start);
     let oldest_first = files
         .first_record_in_segment(oldest)?
-        .unwrap_or_else(|| files.geo.first_body_position(oldest));
+        .unwrap_or_else(|| geo.first_body_position(oldest));
     let mut tail = oldest_first;
-    for seg in files.segments.iter().skip(1).rev() {
+    for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
         let start = u64::from(seg.header.start);
-        let page1 = start + files.geo.page_size;
-        if let Some(h) = files.read_page_header(page1)?
-            && h.rem_len == 0
-        {
-            // Start here only if a page from here on was written when the log was already
-            // durable through this point. Otherwise an unsynced page of an earlier segment may
-            // have been lost in a crash while this one survived: the log ends at that hole,
-            // and the scan must reach it rather than continue after it.
-            let first = files.geo.first_body_position(page1);
-            let proven = files
-                .page_headers_from(page1)?
-                .iter()
-                .filter_map(|p| p.header)
-                .any(|h| u64::from(h.durable_hint) >= first);
-            if proven {
-                tail = first;
-                break;
+        let page1 = start + geo.page_size;
+        let candidate = match files.read_page_header(page1)? {
+            Some(h) if h.rem_len == 0 => Some(geo.first_body_position(page1)),
+            Some(_) => {
+                let previous = u64::from(files.segments[i - 1].header.start);
+                files
+                    .first_record_in_segment(previous)?
+                    .filter(|&first| first < start)
             }
+            None => None,
+        };
+        let Some(first) = candidate else {
+            continue;
+        };
+        let proven = files
+            .page_headers_from(geo.page_start(first))?
+            .iter()
+            .filter_map(|p| p.header)
+            .any(|h| u64::from(h.durable_hint) >= first);
+        if proven {
+            tail = first;
+            break;
         }
     }
     match replay_from {

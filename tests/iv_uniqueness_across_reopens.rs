@@ -5,73 +5,11 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use support::{Recorder, RecordingStorage};
 use walcrypt::format::{PAGE_HEADER_LEN, PageHeader};
-use walcrypt::storage::{FsStorage, Storage, StorageFile};
 use walcrypt::{KeyRing, Lsn, Mode, Reader, Wal};
-
-/// Records the bytes of every write.
-#[derive(Default)]
-struct Recorder {
-    writes: Mutex<Vec<(u64, Vec<u8>)>>,
-}
-
-struct RecordingStorage(Arc<Recorder>);
-struct RecordingFile(Box<dyn StorageFile>, Arc<Recorder>);
-
-impl StorageFile for RecordingFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.1.writes.lock().unwrap().push((offset, buf.to_vec()));
-        self.0.write_all_at(buf, offset)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn file_len(&self) -> std::io::Result<u64> {
-        self.0.file_len()
-    }
-}
-
-impl Storage for RecordingStorage {
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list(dir)
-    }
-    fn open(&self, path: &Path, write: bool) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RecordingFile(
-            FsStorage.open(path, write)?,
-            self.0.clone(),
-        )))
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RecordingFile(
-            FsStorage.create_new(path)?,
-            self.0.clone(),
-        )))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
-        FsStorage.lock_dir(dir)
-    }
-}
 
 #[test]
 fn no_iv_repeats_over_fifty_reopens() {

@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use walcrypt::storage::{FsStorage, Storage, StorageFile};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 /// A small geometry so that tests cross many page and segment boundaries quickly.
@@ -69,4 +72,69 @@ pub fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// What a [`RecordingStorage`] saw: the bytes of every write, and how many bytes were read.
+#[derive(Default)]
+pub struct Recorder {
+    pub writes: Mutex<Vec<(u64, Vec<u8>)>>,
+    pub bytes_read: AtomicU64,
+}
+
+/// The real file system, watched.
+pub struct RecordingStorage(pub Arc<Recorder>);
+struct RecordingFile(Box<dyn StorageFile>, Arc<Recorder>);
+
+impl StorageFile for RecordingFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let n = self.0.read_at(buf, offset)?;
+        self.1.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.1.writes.lock().unwrap().push((offset, buf.to_vec()));
+        self.0.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn file_len(&self) -> std::io::Result<u64> {
+        self.0.file_len()
+    }
+}
+
+impl Storage for RecordingStorage {
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        FsStorage.list(dir)
+    }
+    fn open(&self, path: &Path, write: bool) -> std::io::Result<Box<dyn StorageFile>> {
+        Ok(Box::new(RecordingFile(
+            FsStorage.open(path, write)?,
+            self.0.clone(),
+        )))
+    }
+    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
+        Ok(Box::new(RecordingFile(
+            FsStorage.create_new(path)?,
+            self.0.clone(),
+        )))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        FsStorage.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        FsStorage.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        FsStorage.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        FsStorage.create_dir_all(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
+        FsStorage.lock_dir(dir)
+    }
 }
