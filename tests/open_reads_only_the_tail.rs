@@ -26,7 +26,7 @@ fn open_reads_a_bounded_tail_of_a_long_log() {
         let mut i = 0u64;
         while u64::from(wal.end_lsn()) < 40 * segment {
             let lsn = wal.append(1, &payload(i, 700)).unwrap();
-            if i % 8 == 0 {
+            if i.is_multiple_of(8) {
                 wal.flush(lsn).unwrap();
             }
             i += 1;
