@@ -1,139 +1,125 @@
-//! Command-line options, parsed by hand: every bad value is one clear error line.
+//! Command-line options (clap). Every bad value is clap's one error line and exit code 2.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Parser;
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use walcrypt::{Mode, SyncMode};
 
 use crate::workload::Workload;
 
-pub const USAGE: &str = "\
-walbench: per-record vs page-level WAL encryption, measured side by side
-
-USAGE: walbench [OPTIONS]
-
-OPTIONS:
-  --workload LIST     oltp,bulk,fpw (default: all three)
-  --mode LIST         plaintext,perrecord,pagelevel (default: all three)
-  --threads LIST      appending threads per cell (default: 1,2,4,8)
-  --sync none|data    none: flush hands pages to the OS; data: flush fdatasyncs (default: none)
-  --duration SECS     measured time of one cell in one round (default: 0.3)
-  --rounds N          rounds; every cell runs once per round, modes interleaved,
-                      and the report quotes medians over rounds (default: 3)
-  --work-us US        simulated engine CPU work per transaction, outside any WAL lock,
-                      in microseconds (default: 5)
-  --recovery-mib N    size of each log written for the recovery measurement; 0 skips
-                      recovery (default: 64)
-  --out DIR           where the CSV files and SVG charts go (default: ./walbench-results)
-  --keep              keep the logs (under OUT/logs) for wal-dump; default: a temporary
-                      directory, removed at exit
-  --model-cores N     the scaling model predicts up to N cores (default: 32)
-  --no-progress       no progress bar
-  -h, --help          this text
-";
-
-/// Everything a run needs to know.
-#[derive(Debug, Clone)]
+/// walbench: per-record vs page-level WAL encryption, measured side by side.
+///
+/// Lists are comma-separated (`--threads 1,2,4,8`); repeated items count once, and a later
+/// occurrence of an option replaces an earlier one.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "walbench")]
 pub struct Args {
-    pub workloads: Vec<Workload>,
-    pub modes: Vec<Mode>,
-    pub threads: Vec<usize>,
+    /// Workloads: oltp, bulk, fpw
+    #[arg(
+        long = "workload",
+        visible_alias = "workloads",
+        value_name = "LIST",
+        default_value = "oltp,bulk,fpw",
+        value_parser = workload_list
+    )]
+    pub workloads: ::std::vec::Vec<Workload>,
+
+    /// Modes: plaintext, perrecord, pagelevel
+    #[arg(
+        long = "mode",
+        visible_alias = "modes",
+        value_name = "LIST",
+        default_value = "plaintext,perrecord,pagelevel",
+        value_parser = mode_list
+    )]
+    pub modes: ::std::vec::Vec<Mode>,
+
+    /// Appending threads per cell, each from 1 to 1024 (run in ascending order)
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "1,2,4,8",
+        value_parser = thread_list
+    )]
+    pub threads: ::std::vec::Vec<usize>,
+
+    /// none: flush hands pages to the OS; data: flush fdatasyncs
+    #[arg(
+        long,
+        value_name = "none|data",
+        default_value = "none",
+        value_parser = PossibleValuesParser::new(["none", "data"]).map(|s| sync_mode(&s))
+    )]
     pub sync: SyncMode,
+
+    /// Measured time of one cell in one round, in seconds (more than 0, at most 3600)
+    #[arg(
+        long,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        default_value = "0.3",
+        value_parser = seconds
+    )]
     pub duration: Duration,
+
+    /// Rounds: every cell runs once per round, modes interleaved, and the report quotes
+    /// medians over rounds
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 3,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1000)
+    )]
     pub rounds: usize,
+
+    /// Simulated engine CPU work per transaction, outside any WAL lock, in microseconds
+    #[arg(long, value_name = "US", default_value_t = 5.0, value_parser = micros, allow_negative_numbers = true)]
     pub work_us: f64,
+
+    /// Simulated redo work per replayed record in the recovery measurement, in microseconds:
+    /// the payload is copied into an 8 KiB page image, then this much calibrated CPU work.
+    /// Recovery is timed both without it (decode only) and with it; 0 times decode only
+    #[arg(long, value_name = "US", default_value_t = 1.0, value_parser = micros, allow_negative_numbers = true)]
+    pub apply_us: f64,
+
+    /// Size of each log written for the recovery measurement, in MiB; 0 skips recovery
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 32,
+        value_parser = RangedU64ValueParser::<u64>::new().range(0..=1 << 20)
+    )]
     pub recovery_mib: u64,
+
+    /// Where the CSV files and SVG charts go
+    #[arg(long, value_name = "DIR", default_value = "walbench-results")]
     pub out: PathBuf,
+
+    /// Keep the logs (under OUT/logs) for wal-dump; default: a temporary directory, removed
+    /// at exit
+    #[arg(long)]
     pub keep: bool,
+
+    /// The scaling model predicts up to N cores
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 32,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=4096)
+    )]
     pub model_cores: usize,
-    pub progress: bool,
+
+    /// No progress bar
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
-impl Default for Args {
-    fn default() -> Args {
-        Args {
-            workloads: Workload::ALL.to_vec(),
-            modes: Mode::ALL.to_vec(),
-            threads: vec![1, 2, 4, 8],
-            sync: SyncMode::Buffered,
-            duration: Duration::from_millis(300),
-            rounds: 3,
-            work_us: 5.0,
-            recovery_mib: 64,
-            out: PathBuf::from("walbench-results"),
-            keep: false,
-            model_cores: 32,
-            progress: true,
-        }
-    }
-}
-
-/// What the command line asked for.
-pub enum Parsed {
-    Run(Args),
-    Help,
-}
-
-pub fn parse(mut argv: impl Iterator<Item = String>) -> Result<Parsed, String> {
-    let mut args = Args::default();
-    while let Some(flag) = argv.next() {
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (flag, None),
-        };
-        let mut value = || -> Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| argv.next())
-                .ok_or_else(|| format!("{flag} needs a value (see --help)"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "--workload" | "--workloads" => {
-                args.workloads = list(&value()?, "workload", |s| s.parse())?
-            }
-            "--mode" | "--modes" => args.modes = list(&value()?, "mode", |s| s.parse())?,
-            "--threads" => {
-                args.threads = list(&value()?, "thread count", |s| match s.parse::<usize>() {
-                    Ok(n) if (1..=1024).contains(&n) => Ok(n),
-                    _ => Err(format!("`{s}` is not a thread count from 1 to 1024")),
-                })?;
-                args.threads.sort_unstable();
-                args.threads.dedup();
-            }
-            "--sync" => {
-                args.sync = match value()?.as_str() {
-                    "none" => SyncMode::Buffered,
-                    "data" => SyncMode::Durable,
-                    other => return Err(format!("--sync `{other}`: expected none or data")),
-                }
-            }
-            "--duration" => {
-                let v = value()?;
-                let secs = positive(&v, "--duration")?;
-                args.duration = Duration::from_secs_f64(secs);
-            }
-            "--rounds" => args.rounds = count(&value()?, "--rounds", 1, 1000)?,
-            "--work-us" => {
-                let v = value()?;
-                args.work_us = match v.parse::<f64>() {
-                    Ok(x) if x.is_finite() && (0.0..=1e6).contains(&x) => x,
-                    _ => return Err(format!("--work-us `{v}`: expected 0 to 1000000")),
-                }
-            }
-            "--recovery-mib" => {
-                args.recovery_mib = count(&value()?, "--recovery-mib", 0, 1 << 20)? as u64
-            }
-            "--out" => args.out = PathBuf::from(value()?),
-            "--keep" => args.keep = true,
-            "--model-cores" => args.model_cores = count(&value()?, "--model-cores", 1, 4096)?,
-            "--no-progress" => args.progress = false,
-            other => return Err(format!("unknown option `{other}` (see --help)")),
-        }
-    }
-    Ok(Parsed::Run(args))
-}
-
+/// Comma-separated items, blanks skipped, each kept once in first-seen order.
 fn list<T: PartialEq>(
     v: &str,
     what: &str,
@@ -152,44 +138,129 @@ fn list<T: PartialEq>(
     Ok(out)
 }
 
-fn positive(v: &str, flag: &str) -> Result<f64, String> {
-    match v.parse::<f64>() {
-        Ok(x) if x.is_finite() && x > 0.0 && x <= 3600.0 => Ok(x),
-        _ => Err(format!(
-            "{flag} `{v}`: expected seconds, more than 0 and at most 3600"
-        )),
+fn workload_list(v: &str) -> Result<Vec<Workload>, String> {
+    list(v, "workload", str::parse)
+}
+
+fn mode_list(v: &str) -> Result<Vec<Mode>, String> {
+    list(v, "mode", str::parse)
+}
+
+fn thread_list(v: &str) -> Result<Vec<usize>, String> {
+    let mut threads = list(v, "thread count", |s| match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a thread count from 1 to 1024")),
+    })?;
+    threads.sort_unstable();
+    Ok(threads)
+}
+
+fn sync_mode(v: &str) -> SyncMode {
+    if v == "data" {
+        SyncMode::Durable
+    } else {
+        SyncMode::Buffered
     }
 }
 
-fn count(v: &str, flag: &str, min: usize, max: usize) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{flag} `{v}`: expected a whole number from {min} to {max}"
-        )),
+fn seconds(v: &str) -> Result<Duration, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 3600.0 => Ok(Duration::from_secs_f64(x)),
+        _ => Err("expected seconds, more than 0 and at most 3600".into()),
+    }
+}
+
+fn micros(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=1e6).contains(&x) => Ok(x),
+        _ => Err("expected microseconds from 0 to 1000000".into()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
 
-    fn parse_str(s: &str) -> Result<Parsed, String> {
-        parse(s.split_whitespace().map(String::from))
+    fn parse_str(s: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("walbench").chain(s.split_whitespace()))
+    }
+
+    #[test]
+    fn command_is_well_formed() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let a = parse_str("").expect("no options should parse");
+        assert_eq!(a.workloads, Workload::ALL.to_vec());
+        assert_eq!(a.modes, Mode::ALL.to_vec());
+        assert_eq!(a.threads, vec![1, 2, 4, 8]);
+        assert_eq!(a.sync, SyncMode::Buffered);
+        assert_eq!(a.duration, Duration::from_millis(300));
+        assert_eq!(a.rounds, 3);
+        assert_eq!(a.work_us, 5.0);
+        assert_eq!(a.apply_us, 1.0);
+        assert_eq!(a.recovery_mib, 32);
+        assert_eq!(a.out, PathBuf::from("walbench-results"));
+        assert!(!a.keep && !a.no_progress);
+        assert_eq!(a.model_cores, 32);
     }
 
     #[test]
     fn parses_lists_and_rejects_garbage() {
-        let Ok(Parsed::Run(a)) = parse_str("--threads 8,1,2 --mode pagelevel --sync=data") else {
-            panic!("should parse");
-        };
+        let a = parse_str(
+            "--threads 8,1,2,1 --mode pagelevel --sync=data --workload fpw,oltp,fpw --apply-us 0 \
+             --duration 0.1 --rounds 1 --recovery-mib 0 --keep --no-progress --out x",
+        )
+        .expect("should parse");
         assert_eq!(a.threads, vec![1, 2, 8]);
         assert_eq!(a.modes, vec![Mode::PageLevel]);
+        assert_eq!(a.workloads, vec![Workload::Fpw, Workload::Oltp]);
         assert_eq!(a.sync, SyncMode::Durable);
-        assert!(parse_str("--threads 0").is_err());
-        assert!(parse_str("--duration -1").is_err());
-        assert!(parse_str("--workload nope").is_err());
-        assert!(parse_str("--bogus").is_err());
-        assert!(parse_str("--out").is_err());
+        assert_eq!(a.apply_us, 0.0);
+        assert_eq!(a.duration, Duration::from_millis(100));
+        assert_eq!((a.rounds, a.recovery_mib), (1, 0));
+        assert!(a.keep && a.no_progress);
+        assert_eq!(a.out, PathBuf::from("x"));
+        // The old spellings still work.
+        let a = parse_str("--workloads bulk --modes plaintext,perrecord").expect("aliases");
+        assert_eq!(a.workloads, vec![Workload::Bulk]);
+        assert_eq!(a.modes, vec![Mode::Plaintext, Mode::PerRecord]);
+
+        for bad in [
+            "--threads 0",
+            "--threads 1,x",
+            "--threads ,",
+            "--duration -1",
+            "--duration 0",
+            "--rounds 0",
+            "--work-us nan",
+            "--apply-us -1",
+            "--sync full",
+            "--workload nope",
+            "--mode aes",
+            "--model-cores 0",
+            "--bogus",
+            "--out",
+        ] {
+            let Err(e) = parse_str(bad) else {
+                panic!("`{bad}` should fail");
+            };
+            assert_eq!(e.exit_code(), 2, "`{bad}`: {e}");
+        }
+    }
+
+    #[test]
+    fn help_is_not_an_error_exit() {
+        let e = parse_str("--help").expect_err("help stops parsing");
+        assert_eq!(e.kind(), ErrorKind::DisplayHelp);
+        assert_eq!(e.exit_code(), 0);
+        let help = e.to_string();
+        for opt in ["--threads", "--apply-us", "--recovery-mib", "--no-progress"] {
+            assert!(help.contains(opt), "help lacks {opt}");
+        }
     }
 }

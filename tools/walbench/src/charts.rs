@@ -77,70 +77,85 @@ pub fn line_panels(
     Ok(())
 }
 
-/// Grouped bars: one group per workload, one bar per mode.
-pub fn bars(
+/// One bar panel: a title and one (group name, (mode, value) bars) entry per group.
+pub struct BarPanel {
+    pub title: String,
+    pub groups: Vec<(String, Vec<(Mode, f64)>)>,
+}
+
+/// Bar panels side by side; in each, one group per workload and one bar per mode. Each panel
+/// has its own y scale from zero.
+pub fn bar_panels(
     path: &Path,
     title: &str,
     y_label: &str,
-    groups: &[(String, Vec<(Mode, f64)>)],
+    panels: &[BarPanel],
 ) -> Result<(), BoxError> {
-    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    let width = 560 * panels.len().max(1) as u32;
+    let root = SVGBackend::new(path, (width, 420)).into_drawing_area();
     root.fill(&WHITE)?;
-    let y_max = groups
-        .iter()
-        .flat_map(|(_, b)| b.iter().map(|x| x.1))
-        .filter(|y| y.is_finite())
-        .fold(1.0f64, f64::max)
-        * 1.15;
-    let n = groups.len().max(1) as f64;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(32)
-        .y_label_area_size(62)
-        .build_cartesian_2d(0f64..n, 0f64..y_max)?;
-    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(groups.len() * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 0.01 {
-                names.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .y_desc(y_label)
-        .y_label_formatter(&|y| short(*y))
-        .draw()?;
-    for mode in Mode::ALL {
-        let color = mode_color(mode);
-        let slot = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0) as f64;
-        let rects: Vec<_> = groups
+    let root = root.titled(title, ("sans-serif", 18))?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (area, panel) in areas.iter().zip(panels) {
+        let groups = &panel.groups;
+        let y_max = groups
             .iter()
-            .enumerate()
-            .filter_map(|(i, (_, bars))| {
-                let v = bars.iter().find(|b| b.0 == mode)?.1;
-                let x0 = i as f64 + 0.1 + slot * 0.27;
-                Some(Rectangle::new([(x0, 0.0), (x0 + 0.25, v)], color.filled()))
+            .flat_map(|(_, b)| b.iter().map(|x| x.1))
+            .filter(|y| y.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.15;
+        let n = groups.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 15))
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(62)
+            .build_cartesian_2d(0f64..n, 0f64..y_max)?;
+        let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(groups.len() * 2 + 1)
+            .x_label_formatter(&|x| {
+                let i = x.floor() as usize;
+                if (x - x.floor() - 0.5).abs() < 0.01 {
+                    names.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
-            .collect();
-        if rects.is_empty() {
-            continue;
+            .y_desc(y_label)
+            .y_label_formatter(&|y| short(*y))
+            .draw()?;
+        for mode in Mode::ALL {
+            let color = mode_color(mode);
+            let slot = Mode::ALL.iter().position(|m| *m == mode).unwrap_or(0) as f64;
+            let rects: Vec<_> = groups
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, bars))| {
+                    let v = bars.iter().find(|b| b.0 == mode)?.1;
+                    let x0 = i as f64 + 0.1 + slot * 0.27;
+                    Some(Rectangle::new([(x0, 0.0), (x0 + 0.25, v)], color.filled()))
+                })
+                .collect();
+            if rects.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(rects)?
+                .label(mode.name())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
         }
         chart
-            .draw_series(rects)?
-            .label(mode.name())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -148,8 +163,10 @@ pub fn bars(
 fn short(y: f64) -> String {
     if y >= 1e6 {
         format!("{:.1}M", y / 1e6)
-    } else if y >= 1e3 {
+    } else if y >= 1e4 {
         format!("{:.0}k", y / 1e3)
+    } else if y >= 1e3 {
+        format!("{:.1}k", y / 1e3)
     } else {
         format!("{y:.0}")
     }

@@ -2,8 +2,9 @@
 //!
 //! Runs every (workload, mode, threads) cell for a few rounds with the modes interleaved,
 //! reports medians and ratios to plaintext measured side by side, times crash recovery of a
-//! large log per mode, fits a scaling model to the measured lock hold times, and writes CSV
-//! files and SVG charts. See docs/BENCHMARKS.md.
+//! large log per mode (decode only and with simulated redo per record), fits a scaling model
+//! to the measured lock hold times, and writes CSV files and SVG charts. See
+//! docs/BENCHMARKS.md.
 
 mod args;
 mod charts;
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use walcrypt::{KeyRing, Mode};
+use walcrypt::KeyRing;
 
-use crate::args::{Args, Parsed};
+use crate::args::Args;
 use crate::report::RecoveryRuns;
 use crate::run::{BoxError, CellSpec};
 use crate::workload::{EngineWork, Workload};
@@ -30,25 +32,14 @@ use crate::workload::{EngineWork, Workload};
 const RECOVERY_REPEATS: usize = 3;
 
 fn main() -> ExitCode {
-    let parsed = match args::parse(std::env::args().skip(1)) {
-        Ok(p) => p,
+    // Bad options: clap prints one error line and exits with code 2.
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("walbench: error: {e}");
-            return ExitCode::from(2);
+            ExitCode::FAILURE
         }
-    };
-    match parsed {
-        Parsed::Help => {
-            print!("{}", args::USAGE);
-            ExitCode::SUCCESS
-        }
-        Parsed::Run(args) => match run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("walbench: error: {e}");
-                ExitCode::FAILURE
-            }
-        },
     }
 }
 
@@ -69,16 +60,24 @@ fn run(args: &Args) -> Result<(), BoxError> {
     };
     let keys = KeyRing::generate()?;
     let work = EngineWork::calibrate(args.work_us);
+    // Recovery is timed decode-only and, unless --apply-us is 0, with simulated redo.
+    let mut applies = vec![Apply::DECODE_ONLY];
+    if args.apply_us > 0.0 {
+        applies.push(Apply {
+            us: args.apply_us,
+            work: Some(EngineWork::calibrate(args.apply_us)),
+        });
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    print_header(args, work, cores);
+    print_header(args, work, &applies, cores);
 
     let cells_total = args.rounds * args.workloads.len() * args.threads.len() * args.modes.len();
     let recovery_total = if args.recovery_mib > 0 {
-        args.workloads.len() * args.modes.len() * (RECOVERY_REPEATS + 2)
+        args.workloads.len() * args.modes.len() * (RECOVERY_REPEATS * applies.len() + 2)
     } else {
         0
     };
-    let bar = progress_bar(args.progress, (cells_total + recovery_total) as u64);
+    let bar = progress_bar(!args.no_progress, (cells_total + recovery_total) as u64);
 
     let mut cells = Vec::with_capacity(cells_total);
     for round in 0..args.rounds {
@@ -120,7 +119,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut recoveries = Vec::new();
     if args.recovery_mib > 0 {
         for &workload in &args.workloads {
-            recoveries.extend(recovery(args, &keys, &log_base, workload, &bar)?);
+            recoveries.extend(recovery(args, &keys, &log_base, workload, &applies, &bar)?);
         }
     }
     bar.finish_and_clear();
@@ -140,7 +139,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let rec_summary = report::summarize_recovery(&recoveries);
     if !rec_summary.is_empty() {
         println!(
-            "RECOVERY (open_and_replay of a {} MiB log written without checkpoints and dropped without close; medians of {RECOVERY_REPEATS}; x_ = ratio to plaintext)",
+            "RECOVERY (open_and_replay of a {} MiB log written without checkpoints and dropped without close; medians of {RECOVERY_REPEATS}; apply = simulated redo per record (none = decode only; else an 8 KiB page copy + that much CPU); x_ = ratio to plaintext, same apply)",
             args.recovery_mib
         );
         println!("{}", report::recovery_table(&rec_summary));
@@ -167,11 +166,28 @@ fn run(args: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// `modes` starting at `by % len`: each round and thread count starts with another mode, so
-/// no mode always runs first (or last) on a machine whose load drifts.
-fn rotated(modes: &[Mode], by: usize) -> Vec<Mode> {
-    let k = by % modes.len().max(1);
-    modes[k..].iter().chain(&modes[..k]).copied().collect()
+/// `items` starting at `by % len`: each round and thread count starts with another mode (and
+/// each recovery repeat with another apply kind), so none always runs first (or last) on a
+/// machine whose load drifts.
+fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
+    let k = by % items.len().max(1);
+    items[k..].iter().chain(&items[..k]).copied().collect()
+}
+
+/// How a recovery replay treats each record.
+#[derive(Debug, Clone, Copy)]
+struct Apply {
+    /// Simulated redo per record in microseconds (0: decode only).
+    us: f64,
+    /// The calibrated redo loop; `None` for decode only.
+    work: Option<EngineWork>,
+}
+
+impl Apply {
+    const DECODE_ONLY: Apply = Apply {
+        us: 0.0,
+        work: None,
+    };
 }
 
 fn recovery(
@@ -179,6 +195,7 @@ fn recovery(
     keys: &KeyRing,
     base: &Path,
     workload: Workload,
+    applies: &[Apply],
     bar: &ProgressBar,
 ) -> Result<Vec<RecoveryRuns>, BoxError> {
     let bytes = args.recovery_mib << 20;
@@ -190,25 +207,46 @@ fn recovery(
         let log_bytes = run::write_recovery_log(&dir, keys, workload, mode, bytes)
             .map_err(|e| format!("recovery log {} {}: {e}", workload.name(), mode))?;
         // Warm-up: the first open may settle the torn tail; later replays see the same log.
-        run::replay(&dir, keys, mode)?;
+        run::replay(&dir, keys, mode, None)?;
         bar.inc(2);
-        runs.push(RecoveryRuns {
-            workload,
-            mode,
-            log_bytes,
-            runs: Vec::new(),
-        });
+        for apply in applies {
+            runs.push(RecoveryRuns {
+                workload,
+                mode,
+                apply_us: apply.us,
+                log_bytes,
+                runs: Vec::new(),
+            });
+        }
     }
+    // Every repeat replays each log both ways, back to back, with the order of modes and of
+    // apply kinds rotating, so drifting machine load hits every combination alike.
     for rep in 0..RECOVERY_REPEATS {
-        for mode in rotated(&args.modes, rep) {
-            bar.set_message(format!("recovery: replaying {} {}", workload.name(), mode));
-            let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-            let r = run::replay(&dir, keys, mode)
-                .map_err(|e| format!("replay {} {}: {e}", workload.name(), mode))?;
-            if let Some(slot) = runs.iter_mut().find(|x| x.mode == mode) {
-                slot.runs.push(r);
+        for (mi, mode) in rotated(&args.modes, rep).into_iter().enumerate() {
+            for apply in rotated(applies, rep + mi) {
+                bar.set_message(format!(
+                    "recovery: replaying {} {} apply {}",
+                    workload.name(),
+                    mode,
+                    report::apply_label(apply.us)
+                ));
+                let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
+                let r = run::replay(&dir, keys, mode, apply.work).map_err(|e| {
+                    format!(
+                        "replay {} {} apply {}: {e}",
+                        workload.name(),
+                        mode,
+                        report::apply_label(apply.us)
+                    )
+                })?;
+                if let Some(slot) = runs
+                    .iter_mut()
+                    .find(|x| x.mode == mode && x.apply_us == apply.us)
+                {
+                    slot.runs.push(r);
+                }
+                bar.inc(1);
             }
-            bar.inc(1);
         }
     }
     if !args.keep {
@@ -216,6 +254,12 @@ fn recovery(
             remove_dir(&base.join(format!("recovery-{}-{}", workload.name(), mode)));
         }
     }
+    // Rows: decode only first, then with apply; modes in the order asked.
+    runs.sort_by_key(|r| {
+        let a = applies.iter().position(|x| x.us == r.apply_us).unwrap_or(0);
+        let m = args.modes.iter().position(|x| *x == r.mode).unwrap_or(0);
+        (a, m)
+    });
     Ok(runs)
 }
 
@@ -282,26 +326,42 @@ fn draw_charts(
         &modelled,
     )?;
     if !recovery.is_empty() {
-        let groups: Vec<(String, Vec<(Mode, f64)>)> = args
-            .workloads
+        let mut applies: Vec<f64> = Vec::new();
+        for r in recovery {
+            if !applies.contains(&r.apply_us) {
+                applies.push(r.apply_us);
+            }
+        }
+        let panels: Vec<charts::BarPanel> = applies
             .iter()
-            .map(|&w| {
-                let bars = recovery
+            .map(|&a| charts::BarPanel {
+                title: if a > 0.0 {
+                    format!("with apply: 8 KiB page copy + {a:.1} us CPU per record")
+                } else {
+                    "decode only (no apply)".to_string()
+                },
+                groups: args
+                    .workloads
                     .iter()
-                    .filter(|r| r.workload == w)
-                    .map(|r| (r.mode, r.mb_per_s))
-                    .collect();
-                (w.name().to_string(), bars)
+                    .map(|&w| {
+                        let bars = recovery
+                            .iter()
+                            .filter(|r| r.workload == w && r.apply_us == a)
+                            .map(|r| (r.mode, r.mb_per_s))
+                            .collect();
+                        (w.name().to_string(), bars)
+                    })
+                    .collect(),
             })
             .collect();
-        charts::bars(
+        charts::bar_panels(
             &args.out.join("recovery.svg"),
             &format!(
-                "walbench: recovery replay MB/s ({} MiB log, page cache warm)",
+                "walbench: recovery replay MB/s of log ({} MiB log, page cache warm)",
                 args.recovery_mib
             ),
             "MB/s",
-            &groups,
+            &panels,
         )?;
     }
     Ok(())
@@ -320,7 +380,7 @@ fn progress_bar(enabled: bool, total: u64) -> ProgressBar {
     bar
 }
 
-fn print_header(args: &Args, work: EngineWork, cores: usize) {
+fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) {
     let cmd: Vec<String> = std::env::args().collect();
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -348,6 +408,24 @@ fn print_header(args: &Args, work: EngineWork, cores: usize) {
         work.iterations(),
         args.threads
     );
+    if args.recovery_mib > 0 {
+        let with: Vec<String> = applies
+            .iter()
+            .map(|a| match a.work {
+                Some(w) => format!(
+                    "apply {} us/record (8 KiB page copy + {} loop iterations)",
+                    a.us,
+                    w.iterations()
+                ),
+                None => "decode only".to_string(),
+            })
+            .collect();
+        println!(
+            "recovery: {} MiB log per workload and mode, replayed {}",
+            args.recovery_mib,
+            with.join(" and ")
+        );
+    }
     for w in &args.workloads {
         let recs: Vec<String> = w.records().iter().map(|(_, l)| l.to_string()).collect();
         println!(

@@ -224,19 +224,32 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
     s
 }
 
-/// Replays of one (workload, mode) log.
+/// Replays of one (workload, mode) log with one kind of apply.
 #[derive(Debug, Clone)]
 pub struct RecoveryRuns {
     pub workload: Workload,
     pub mode: Mode,
+    /// Simulated redo per record in microseconds; 0 = decode only (a callback that only
+    /// touches the payload).
+    pub apply_us: f64,
     pub log_bytes: u64,
     pub runs: Vec<Replay>,
+}
+
+/// `none` for decode only, else the simulated redo per record, e.g. `1.0us`.
+pub fn apply_label(apply_us: f64) -> String {
+    if apply_us > 0.0 {
+        format!("{apply_us:.1}us")
+    } else {
+        "none".into()
+    }
 }
 
 #[derive(Debug, Clone)]
 pub struct RecoverySummary {
     pub workload: Workload,
     pub mode: Mode,
+    pub apply_us: f64,
     pub log_mib: f64,
     pub records: u64,
     pub wall_s: f64,
@@ -247,12 +260,14 @@ pub struct RecoverySummary {
     pub user_ratio: f64,
 }
 
+/// Medians per (workload, mode, apply); ratios against the plaintext replay of the same
+/// workload, apply and repeat, then the median over repeats.
 pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
     all.iter()
         .map(|r| {
-            let base = all
-                .iter()
-                .find(|b| b.workload == r.workload && b.mode == Mode::Plaintext);
+            let base = all.iter().find(|b| {
+                b.workload == r.workload && b.apply_us == r.apply_us && b.mode == Mode::Plaintext
+            });
             let per_run = |f: &dyn Fn(&Replay) -> f64| {
                 let Some(base) = base else {
                     return f64::NAN;
@@ -269,6 +284,7 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
             RecoverySummary {
                 workload: r.workload,
                 mode: r.mode,
+                apply_us: r.apply_us,
                 log_mib: r.log_bytes as f64 / (1 << 20) as f64,
                 records: r.runs.first().map_or(0, |x| x.records),
                 wall_s,
@@ -286,14 +302,25 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<9} {:>7} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7}",
-        "load", "mode", "log MiB", "records", "wall s", "usr s", "sys s", "MB/s", "x_wall", "x_usr"
+        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7}",
+        "load",
+        "apply",
+        "mode",
+        "log MiB",
+        "records",
+        "wall s",
+        "usr s",
+        "sys s",
+        "MB/s",
+        "x_wall",
+        "x_usr"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<9} {:>7.1} {:>9} {:>8.3} {:>7.3} {:>7.3} {:>8.0} {:>7} {:>7}",
+            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>8.3} {:>7.3} {:>7.3} {:>8.0} {:>7} {:>7}",
             r.workload.name(),
+            apply_label(r.apply_us),
             r.mode.name(),
             r.log_mib,
             r.records,
@@ -310,14 +337,16 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
 
 pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
     let mut s = String::from(
-        "workload,mode,log_mib,records,wall_s,user_cpu_s,sys_cpu_s,mb_per_s,\
-         wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
+        "workload,apply,apply_us_per_record,mode,log_mib,records,wall_s,user_cpu_s,sys_cpu_s,\
+         mb_per_s,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{:.4}",
+            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{:.4}",
             r.workload.name(),
+            apply_label(r.apply_us),
+            r.apply_us,
             r.mode.name(),
             r.log_mib,
             r.records,

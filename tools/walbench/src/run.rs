@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
 
 use crate::cpu::CpuTime;
-use crate::workload::{EngineWork, Workload, payload};
+use crate::workload::{EngineWork, RedoApply, Workload, payload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -220,16 +220,30 @@ pub struct Replay {
     pub records: u64,
 }
 
-pub fn replay(dir: &Path, keys: &KeyRing, mode: Mode) -> Result<Replay, BoxError> {
+/// Replays the whole log at `dir`. With `apply`, every record goes through simulated redo
+/// ([`RedoApply`]) inside the callback; without, the callback only touches the payload
+/// (decode only).
+pub fn replay(
+    dir: &Path,
+    keys: &KeyRing,
+    mode: Mode,
+    apply: Option<EngineWork>,
+) -> Result<Replay, BoxError> {
     let config = Config::new(mode)
         .keys(keys.clone())
         .sync(SyncMode::Buffered);
+    let mut redo = apply.map(RedoApply::new);
     let mut records = 0u64;
     let cpu0 = CpuTime::now();
     let started = Instant::now();
     let wal = Wal::open_and_replay(dir, config, Lsn::default(), |record| {
         records += 1;
-        std::hint::black_box(&record.payload);
+        match redo.as_mut() {
+            Some(redo) => redo.apply(&record.payload),
+            None => {
+                std::hint::black_box(&record.payload);
+            }
+        }
         Ok(())
     })?;
     let wall = started.elapsed().as_secs_f64();
