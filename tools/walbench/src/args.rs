@@ -85,7 +85,8 @@ pub struct Args {
     #[arg(long, value_name = "US", default_value_t = 1.0, value_parser = micros, allow_negative_numbers = true)]
     pub apply_us: f64,
 
-    /// Size of each log written for the recovery measurement, in MiB; 0 skips recovery
+    /// Payload MiB of each log written for the recovery measurement (the same records in
+    /// every mode); 0 skips recovery
     #[arg(
         long,
         value_name = "N",
