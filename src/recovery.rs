@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::crypto::{Keys, random_u64};
 use crate::error::{Error, Result};
 use crate::format::{self, Geometry, SegmentHeader};
-use crate::reader::{Cursor, LogFiles, Record, Step, list_segments};
+use crate::reader::{Cursor, LogFiles, Record, Step, Stored, list_segments};
 use crate::writer::{Resume, TMP_SUFFIX, Wal, create_segment};
 
 impl Wal {
@@ -71,7 +71,7 @@ fn validate(config: &Config) -> Result<()> {
     Ok(())
 }
 
-fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
+fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     validate(&config)?;
     let storage = config.storage.clone();
     storage
@@ -119,16 +119,44 @@ fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
         });
     }
     let scan_from = scan_start(&files, replay.as_ref().map(|(from, _)| *from))?;
-    let mut cursor = Cursor::new(&files, scan_from);
+    let ScanEnd { end, tail_page } = match replay {
+        None => read_to_end(&files, scan_from, |_| Ok(()))?,
+        Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, replay)?,
+    };
+    truncate_after(&files, end)?;
+    let needs_switch = needs_new_segment(&files, &keys, end);
+    let resume = Resume {
+        log_id: files.log_id,
+        geo: files.geo,
+        end,
+        tail_page,
+    };
+    drop(files);
+    let wal = Wal::start(dir, &config, keys, resume, lock)?;
+    if needs_switch {
+        wal.switch_segment()?;
+    }
+    Ok(wal)
+}
+
+/// Where the valid log ends, and the valid prefix of the page holding the end.
+struct ScanEnd {
+    end: u64,
+    tail_page: Option<(Vec<u8>, u32)>,
+}
+
+/// Reads every record from `start` to the end of the valid log, handing each to `deliver`.
+/// Damage that later pages prove was durable is an error; otherwise the first invalid record
+/// is the end.
+fn read_to_end(
+    files: &LogFiles,
+    start: u64,
+    mut deliver: impl FnMut(Stored) -> Result<()>,
+) -> Result<ScanEnd> {
+    let mut cursor = Cursor::new(files, start);
     let end = loop {
         match cursor.next()? {
-            Step::Record(stored) => {
-                if let Some((from, replay)) = replay.as_mut()
-                    && stored.lsn >= *from
-                {
-                    replay(stored.into_record(Some(&keys))?)?;
-                }
-            }
+            Step::Record(stored) => deliver(stored)?,
             Step::End(invalid) => {
                 if let Some(error) = files.classify(invalid.clone())? {
                     return Err(error);
@@ -138,21 +166,73 @@ fn open(dir: &Path, config: Config, mut replay: Replay<'_>) -> Result<Wal> {
         }
     };
     let tail_page = tail_prefix(&mut cursor, files.geo, end)?;
-    truncate_after(&files, end)?;
-    let needs_switch = needs_new_segment(&files, &keys, end);
-    let resume = Resume {
-        log_id: files.log_id,
-        geo: files.geo,
-        end,
-        tail_page,
-    };
-    drop(cursor);
-    drop(files);
-    let wal = Wal::start(dir, &config, keys, resume, lock)?;
-    if needs_switch {
-        wal.switch_segment()?;
-    }
-    Ok(wal)
+    Ok(ScanEnd { end, tail_page })
+}
+
+/// Records per batch handed from the reading thread to the replaying one.
+const REPLAY_BATCH_RECORDS: usize = 256;
+/// Payload bytes after which a batch is handed over early.
+const REPLAY_BATCH_BYTES: usize = 1 << 20;
+/// Batches in flight: bounds the memory of the pipeline to a few MiB.
+const REPLAY_PIPELINE_DEPTH: usize = 4;
+
+/// Replays in two stages on two threads: a reader thread reads pages, checks CRCs and decrypts
+/// (perrecord) while the calling thread runs `replay` on the previous batch, in LSN order. When
+/// applying records costs more than decoding them, as in an engine's redo, decryption is hidden
+/// behind it. A failing callback stops the reader; its error is returned.
+fn replay_pipelined(
+    files: &LogFiles,
+    keys: &Keys,
+    start: u64,
+    from: Lsn,
+    replay: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<ScanEnd> {
+    let (batches, received) = crossbeam::channel::bounded::<Vec<Record>>(REPLAY_PIPELINE_DEPTH);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let mut batch = Vec::with_capacity(REPLAY_BATCH_RECORDS);
+            let mut batch_bytes = 0;
+            let scanned = read_to_end(files, start, |stored| {
+                if stored.lsn < from {
+                    return Ok(());
+                }
+                let record = stored.into_record(Some(keys))?;
+                batch_bytes += record.payload.len();
+                batch.push(record);
+                if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
+                    batch_bytes = 0;
+                    let full =
+                        std::mem::replace(&mut batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
+                    // A closed channel means the callback failed; its error is what the caller
+                    // sees, so this one only stops the reading.
+                    batches
+                        .send(full)
+                        .map_err(|_| Error::Poisoned("replay stopped by its callback".into()))?;
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                let _ = batches.send(batch);
+            }
+            Ok(scanned)
+        });
+        let mut applied = Ok(());
+        'batches: for batch in received.iter() {
+            for record in batch {
+                if let Err(e) = replay(record) {
+                    applied = Err(e);
+                    break 'batches;
+                }
+            }
+        }
+        drop(received);
+        let scanned = match reader.join() {
+            Ok(scanned) => scanned,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        applied?;
+        scanned
+    })
 }
 
 /// Removes segment files left half-made by a crash or a failed creation.

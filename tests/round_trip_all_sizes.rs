@@ -100,3 +100,42 @@ fn reading_from_a_position_inside_a_record_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_failing_replay_callback_aborts_the_open_with_its_error() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = small_config(mode, &keys);
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        // Enough records for several batches between the reading and the replaying thread.
+        let records: Vec<_> = (0..2000).map(|i| (1u8, payload(i, 20))).collect();
+        let lsns = support::append_all(&wal, &records);
+        wal.close().unwrap();
+
+        let mut seen = Vec::new();
+        let failed = Wal::open_and_replay(dir.path(), config.clone(), Lsn::default(), |r| {
+            if seen.len() == 700 {
+                return Err(walcrypt::Error::Config(
+                    "the engine refused record 700".into(),
+                ));
+            }
+            seen.push(r.lsn);
+            Ok(())
+        });
+        match failed {
+            Err(walcrypt::Error::Config(why)) => assert!(why.contains("700")),
+            other => panic!("{mode}: expected the callback's error, got {other:?}"),
+        }
+        assert_eq!(seen, lsns[..700].to_vec(), "{mode}");
+        // Nothing was changed: the next open replays everything.
+        let mut all = 0;
+        let wal = Wal::open_and_replay(dir.path(), config, Lsn::default(), |_| {
+            all += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(all, 2000, "{mode}");
+        drop(wal);
+    }
+}
