@@ -365,18 +365,26 @@ pub(crate) struct Stored {
 }
 
 impl Stored {
-    /// Decrypts the payload in place (perrecord) and returns the record.
-    pub(crate) fn into_record(self, keys: Option<&Keys>) -> Result<Record> {
-        let mut payload = self.stored;
-        if let Some((key_id, iv)) = self.header.encryption {
-            keys.ok_or(Error::MissingKey(key_id))?
-                .apply_keystream(key_id, &iv, &mut payload)?;
+    /// Decrypts the payload in place (perrecord); afterwards it is plaintext.
+    pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
+        if let Some((key_id, iv)) = self.header.encryption.take() {
+            keys.ok_or(Error::MissingKey(key_id))?.apply_keystream(
+                key_id,
+                &iv,
+                &mut self.stored,
+            )?;
         }
+        Ok(())
+    }
+
+    /// Decrypts the payload in place if needed and returns the record.
+    pub(crate) fn into_record(mut self, keys: Option<&Keys>) -> Result<Record> {
+        self.decrypt(keys)?;
         Ok(Record {
             lsn: self.lsn,
             end_lsn: self.end_lsn,
             kind: self.header.kind,
-            payload,
+            payload: self.stored,
         })
     }
 }

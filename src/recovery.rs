@@ -33,6 +33,9 @@ impl Wal {
     /// Opens the log like [`Wal::open`] and, in the same pass that finds the end of the log,
     /// hands every record from `from` on to `replay`, in LSN order. Use `Lsn::default()` to
     /// replay from the oldest record. An error from `replay` aborts the open.
+    ///
+    /// `replay` runs on the calling thread while a helper thread reads ahead (a few MiB at
+    /// most), checks checksums and decrypts, so decoding overlaps with applying.
     pub fn open_and_replay<F>(
         dir: impl AsRef<Path>,
         config: Config,
@@ -176,10 +179,12 @@ const REPLAY_BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight: bounds the memory of the pipeline to a few MiB.
 const REPLAY_PIPELINE_DEPTH: usize = 4;
 
-/// Replays in two stages on two threads: a reader thread reads pages, checks CRCs and decrypts
-/// (perrecord) while the calling thread runs `replay` on the previous batch, in LSN order. When
-/// applying records costs more than decoding them, as in an engine's redo, decryption is hidden
-/// behind it. A failing callback stops the reader; its error is returned.
+/// Replays in two stages on two threads: a reader thread reads pages and checks CRCs while the
+/// calling thread runs `replay` on earlier batches, in LSN order. Decryption (perrecord) goes
+/// to whichever stage has slack: the reader decrypts a batch when the caller still has batches
+/// waiting (applying is the bottleneck), and leaves it to the caller when the caller is idle
+/// (reading is). Either way it overlaps with the other stage instead of adding to it. A failing
+/// callback stops the reader; its error is returned.
 fn replay_pipelined(
     files: &LogFiles,
     keys: &Keys,
@@ -187,39 +192,45 @@ fn replay_pipelined(
     from: Lsn,
     replay: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<ScanEnd> {
-    let (batches, received) = crossbeam::channel::bounded::<Vec<Record>>(REPLAY_PIPELINE_DEPTH);
+    let (batches, received) = crossbeam::channel::bounded::<Vec<Stored>>(REPLAY_PIPELINE_DEPTH);
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || {
             let mut batch = Vec::with_capacity(REPLAY_BATCH_RECORDS);
             let mut batch_bytes = 0;
+            let hand_over = |batch: &mut Vec<Stored>| -> Result<()> {
+                let mut full = std::mem::replace(batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
+                if !batches.is_empty() {
+                    for stored in &mut full {
+                        stored.decrypt(Some(keys))?;
+                    }
+                }
+                // A closed channel means the callback failed; its error is what the caller
+                // sees, so this one only stops the reading.
+                batches
+                    .send(full)
+                    .map_err(|_| Error::Poisoned("replay stopped by its callback".into()))
+            };
             let scanned = read_to_end(files, start, |stored| {
                 if stored.lsn < from {
                     return Ok(());
                 }
-                let record = stored.into_record(Some(keys))?;
-                batch_bytes += record.payload.len();
-                batch.push(record);
+                batch_bytes += stored.stored.len();
+                batch.push(stored);
                 if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
                     batch_bytes = 0;
-                    let full =
-                        std::mem::replace(&mut batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
-                    // A closed channel means the callback failed; its error is what the caller
-                    // sees, so this one only stops the reading.
-                    batches
-                        .send(full)
-                        .map_err(|_| Error::Poisoned("replay stopped by its callback".into()))?;
+                    hand_over(&mut batch)?;
                 }
                 Ok(())
             })?;
             if !batch.is_empty() {
-                let _ = batches.send(batch);
+                hand_over(&mut batch)?;
             }
             Ok(scanned)
         });
         let mut applied = Ok(());
         'batches: for batch in received.iter() {
-            for record in batch {
-                if let Err(e) = replay(record) {
+            for stored in batch {
+                if let Err(e) = stored.into_record(Some(keys)).and_then(&mut *replay) {
                     applied = Err(e);
                     break 'batches;
                 }
