@@ -395,9 +395,14 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
     let has = |f: &str| flags.split_whitespace().any(|x| x == f);
     println!("walbench {} (UTC)  {}", utc_now(), cmd.join(" "));
     println!(
-        "machine: {model}, {cores} cores, aes-ni {}, vaes {}",
+        "machine: {model}, {cores} cores, aes-ni {}, vaes {}; build: {}",
         yes(has("aes")),
-        yes(has("vaes"))
+        yes(has("vaes")),
+        if cfg!(target_feature = "aes") {
+            "AES-NI compiled in (target-cpu/target-feature)"
+        } else {
+            "portable (AES-NI/VAES detected at run time)"
+        }
     );
     println!(
         "sync {}, {:.2} s per cell x {} rounds, engine work {} us/txn ({} loop iterations), threads {:?}",
