@@ -167,7 +167,9 @@ fn short(y: f64) -> String {
         format!("{:.0}k", y / 1e3)
     } else if y >= 1e3 {
         format!("{:.1}k", y / 1e3)
-    } else {
+    } else if y >= 10.0 || y == 0.0 {
         format!("{y:.0}")
+    } else {
+        format!("{y:.2}")
     }
 }
