@@ -9,6 +9,10 @@
 //!    appender takes it only when the buffer is full and it must make room.
 //! 3. a **slot lock** per buffer page, held only for a memcpy.
 //!
+//! Group commit sits in front of the write lock: one flusher at a time leads a round (write
+//! and fdatasync everything appended so far); the others wait for the round to end and then
+//! either find their record durable or lead the next round for everyone still waiting.
+//!
 //! The buffer is a ring of page slots. A slot is reused only after the page it held was written
 //! out completely, so memory stays bounded and appenders wait (by writing) when it is full.
 
@@ -17,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
 use crate::config::{Config, Mode, SyncMode};
@@ -66,6 +70,25 @@ pub struct WalStats {
     pub pages_written: u64,
     /// Times an appender found the buffer full and had to write pages out itself.
     pub buffer_full_waits: u64,
+}
+
+#[derive(Default)]
+struct GroupCommit {
+    leading: bool,
+    generation: u64,
+}
+
+/// Ends a group-commit round when dropped: wakes every waiter to check its record.
+struct RoundEnd<'a>(&'a Wal);
+
+impl Drop for RoundEnd<'_> {
+    fn drop(&mut self) {
+        let mut round = self.0.group.lock();
+        round.leading = false;
+        round.generation += 1;
+        drop(round);
+        self.0.group_done.notify_all();
+    }
 }
 
 struct InsertState {
@@ -140,6 +163,10 @@ pub struct Wal {
     /// unsynced records durable would turn their loss in a machine crash into corruption.
     synced_to: AtomicU64,
     write: Mutex<WriteState>,
+    /// Group commit: whether a flush round is under way, and a count of finished rounds.
+    group: Mutex<GroupCommit>,
+    /// Signalled when a flush round ends.
+    group_done: Condvar,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
     _dir_lock: Box<dyn Send + Sync>,
@@ -225,6 +252,8 @@ impl Wal {
                 fsyncs: 0,
                 pages_written: 0,
             }),
+            group: Mutex::new(GroupCommit::default()),
+            group_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
             _dir_lock: dir_lock,
@@ -535,18 +564,47 @@ impl Wal {
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
-    /// [`SyncMode`] defines it. Concurrent callers share one write and one fdatasync: whoever
-    /// takes the write lock first flushes everything appended so far, and the others find
-    /// their records already covered.
+    /// [`SyncMode`] defines it.
+    ///
+    /// Group commit (`SyncMode::Durable`): one caller at a time is the leader; it writes and
+    /// fdatasyncs everything appended so far. The others do not queue for the write lock behind it (a leader that
+    /// returns and commits again would win that race on a busy machine); they wait for the
+    /// leader to finish, return at once if it covered their record, and otherwise one of them
+    /// leads the next round for all the rest.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
-        self.check_poison()?;
         let lsn = u64::from(lsn);
-        if self.flushed_to.load(Ordering::Acquire) > lsn {
-            return Ok(());
+        loop {
+            self.check_poison()?;
+            if self.flushed_to.load(Ordering::Acquire) > lsn {
+                return Ok(());
+            }
+            if self.complete_to.load(Ordering::Acquire) <= lsn {
+                return Err(Error::LsnNotAvailable(Lsn(lsn)));
+            }
+            if self.sync == SyncMode::Buffered {
+                // Without fdatasync a flush is a short write; queueing on the write lock is
+                // cheaper than rounds (measured: rounds cost 15-30% of oltp throughput at 2-8
+                // threads with sync none on the 2-core development machine).
+                return self.lead_flush(lsn);
+            }
+            let mut round = self.group.lock();
+            if round.leading {
+                let current = round.generation;
+                while round.generation == current {
+                    self.group_done.wait(&mut round);
+                }
+                continue;
+            }
+            round.leading = true;
+            drop(round);
+            // Ends the round even if the flush unwinds, so waiters never wait forever.
+            let _round = RoundEnd(self);
+            return self.lead_flush(lsn);
         }
-        if self.complete_to.load(Ordering::Acquire) <= lsn {
-            return Err(Error::LsnNotAvailable(Lsn(lsn)));
-        }
+    }
+
+    /// One group-commit round: takes the write lock and flushes everything appended so far.
+    fn lead_flush(&self, lsn: u64) -> Result<()> {
         let mut w = self.write.lock();
         let held_since = Instant::now();
         w.acquisitions += 1;
