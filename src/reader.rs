@@ -173,7 +173,11 @@ impl LogFiles {
             segments.push(SegmentInfo { path, header });
         }
         let first = segments[0].header.clone();
-        for seg in &segments[1..] {
+        for (seg, expected) in segments[1..].iter().zip(
+            segments
+                .iter()
+                .map(|s| u64::from(s.header.start) + first.geometry.segment_size),
+        ) {
             let h = &seg.header;
             if h.log_id != first.log_id {
                 return Err(Error::corrupt(
@@ -194,6 +198,15 @@ impl LogFiles {
                     CorruptionKind::SegmentHeaderField(
                         "mode or geometry differs from the first segment",
                     ),
+                ));
+            }
+            if u64::from(h.start) != expected {
+                // Segments are created in order and purged oldest first: a gap is damage.
+                return Err(Error::corrupt(
+                    Lsn(expected),
+                    0,
+                    Lsn(expected),
+                    CorruptionKind::MissingSegment,
                 ));
             }
             if u64::from(h.start) % first.geometry.segment_size != 0 {
@@ -322,6 +335,35 @@ impl LogFiles {
             }
         }
         Ok(None)
+    }
+
+    /// Checks that `pos` is where a record starts, by walking from the first record boundary of
+    /// its page (the page header's continuation length says where that is). Positions in a
+    /// part of the log not written yet are left for the iteration to end at.
+    pub(crate) fn check_record_start(&self, pos: u64) -> Result<()> {
+        let geo = self.geo;
+        let not_a_record = || Error::NotRecordStart(Lsn(pos));
+        let page = geo.page_start(pos);
+        let body = page + PAGE_HEADER_LEN as u64;
+        if geo.is_header_page(page) || pos < body {
+            return Err(not_a_record());
+        }
+        let Some(header) = self.read_page_header(page)? else {
+            return Ok(());
+        };
+        let mut at = geo.advance(body, header.rem_len as u64);
+        let mut cursor = Cursor::new(self, at);
+        while geo.skip_headers(at) < pos {
+            match cursor.next()? {
+                Step::Record(stored) => at = u64::from(stored.end_lsn),
+                Step::End(_) => return Ok(()),
+            }
+        }
+        if geo.skip_headers(at) == pos {
+            Ok(())
+        } else {
+            Err(not_a_record())
+        }
     }
 
     pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
@@ -719,37 +761,8 @@ impl Reader {
         if u64::from(lsn) < oldest || u64::from(lsn) > self.files.end_of_files() {
             return Err(Error::LsnNotAvailable(lsn));
         }
-        self.check_record_start(u64::from(lsn))?;
+        self.files.check_record_start(u64::from(lsn))?;
         Ok(u64::from(lsn))
-    }
-
-    /// Checks that `pos` is where a record starts, by walking from the first record boundary of
-    /// its page (the page header's continuation length says where that is). Positions in a
-    /// part of the log not written yet are left for the iteration to end at.
-    fn check_record_start(&self, pos: u64) -> Result<()> {
-        let geo = self.files.geo;
-        let not_a_record = || Error::NotRecordStart(Lsn(pos));
-        let page = geo.page_start(pos);
-        let body = page + PAGE_HEADER_LEN as u64;
-        if geo.is_header_page(page) || pos < body {
-            return Err(not_a_record());
-        }
-        let Some(header) = self.files.read_page_header(page)? else {
-            return Ok(());
-        };
-        let mut at = geo.advance(body, header.rem_len as u64);
-        let mut cursor = Cursor::new(&self.files, at);
-        while geo.skip_headers(at) < pos {
-            match cursor.next()? {
-                Step::Record(stored) => at = u64::from(stored.end_lsn),
-                Step::End(_) => return Ok(()),
-            }
-        }
-        if geo.skip_headers(at) == pos {
-            Ok(())
-        } else {
-            Err(not_a_record())
-        }
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to

@@ -121,12 +121,16 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             configured: config.mode.to_string(),
         });
     }
-    let scan_from = scan_start(&files, replay.as_ref().map(|(from, _)| *from))?;
+    let proven = proven_start(&files)?;
+    let scan_from = match replay.as_ref() {
+        None => proven,
+        Some((from, _)) => replay_start(&files, *from, proven)?,
+    };
     let ScanEnd { end, tail_page } = match replay {
         None => read_to_end(&files, scan_from, |_| Ok(()))?,
         Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, replay)?,
     };
-    truncate_after(&files, end)?;
+    truncate_after(&files, end, proven)?;
     let needs_switch = needs_new_segment(&files, &keys, end);
     let resume = Resume {
         log_id: files.log_id,
@@ -272,9 +276,9 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
 /// segment from the one before, the first record boundary of the one before (so the crossing
 /// record is read and checked). A candidate is taken only when a page from there on was written
 /// after the log was durable through it: otherwise an unsynced page of an earlier segment may
-/// have been lost in a crash while later ones survived, and the scan must reach that hole. With
-/// a replay start, the earlier of the two.
-fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
+/// have been lost in a crash while later ones survived, and the scan must reach that hole.
+/// Everything before the returned position is known to be durable.
+fn proven_start(files: &LogFiles) -> Result<u64> {
     let geo = files.geo;
     let oldest = u64::from(files.segments[0].header.start);
     let oldest_first = files
@@ -307,12 +311,24 @@ fn scan_start(files: &LogFiles, replay_from: Option<Lsn>) -> Result<u64> {
             break;
         }
     }
-    match replay_from {
-        None => Ok(tail),
-        Some(from) if from == Lsn(0) || u64::from(from) <= oldest_first => Ok(oldest_first),
-        Some(from) if u64::from(from) > files.end_of_files() => Err(Error::LsnNotAvailable(from)),
-        Some(from) => Ok(u64::from(from).min(tail)),
+    Ok(tail)
+}
+
+/// Where a replay from `from` starts reading: the earlier of `from` (which must be where a
+/// record starts, or `Lsn::default()` for the oldest record) and the proven start.
+fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
+    let oldest = u64::from(files.segments[0].header.start);
+    let from = u64::from(from);
+    if from == 0 || from == oldest {
+        return Ok(files
+            .first_record_in_segment(oldest)?
+            .unwrap_or_else(|| files.geo.first_body_position(oldest)));
     }
+    if from < oldest || from > files.end_of_files() {
+        return Err(Error::LsnNotAvailable(Lsn(from)));
+    }
+    files.check_record_start(from)?;
+    Ok(from.min(proven))
 }
 
 /// The valid bytes of the page holding `end` (decrypted) and its continuation length, so the
@@ -330,8 +346,11 @@ fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Optio
         .map(|(header, image)| (image[..(end - page) as usize].to_vec(), header.rem_len)))
 }
 
-/// Zeroes the tail segment after `end`, removes every later segment and makes both durable.
-fn truncate_after(files: &LogFiles, end: u64) -> Result<()> {
+/// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every
+/// segment from the one holding `synced_before` (before which the log is proven durable) to the
+/// end: whatever the previous writer left in the page cache becomes durable before new pages
+/// claim, through their durable hint, that the log is durable up to `end`.
+fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> {
     let geo = files.geo;
     let tail_segment = if end.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
@@ -355,11 +374,9 @@ fn truncate_after(files: &LogFiles, end: u64) -> Result<()> {
                     .and_then(|()| file.set_len(geo.segment_size))
                     .map_err(|e| Error::io("truncate torn tail of segment", &seg.path, e))?;
             }
-            // Whatever the previous writer left in the page cache becomes durable before new
-            // pages claim, through their durable hint, that the log is durable up to `end`.
             file.sync_data()
                 .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
-            if start + 2 * geo.segment_size <= tail_segment {
+            if start <= geo.segment_start(synced_before) {
                 break;
             }
         }

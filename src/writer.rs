@@ -396,7 +396,11 @@ impl Wal {
         loop {
             {
                 let mut slot = self.slots[index].lock();
+                // The slot may already hold this page if an earlier append failed after
+                // claiming it; claiming it again is safe, since nothing below the insert
+                // position was copied there.
                 let free = slot.page == NO_PAGE
+                    || slot.page == page
                     || self.written_to.load(Ordering::Acquire) >= slot.page + self.geo.page_size;
                 if free {
                     // No zeroing here: the writer copies only bytes below its target and

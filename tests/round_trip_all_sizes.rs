@@ -77,7 +77,8 @@ fn reading_from_a_position_inside_a_record_is_refused() {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
-        let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
+        let config = small_config(mode, &keys);
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
         let records: Vec<_> = (0..30).map(|i| (1u8, payload(i, 200))).collect();
         let lsns = support::append_all(&wal, &records);
         wal.close().unwrap();
@@ -91,11 +92,17 @@ fn reading_from_a_position_inside_a_record_is_refused() {
             );
             assert_eq!(n, lsns.len() - i, "{mode} from {lsn}");
         }
-        // A position inside a record (header or payload, or a continuation on a later page).
+        // A position inside a record (header or payload, or a continuation on a later page),
+        // for the reader and for replay at open.
         for lsn in [lsns[3].0 + 1, lsns[3].0 + 100, lsns[10].0 + 250] {
             match reader.records_from(Lsn(lsn)).next() {
                 Some(Err(walcrypt::Error::NotRecordStart(at))) => assert_eq!(at, Lsn(lsn)),
                 other => panic!("{mode}: from {lsn}: {other:?}"),
+            }
+            let replayed = Wal::open_and_replay(dir.path(), config.clone(), Lsn(lsn), |_| Ok(()));
+            match replayed {
+                Err(walcrypt::Error::NotRecordStart(at)) => assert_eq!(at, Lsn(lsn)),
+                other => panic!("{mode}: replay from {lsn}: {other:?}"),
             }
         }
     }

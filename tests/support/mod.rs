@@ -74,16 +74,18 @@ pub fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     files
 }
 
-/// What a [`RecordingStorage`] saw: the bytes of every write, and how many bytes were read.
+/// What a [`RecordingStorage`] saw: the bytes of every write, how many bytes were read, and
+/// which files were fdatasync'ed.
 #[derive(Default)]
 pub struct Recorder {
     pub writes: Mutex<Vec<(u64, Vec<u8>)>>,
     pub bytes_read: AtomicU64,
+    pub synced: Mutex<Vec<std::path::PathBuf>>,
 }
 
 /// The real file system, watched.
 pub struct RecordingStorage(pub Arc<Recorder>);
-struct RecordingFile(Box<dyn StorageFile>, Arc<Recorder>);
+struct RecordingFile(Box<dyn StorageFile>, Arc<Recorder>, std::path::PathBuf);
 
 impl StorageFile for RecordingFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
@@ -96,6 +98,7 @@ impl StorageFile for RecordingFile {
         self.0.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> std::io::Result<()> {
+        self.1.synced.lock().unwrap().push(self.2.clone());
         self.0.sync_data()
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
@@ -114,12 +117,14 @@ impl Storage for RecordingStorage {
         Ok(Box::new(RecordingFile(
             FsStorage.open(path, write)?,
             self.0.clone(),
+            path.to_path_buf(),
         )))
     }
     fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
         Ok(Box::new(RecordingFile(
             FsStorage.create_new(path)?,
             self.0.clone(),
+            path.to_path_buf(),
         )))
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
