@@ -1,13 +1,24 @@
 //! Writes a log in each mode, simulates a crash, recovers and prints what it found.
 //!
-//! Run with `cargo run --release --example quickstart`.
+//! Run with `cargo run --release --example quickstart`. With `-- --keep DIR` the three logs
+//! and their key file (`DIR/keys`, mode 0600) stay in DIR for `wal-dump`.
 
 use std::time::Instant;
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let keep = match args.as_slice() {
+        [] => None,
+        [flag, dir] if flag == "--keep" => Some(std::path::PathBuf::from(dir)),
+        _ => return Err("usage: quickstart [--keep DIR]".into()),
+    };
     let keys = KeyRing::generate()?;
+    if let Some(keep) = &keep {
+        std::fs::create_dir_all(keep)?;
+        keys.save(keep.join("keys"))?;
+    }
     for mode in Mode::ALL {
         let dir = tempfile::tempdir()?;
         let config = Config::new(mode)
@@ -54,6 +65,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{mode:>9}: appended 100000 x 100 B at {stats_mb:.1} MB/s (payload), \
              recovered {replayed} records ending at {last}, {total} after one more append"
         );
+        if let Some(keep) = &keep {
+            let target = keep.join(mode.name());
+            std::fs::create_dir_all(&target)?;
+            for entry in std::fs::read_dir(dir.path())? {
+                let entry = entry?;
+                std::fs::copy(entry.path(), target.join(entry.file_name()))?;
+            }
+        }
     }
     Ok(())
 }
