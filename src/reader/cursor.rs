@@ -1,0 +1,309 @@
+//! The cursor: walks the record stream across pages and segments, validating page headers,
+//! decrypting pagelevel pages and checking record checksums.
+
+use super::Record;
+use super::files::{LogFiles, read_full};
+use crate::Lsn;
+use crate::config::Mode;
+use crate::crypto::Keys;
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::{
+    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_SWITCH,
+    RECORD_HEADER_PLAIN, RecordHeader,
+};
+use crate::storage::StorageFile;
+
+/// Why reading stopped before a complete, valid record.
+#[derive(Debug, Clone)]
+pub(crate) struct Invalid {
+    /// Start of the record that could not be read: the end of the valid log if this is a tail.
+    pub(crate) lsn: u64,
+    /// Where the problem was found.
+    pub(crate) at: u64,
+    pub(crate) kind: CorruptionKind,
+}
+
+/// A valid record as stored: for perrecord logs the payload is still ciphertext.
+pub(crate) struct Stored {
+    pub(crate) lsn: Lsn,
+    pub(crate) end_lsn: Lsn,
+    pub(crate) header: RecordHeader,
+    pub(crate) stored: Vec<u8>,
+}
+
+impl Stored {
+    /// Decrypts the payload in place (perrecord); afterwards it is plaintext.
+    pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
+        if let Some((key_id, iv)) = self.header.encryption.take() {
+            keys.ok_or(Error::MissingKey(key_id))?.apply_keystream(
+                key_id,
+                &iv,
+                &mut self.stored,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Decrypts the payload in place if needed and returns the record.
+    pub(crate) fn into_record(mut self, keys: Option<&Keys>) -> Result<Record> {
+        self.decrypt(keys)?;
+        Ok(Record {
+            lsn: self.lsn,
+            end_lsn: self.end_lsn,
+            kind: self.header.kind,
+            payload: self.stored,
+        })
+    }
+}
+
+/// One step of a [`Cursor`].
+pub(crate) enum Step {
+    Record(Stored),
+    End(Invalid),
+}
+
+struct LoadedPage {
+    lsn: u64,
+    header: PageHeader,
+    image: Vec<u8>,
+}
+
+/// Walks the record stream from a record boundary.
+pub(crate) struct Cursor<'a> {
+    files: &'a LogFiles,
+    pos: u64,
+    page: Option<LoadedPage>,
+    file: Option<(u64, Box<dyn StorageFile>)>,
+}
+
+/// Result of trying to read bytes: `Err` is a hard error (I/O, missing key), `Ok(Err)` a place
+/// where the log is not valid.
+type Try<T> = Result<std::result::Result<T, Invalid>>;
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
+        Cursor {
+            files,
+            pos,
+            page: None,
+            file: None,
+        }
+    }
+
+    /// Reads the next record as stored. Segment-switch records are followed, never returned.
+    pub(crate) fn next(&mut self) -> Result<Step> {
+        loop {
+            let start = self.files.geo.skip_headers(self.pos);
+            match self.read_record(start)? {
+                Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
+                    let next_segment =
+                        self.files.geo.segment_start(start) + self.files.geo.segment_size;
+                    self.pos = next_segment;
+                }
+                Ok(rec) => {
+                    self.pos = u64::from(rec.end_lsn);
+                    return Ok(Step::Record(rec));
+                }
+                Err(invalid) => return Ok(Step::End(invalid)),
+            }
+        }
+    }
+
+    fn read_record(&mut self, start: u64) -> Try<Stored> {
+        let mut pos = start;
+        let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
+        if let Err(inv) =
+            self.read_into(&mut pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)?
+        {
+            return Ok(Err(inv));
+        }
+        let hlen = format::header_len_for_flags(head[9]);
+        if hlen > RECORD_HEADER_PLAIN
+            && let Err(inv) = self.read_into(
+                &mut pos,
+                &mut head[RECORD_HEADER_PLAIN..hlen],
+                start,
+                RECORD_HEADER_PLAIN,
+                None,
+            )?
+        {
+            return Ok(Err(inv));
+        }
+        let header = match RecordHeader::decode(&head[..hlen]) {
+            Ok(h) => h,
+            Err(what) => {
+                return Ok(Err(invalid(
+                    start,
+                    start,
+                    CorruptionKind::BadRecordHeader(what),
+                )));
+            }
+        };
+        let total = (hlen + header.len as usize) as u64;
+        // Grow the payload as pages are actually read, so an absurd length never allocates
+        // more than the files hold.
+        let mut stored = Vec::new();
+        let mut left = header.len as usize;
+        let mut consumed = hlen;
+        while left > 0 {
+            let chunk = left.min(self.files.geo.body_len() as usize);
+            let at = stored.len();
+            stored.resize(at + chunk, 0);
+            if let Err(inv) =
+                self.read_into(&mut pos, &mut stored[at..], start, consumed, Some(total))?
+            {
+                return Ok(Err(inv));
+            }
+            left -= chunk;
+            consumed += chunk;
+        }
+        let crc = format::record_crc(&head[..hlen], &stored);
+        if crc != header.crc {
+            let kind = CorruptionKind::RecordChecksum {
+                expected: header.crc,
+                got: crc,
+            };
+            return Ok(Err(invalid(start, start, kind)));
+        }
+        if header.encryption.is_some()
+            != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0)
+        {
+            return Ok(Err(invalid(
+                start,
+                start,
+                CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
+            )));
+        }
+        Ok(Ok(Stored {
+            lsn: Lsn(start),
+            end_lsn: Lsn(pos),
+            header,
+            stored,
+        }))
+    }
+
+    /// Copies `out.len()` stream bytes from `*pos`, loading pages as needed. `consumed` is how
+    /// many bytes of the record at `record` came before; `total`, when known, lets page
+    /// continuation lengths be checked.
+    fn read_into(
+        &mut self,
+        pos: &mut u64,
+        out: &mut [u8],
+        record: u64,
+        consumed: usize,
+        total: Option<u64>,
+    ) -> Try<()> {
+        let geo = self.files.geo;
+        let mut done = 0;
+        while done < out.len() {
+            *pos = geo.skip_headers(*pos);
+            let page = geo.page_start(*pos);
+            let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
+            let loaded = match self.load_page(page, record)? {
+                Ok(p) => p,
+                Err(inv) => return Ok(Err(inv)),
+            };
+            let so_far = (consumed + done) as u64;
+            if fresh_page
+                && so_far > 0
+                && let Some(total) = total
+                && loaded.header.rem_len as u64 != total - so_far
+            {
+                return Ok(Err(invalid(
+                    record,
+                    page,
+                    CorruptionKind::ContinuationMismatch {
+                        expected: total - so_far,
+                        got: loaded.header.rem_len as u64,
+                    },
+                )));
+            }
+            let in_page = (*pos - page) as usize;
+            let n = (out.len() - done).min(geo.page_size as usize - in_page);
+            out[done..done + n].copy_from_slice(&loaded.image[in_page..in_page + n]);
+            done += n;
+            *pos += n as u64;
+        }
+        Ok(Ok(()))
+    }
+
+    fn load_page(&mut self, page: u64, record: u64) -> Try<&LoadedPage> {
+        if self.page.as_ref().is_some_and(|p| p.lsn == page) {
+            return Ok(Ok(self.page.as_ref().expect("checked just above")));
+        }
+        let geo = self.files.geo;
+        let seg_start = geo.segment_start(page);
+        let Some(seg) = self.files.segment(seg_start) else {
+            let kind = if seg_start < self.files.end_of_files() {
+                CorruptionKind::MissingSegment
+            } else {
+                CorruptionKind::Truncated
+            };
+            return Ok(Err(invalid(record, page, kind)));
+        };
+        if self.file.as_ref().is_none_or(|(s, _)| *s != seg_start) {
+            let file = self
+                .files
+                .storage
+                .open(&seg.path, false)
+                .map_err(|e| Error::io("open segment", &seg.path, e))?;
+            self.file = Some((seg_start, file));
+        }
+        let (_, file) = self.file.as_ref().expect("opened just above");
+        let mut image = self.page.take().map(|p| p.image).unwrap_or_default();
+        image.resize(geo.page_size as usize, 0);
+        let n = read_full(file.as_ref(), &mut image, page - seg_start)
+            .map_err(|e| Error::io("read page", &seg.path, e))?;
+        // Bytes past the end of a shortened file read as never written (zeros): records
+        // wholly before the cut stay readable, the rest fail their checksums.
+        image[n..].fill(0);
+        let Some(header) = PageHeader::decode(self.files.log_id, &image) else {
+            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
+        };
+        if u64::from(header.page_lsn) != page {
+            return Ok(Err(invalid(
+                record,
+                page,
+                CorruptionKind::PageAddress {
+                    expected: Lsn(page),
+                    got: header.page_lsn,
+                },
+            )));
+        }
+        let encrypted = header.flags & PAGE_FLAG_ENCRYPTED != 0;
+        if encrypted != (self.files.mode == Mode::PageLevel) {
+            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
+        }
+        if encrypted {
+            let keys = self
+                .files
+                .keys
+                .as_ref()
+                .ok_or(Error::MissingKey(header.key_id))?;
+            keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])?;
+        }
+        self.page = Some(LoadedPage {
+            lsn: page,
+            header,
+            image,
+        });
+        Ok(Ok(self.page.as_ref().expect("stored just above")))
+    }
+
+    /// The decrypted image of the page at `page`, if it is the page last loaded.
+    pub(crate) fn loaded_page(&self, page: u64) -> Option<(&PageHeader, &[u8])> {
+        self.page
+            .as_ref()
+            .filter(|p| p.lsn == page)
+            .map(|p| (&p.header, p.image.as_slice()))
+    }
+
+    /// Loads the page at `page` (for recovery, to keep the valid prefix of the tail page).
+    pub(crate) fn load(&mut self, page: u64) -> Result<bool> {
+        Ok(self.load_page(page, page)?.is_ok())
+    }
+}
+
+fn invalid(lsn: u64, at: u64, kind: CorruptionKind) -> Invalid {
+    Invalid { lsn, at, kind }
+}

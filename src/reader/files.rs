@@ -1,0 +1,333 @@
+//! The files of a log: segment headers, page headers, key checks, and the rule that tells a
+//! torn tail from corruption.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::cursor::{Cursor, Invalid, Step};
+use super::{PageInfo, SegmentInfo};
+use crate::Lsn;
+use crate::config::Mode;
+use crate::crypto::{KeyRing, Keys};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::{self, Geometry, HeaderError, PAGE_HEADER_LEN, PageHeader, SegmentHeader};
+use crate::storage::{Storage, StorageFile};
+
+/// What a log directory holds: its segments, geometry and keys.
+pub(crate) struct LogFiles {
+    pub(crate) dir: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) mode: Mode,
+    pub(crate) geo: Geometry,
+    pub(crate) log_id: u64,
+    pub(crate) keys: Option<Arc<Keys>>,
+    pub(crate) segments: Vec<SegmentInfo>,
+}
+
+/// Lists the segment files in `dir`, sorted by start LSN.
+pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Lsn>> {
+    let names = storage
+        .list(dir)
+        .map_err(|e| Error::io("list log directory", dir, e))?;
+    let mut starts: Vec<Lsn> = names
+        .iter()
+        .filter_map(|n| format::parse_segment_file_name(n))
+        .collect();
+    starts.sort();
+    Ok(starts)
+}
+
+/// Reads and checks the header of the segment file at `path`, named as starting at `start`.
+pub(crate) fn read_segment_header(
+    storage: &dyn Storage,
+    path: &Path,
+    start: Lsn,
+) -> Result<SegmentHeader> {
+    let file = storage
+        .open(path, false)
+        .map_err(|e| Error::io("open segment", path, e))?;
+    // The fixed part says how many key check values follow; read exactly that much.
+    let mut buf = vec![0u8; format::SEGMENT_HEADER_FIXED];
+    let mut n = read_full(file.as_ref(), &mut buf, 0)
+        .map_err(|e| Error::io("read segment header", path, e))?;
+    if n == buf.len() {
+        let keys = u16::from_le_bytes([buf[14], buf[15]]) as usize;
+        buf.resize(
+            format::SEGMENT_HEADER_FIXED + keys * format::KCV_ENTRY + 4,
+            0,
+        );
+        n += read_full(file.as_ref(), &mut buf[n..], n as u64)
+            .map_err(|e| Error::io("read segment header", path, e))?;
+    }
+    let header = SegmentHeader::decode(&buf[..n]).map_err(|e| match e {
+        HeaderError::Version(found) => Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found,
+            supported: format::FORMAT_VERSION,
+        },
+        HeaderError::Corrupt(kind) => Error::corrupt(start, 0, start, kind),
+    })?;
+    if header.start != start {
+        return Err(Error::corrupt(
+            start,
+            0,
+            start,
+            CorruptionKind::SegmentAddress {
+                expected: start,
+                got: header.start,
+            },
+        ));
+    }
+    Ok(header)
+}
+
+/// Reads as much of `buf` as the file holds at `offset`.
+pub(crate) fn read_full(
+    file: &dyn StorageFile,
+    buf: &mut [u8],
+    offset: u64,
+) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+impl LogFiles {
+    /// Opens the segments of `dir` and checks that they form one log and that every key in
+    /// `ring` matches the check values recorded for its id.
+    pub(crate) fn open(
+        dir: &Path,
+        storage: Arc<dyn Storage>,
+        ring: Option<&KeyRing>,
+    ) -> Result<LogFiles> {
+        let starts = list_segments(storage.as_ref(), dir)?;
+        if starts.is_empty() {
+            return Err(Error::NoLog(dir.to_path_buf()));
+        }
+        let mut segments = Vec::with_capacity(starts.len());
+        for start in starts {
+            let path = dir.join(format::segment_file_name(start));
+            let header = read_segment_header(storage.as_ref(), &path, start)?;
+            segments.push(SegmentInfo { path, header });
+        }
+        let first = segments[0].header.clone();
+        for (seg, expected) in segments[1..].iter().zip(
+            segments
+                .iter()
+                .map(|s| u64::from(s.header.start) + first.geometry.segment_size),
+        ) {
+            let h = &seg.header;
+            if h.log_id != first.log_id {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::ForeignSegment {
+                        expected: first.log_id,
+                        got: h.log_id,
+                    },
+                ));
+            }
+            if h.mode != first.mode || h.geometry != first.geometry {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField(
+                        "mode or geometry differs from the first segment",
+                    ),
+                ));
+            }
+            if u64::from(h.start) != expected {
+                // Segments are created in order and purged oldest first: a gap is damage.
+                return Err(Error::corrupt(
+                    Lsn(expected),
+                    0,
+                    Lsn(expected),
+                    CorruptionKind::MissingSegment,
+                ));
+            }
+            if u64::from(h.start) % first.geometry.segment_size != 0 {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField(
+                        "start is not a multiple of the segment size",
+                    ),
+                ));
+            }
+        }
+        let keys = ring.map(|r| Arc::new(Keys::new(r)));
+        if let Some(keys) = &keys {
+            check_keys(keys, &segments)?;
+        }
+        Ok(LogFiles {
+            dir: dir.to_path_buf(),
+            storage,
+            mode: first.mode,
+            geo: first.geometry,
+            log_id: first.log_id,
+            keys,
+            segments,
+        })
+    }
+
+    pub(crate) fn segment(&self, start: u64) -> Option<&SegmentInfo> {
+        self.segments
+            .binary_search_by_key(&start, |s| u64::from(s.header.start))
+            .ok()
+            .map(|i| &self.segments[i])
+    }
+
+    /// The end of the last segment file: nothing of this log lies beyond.
+    pub(crate) fn end_of_files(&self) -> u64 {
+        self.segments
+            .last()
+            .map(|s| u64::from(s.header.start) + self.geo.segment_size)
+            .unwrap_or(0)
+    }
+
+    /// The first record boundary in the segment that starts at `start`, if page 1's header is
+    /// valid (its continuation length says how far the previous segment's last record runs).
+    pub(crate) fn first_record_in_segment(&self, start: u64) -> Result<Option<u64>> {
+        let page = start + self.geo.page_size;
+        let Some(header) = self.read_page_header(page)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.geo.advance(
+            self.geo.first_body_position(page),
+            header.rem_len as u64,
+        )))
+    }
+
+    /// Reads and checks the header of the page at `page`; `None` when it is not valid.
+    pub(crate) fn read_page_header(&self, page: u64) -> Result<Option<PageHeader>> {
+        let seg_start = self.geo.segment_start(page);
+        let Some(seg) = self.segment(seg_start) else {
+            return Ok(None);
+        };
+        let file = self
+            .storage
+            .open(&seg.path, false)
+            .map_err(|e| Error::io("open segment", &seg.path, e))?;
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        let n = read_full(file.as_ref(), &mut buf, page - seg_start)
+            .map_err(|e| Error::io("read page header", &seg.path, e))?;
+        Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| u64::from(h.page_lsn) == page))
+    }
+
+    /// Every page header from `from_page` to the end of the files, in order.
+    pub(crate) fn page_headers_from(&self, from_page: u64) -> Result<Vec<PageInfo>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        for seg in &self.segments {
+            let start = u64::from(seg.header.start);
+            if start + self.geo.segment_size <= from_page {
+                continue;
+            }
+            let file = self
+                .storage
+                .open(&seg.path, false)
+                .map_err(|e| Error::io("open segment", &seg.path, e))?;
+            let len = file
+                .file_len()
+                .map_err(|e| Error::io("stat segment", &seg.path, e))?;
+            let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
+            while offset < self.geo.segment_size && offset < len {
+                let n = read_full(file.as_ref(), &mut buf, offset)
+                    .map_err(|e| Error::io("read page header", &seg.path, e))?;
+                let page_lsn = start + offset;
+                let header = PageHeader::decode(self.log_id, &buf[..n])
+                    .filter(|h| u64::from(h.page_lsn) == page_lsn);
+                out.push(PageInfo {
+                    segment: Lsn(start),
+                    offset,
+                    page_lsn: Lsn(page_lsn),
+                    header,
+                });
+                offset += self.geo.page_size;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decides what an invalid record at `lsn` means. A valid page at or after the page
+    /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
+    /// made durable: the record was complete once, so this is corruption, never a torn tail.
+    /// That includes the pages the record itself was read from: a crash cannot damage bytes
+    /// that were durable before a page was rewritten, except by tearing a pagelevel rewrite
+    /// (the new header over old sectors), which must be reported, not truncated away.
+    /// Otherwise the record is the torn tail of a crash, the end of the log.
+    pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
+        let start_page = self.geo.page_start(invalid.lsn);
+        for page in self.page_headers_from(start_page)? {
+            if let Some(h) = page.header
+                && u64::from(h.durable_hint) > invalid.lsn
+            {
+                return Ok(Some(self.position_error(
+                    invalid.at,
+                    invalid.lsn,
+                    invalid.kind,
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Checks that `pos` is where a record starts, by walking from the first record boundary of
+    /// its page (the page header's continuation length says where that is). Positions in a
+    /// part of the log not written yet are left for the iteration to end at.
+    pub(crate) fn check_record_start(&self, pos: u64) -> Result<()> {
+        let geo = self.geo;
+        let not_a_record = || Error::NotRecordStart(Lsn(pos));
+        let page = geo.page_start(pos);
+        let body = page + PAGE_HEADER_LEN as u64;
+        if geo.is_header_page(page) || pos < body {
+            return Err(not_a_record());
+        }
+        let Some(header) = self.read_page_header(page)? else {
+            return Ok(());
+        };
+        let mut at = geo.advance(body, header.rem_len as u64);
+        let mut cursor = Cursor::new(self, at);
+        while geo.skip_headers(at) < pos {
+            match cursor.next()? {
+                Step::Record(stored) => at = u64::from(stored.end_lsn),
+                Step::End(_) => return Ok(()),
+            }
+        }
+        if geo.skip_headers(at) == pos {
+            Ok(())
+        } else {
+            Err(not_a_record())
+        }
+    }
+
+    pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
+        let segment = self.geo.segment_start(at);
+        Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)
+    }
+}
+
+fn check_keys(keys: &Keys, segments: &[SegmentInfo]) -> Result<()> {
+    for seg in segments {
+        for (id, kcv) in &seg.header.key_checks {
+            if let Some(mine) = keys.check_value(*id)
+                && mine != *kcv
+            {
+                return Err(Error::WrongKey {
+                    key_id: *id,
+                    segment: seg.header.start,
+                });
+            }
+        }
+    }
+    Ok(())
+}
