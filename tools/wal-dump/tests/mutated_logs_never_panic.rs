@@ -101,7 +101,7 @@ fn damaged_logs_never_panic_or_list_a_wrong_payload() {
     let seed: u64 = std::env::var("WALCRYPT_DUMP_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0f_da_4a6e);
+        .unwrap_or(0x5eed_0fda_4a6e);
     let mut rng = Rng(seed | 1);
     let mut runs = 0;
     for mode in Mode::ALL {
