@@ -297,13 +297,13 @@ impl Wal {
     pub(crate) fn switch_segment(&self) -> Result<()> {
         let mut sealed = Vec::new();
         self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
+        // The insert lock is held throughout (insert, then write: the documented order), so no
+        // record and no flush can see the positions between the switch and the next segment
+        // before they are skipped.
         let mut ins = self.insert.lock();
         let (_, end) = self.copy_in(&mut ins, &sealed)?;
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
-        ins.pos = next;
-        self.complete_to.store(next, Ordering::Release);
-        drop(ins);
         // The switch must be durable before anything lands in the next segment.
         let mut w = self.write.lock();
         if self.mode == Mode::PageLevel {
@@ -317,6 +317,8 @@ impl Wal {
         self.written_to.store(next, Ordering::Release);
         self.synced_to.store(next, Ordering::Release);
         self.flushed_to.store(next, Ordering::Release);
+        ins.pos = next;
+        self.complete_to.store(next, Ordering::Release);
         Ok(())
     }
 
