@@ -113,6 +113,14 @@ mod tests {
     use super::Lsn;
 
     #[test]
+    fn wal_and_reader_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Wal>();
+        shared::<super::Reader>();
+        shared::<super::KeyRing>();
+    }
+
+    #[test]
     fn lsn_displays_and_parses_like_postgres() {
         let lsn = Lsn(0x1_0001_A2C0);
         assert_eq!(lsn.to_string(), "1/1A2C0");
