@@ -22,6 +22,9 @@ impl Wal {
     /// Creates the log in `dir` (an empty or missing directory), or opens the log there: finds
     /// the end of the valid log, truncates a torn tail and continues writing at the end.
     ///
+    /// The single-writer lock is an exclusive `flock` on the directory's `LOCK` file. A child
+    /// process forked while a `Wal` was open holds a copy of it until it execs or exits.
+    ///
     /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
     /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
     /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
