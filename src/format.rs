@@ -94,7 +94,8 @@ impl Geometry {
         page.is_multiple_of(self.segment_size)
     }
 
-    /// Moves `lsn` forward past page and segment headers to where record bytes may go.
+    /// Moves `lsn` forward past page and segment headers to the first position at or after it
+    /// where record bytes may go.
     pub fn skip_headers(&self, lsn: u64) -> u64 {
         let mut lsn = lsn;
         if lsn.is_multiple_of(self.segment_size) {
@@ -119,11 +120,6 @@ impl Geometry {
             left -= step;
         }
         pos
-    }
-
-    /// The first position where record data may go at or after `lsn`.
-    pub fn first_body_position(&self, lsn: u64) -> u64 {
-        self.skip_headers(lsn)
     }
 }
 
@@ -426,7 +422,7 @@ mod tests {
 
     #[test]
     fn advance_skips_page_and_segment_headers() {
-        let start = G.first_body_position(0);
+        let start = G.skip_headers(0);
         assert_eq!(start, 512 + 48);
         // Fill the rest of page 1 exactly: stays at the end of the body.
         assert_eq!(G.advance(start, 464), 1024);

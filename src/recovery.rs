@@ -110,7 +110,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         let resume = Resume {
             log_id: header.log_id,
             geo,
-            end: geo.first_body_position(0),
+            end: geo.skip_headers(0),
             tail_page: None,
         };
         return Wal::start(dir, &config, keys, resume, lock);
@@ -286,13 +286,13 @@ fn proven_start(files: &LogFiles) -> Result<u64> {
     let oldest = u64::from(files.segments[0].header.start);
     let oldest_first = files
         .first_record_in_segment(oldest)?
-        .unwrap_or_else(|| geo.first_body_position(oldest));
+        .unwrap_or_else(|| geo.skip_headers(oldest));
     let mut tail = oldest_first;
     for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
         let start = u64::from(seg.header.start);
         let page1 = start + geo.page_size;
         let candidate = match files.read_page_header(page1)? {
-            Some(h) if h.rem_len == 0 => Some(geo.first_body_position(page1)),
+            Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
             Some(_) => {
                 let previous = u64::from(files.segments[i - 1].header.start);
                 files
@@ -325,7 +325,7 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
     if from == 0 || from == oldest {
         return Ok(files
             .first_record_in_segment(oldest)?
-            .unwrap_or_else(|| files.geo.first_body_position(oldest)));
+            .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
     if from < oldest || from > files.end_of_files() {
         return Err(Error::LsnNotAvailable(Lsn(from)));

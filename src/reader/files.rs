@@ -202,7 +202,7 @@ impl LogFiles {
             return Ok(None);
         };
         Ok(Some(self.geo.advance(
-            self.geo.first_body_position(page),
+            self.geo.skip_headers(page),
             header.rem_len as u64,
         )))
     }

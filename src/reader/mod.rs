@@ -136,9 +136,9 @@ impl Reader {
     pub fn first_lsn(&self) -> Result<Lsn> {
         let oldest = u64::from(self.files.segments[0].header.start);
         let first = self.files.first_record_in_segment(oldest)?;
-        Ok(Lsn(first.unwrap_or_else(|| {
-            self.files.geo.first_body_position(oldest)
-        })))
+        Ok(Lsn(
+            first.unwrap_or_else(|| self.files.geo.skip_headers(oldest))
+        ))
     }
 
     fn start(&self, lsn: Lsn) -> Result<u64> {

@@ -10,7 +10,7 @@ use walcrypt::format::{self, PAGE_FLAG_ENCRYPTED};
 use walcrypt::{KeyRing, Lsn, Mode, RawRecord, Reader};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
-use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
+use crate::source::{Disk, fmt_lsn, hex, open_target, position};
 use crate::{Args, OutputFormat, PayloadFormat};
 
 /// How often `--follow` looks for new records.
@@ -20,9 +20,7 @@ const POLL: Duration = Duration::from_millis(200);
 const FOLLOW_RETRIES: u32 = 10;
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let keys = load_keys(args.key_file.as_deref())?;
-    let target = Target::resolve(&args.path)?;
-    let reader = target.open(keys.as_ref(), args.key_file.as_deref())?;
+    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {

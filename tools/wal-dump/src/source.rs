@@ -12,6 +12,17 @@ use walcrypt::{KeyRing, Lsn, Reader};
 use crate::fail::Fail;
 
 /// Loads the key ring named by `--key-file`, warning when others can read it.
+/// The key ring (if any), the target and its reader, opened as the listing commands need them.
+pub fn open_target(
+    key_file: Option<&Path>,
+    path: &Path,
+) -> Result<(Option<KeyRing>, Target, Reader), Fail> {
+    let keys = load_keys(key_file)?;
+    let target = Target::resolve(path)?;
+    let reader = target.open(keys.as_ref(), key_file)?;
+    Ok((keys, target, reader))
+}
+
 pub fn load_keys(path: Option<&Path>) -> Result<Option<KeyRing>, Fail> {
     let Some(path) = path else {
         return Ok(None);
@@ -193,7 +204,7 @@ impl Disk {
         let page = seg + self.geo.page_size;
         Ok(self.page_header(page)?.map(|h| {
             self.geo
-                .advance(self.geo.first_body_position(page), h.rem_len as u64)
+                .advance(self.geo.skip_headers(page), h.rem_len as u64)
         }))
     }
 

@@ -10,7 +10,7 @@ use walcrypt::{Lsn, Mode, Reader};
 
 use crate::Args;
 use crate::fail::{EXIT_OK, Fail};
-use crate::source::{Disk, Target, fmt_lsn, load_keys};
+use crate::source::{Disk, Target, fmt_lsn, open_target};
 
 #[derive(Default, Clone, Copy)]
 struct KindStats {
@@ -20,9 +20,7 @@ struct KindStats {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let keys = load_keys(args.key_file.as_deref())?;
-    let target = Target::resolve(&args.path)?;
-    let reader = target.open(keys.as_ref(), args.key_file.as_deref())?;
+    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     write_overview(&reader, &target, out)?;

@@ -376,7 +376,7 @@ impl Verify<'_> {
                 continue;
             }
             if let Some(h) = self.disk.page_header(page)? {
-                let b = geo.advance(geo.first_body_position(page), h.rem_len as u64);
+                let b = geo.advance(geo.skip_headers(page), h.rem_len as u64);
                 if b < page + geo.page_size {
                     return Ok(Some(b));
                 }
