@@ -1,7 +1,8 @@
 //! Writes the golden logs of the current format version into `tests/golden/`.
 //!
 //! ```sh
-//! cargo run --example write_golden_logs
+//! cargo run --example write_golden_logs               # every golden of the current version
+//! cargo run --example write_golden_logs -- perrecord  # only the ones named
 //! ```
 //!
 //! Each golden is a directory `tests/golden/v<format version>-<name>/` holding `log/` (the
@@ -75,6 +76,14 @@ const GOLDENS: &[Golden] = &[
         shape: Shape::Complete,
     },
     Golden {
+        name: "pagelevel-8k-pages",
+        covers: "pagelevel mode at the default 8 KiB page size (pages larger than a 4 KiB file-system block); several segments; records spanning segments",
+        mode: Mode::PageLevel,
+        page_size: 8 * 1024,
+        segment_size: 16 * 1024,
+        shape: Shape::Complete,
+    },
+    Golden {
         name: "plaintext-torn-tail",
         covers: "plaintext mode; the last page cut inside the last record (a crash during the last write); smallest pages",
         mode: Mode::Plaintext,
@@ -122,9 +131,21 @@ const SIZES: &[usize] = &[
 ];
 
 fn main() -> BoxResult<()> {
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(unknown) = only.iter().find(|n| !GOLDENS.iter().any(|g| g.name == *n)) {
+        let names: Vec<&str> = GOLDENS.iter().map(|g| g.name).collect();
+        return Err(format!(
+            "no golden named {unknown}; the names are {}",
+            names.join(", ")
+        )
+        .into());
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     fs::create_dir_all(&root)?;
-    for golden in GOLDENS {
+    for golden in GOLDENS
+        .iter()
+        .filter(|g| only.is_empty() || only.iter().any(|n| n == g.name))
+    {
         let dir = root.join(format!("v{FORMAT_VERSION}-{}", golden.name));
         write_golden(golden, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         println!("wrote {}", dir.display());
