@@ -56,7 +56,7 @@ const GOLDENS: &[Golden] = &[
         covers: "plaintext mode; several segments; records from empty to larger than a segment, spanning pages and segments; kinds 0 to 255",
         mode: Mode::Plaintext,
         page_size: 1024,
-        segment_size: 8 * 1024,
+        segment_size: 4 * 1024,
         shape: Shape::Complete,
     },
     Golden {
@@ -64,7 +64,7 @@ const GOLDENS: &[Golden] = &[
         covers: "perrecord mode; several segments; records from empty to larger than a segment, spanning pages and segments; kinds 0 to 255",
         mode: Mode::PerRecord,
         page_size: 1024,
-        segment_size: 8 * 1024,
+        segment_size: 4 * 1024,
         shape: Shape::Complete,
     },
     Golden {
@@ -72,12 +72,12 @@ const GOLDENS: &[Golden] = &[
         covers: "pagelevel mode; several segments; records from empty to larger than a segment, spanning pages and segments; kinds 0 to 255",
         mode: Mode::PageLevel,
         page_size: 1024,
-        segment_size: 8 * 1024,
+        segment_size: 4 * 1024,
         shape: Shape::Complete,
     },
     Golden {
         name: "pagelevel-8k-pages",
-        covers: "pagelevel mode at the default 8 KiB page size (pages larger than a 4 KiB file-system block); several segments; records spanning segments",
+        covers: "pagelevel mode at the default 8 KiB page size (pages larger than a 4 KiB file-system block); two segments; a record spanning them",
         mode: Mode::PageLevel,
         page_size: 8 * 1024,
         segment_size: 16 * 1024,
@@ -125,9 +125,10 @@ const GOLDENS: &[Golden] = &[
     },
 ];
 
-/// Payload sizes: empty, tiny, around a page body, several pages, more than a segment.
+/// Payload sizes: empty, tiny, around a page body (464 B in 512 B pages), several pages; each
+/// golden adds one record larger than a segment's share of the record stream.
 const SIZES: &[usize] = &[
-    0, 1, 13, 100, 250, 463, 464, 465, 700, 1000, 2047, 40, 3000, 9000, 7, 64, 300, 1500, 20, 600,
+    0, 1, 13, 100, 250, 463, 464, 465, 700, 1000, 40, 7, 64, 300, 1500, 20, 600,
 ];
 
 fn main() -> BoxResult<()> {
@@ -153,13 +154,15 @@ fn main() -> BoxResult<()> {
     Ok(())
 }
 
-/// The records of a golden: `(kind, payload)`, deterministic in the golden's name.
-fn records(name: &str) -> Vec<(u8, Vec<u8>)> {
-    let mut seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    SIZES
+/// The records of a golden: `(kind, payload)`. Payloads are lines of text naming the golden,
+/// the record and the line, so each is distinct, readable in a dump, and compresses well.
+fn records(golden: &Golden) -> Vec<(u8, Vec<u8>)> {
+    let spans_a_segment = (golden.segment_size - golden.page_size) as usize + 100;
+    let sizes = SIZES[..11]
         .iter()
+        .chain([&spans_a_segment])
+        .chain(&SIZES[11..]);
+    sizes
         .enumerate()
         .map(|(i, &len)| {
             let kind = match i {
@@ -167,14 +170,15 @@ fn records(name: &str) -> Vec<(u8, Vec<u8>)> {
                 1 => 255,
                 _ => (i * 37 % 256) as u8,
             };
-            let payload = (0..len)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    seed as u8
-                })
-                .collect();
+            let mut payload = Vec::with_capacity(len + 64);
+            let mut line = 0;
+            while payload.len() < len {
+                payload.extend_from_slice(
+                    format!("{} record {i} line {line}\n", golden.name).as_bytes(),
+                );
+                line += 1;
+            }
+            payload.truncate(len);
             (kind, payload)
         })
         .collect()
@@ -199,7 +203,7 @@ fn write_golden(golden: &Golden, dir: &Path) -> BoxResult<()> {
             .buffer_size(4 * golden.page_size as usize)
             .sync(SyncMode::Durable)
     };
-    let records = records(golden.name);
+    let records = records(golden);
     let half = records.len() / 2;
     let mut appended = Vec::new();
     let wal = Wal::open(&log, config(&keys))?;
