@@ -31,7 +31,7 @@ type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 /// How a golden's log is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
-    /// One writer session, every record flushed.
+    /// Written by one open of the log, every record flushed.
     Complete,
     /// Half the records under key 1; reopened with a rotated ring (key 2 active), which writes a
     /// segment switch record; the other half under key 2.
