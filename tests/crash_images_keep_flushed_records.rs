@@ -128,6 +128,12 @@ fn one_run(
 fn sweep(modes: &[Mode], sync: SyncMode, tear: Tear, page: u64) {
     let seed = seed_from_env("WALCRYPT_CRASH_SEED");
     let runs = env_usize("WALCRYPT_CRASH_IMAGE_RUNS", 8);
+    // Runs at the default page size take longer (more bytes per image): half as many.
+    let runs = if page == DEFAULT_PAGE {
+        runs.div_ceil(2)
+    } else {
+        runs
+    };
     let mut totals = Totals {
         images: 0,
         damaged_ops: 0,

@@ -442,3 +442,23 @@ pub(crate) fn create_segment(
 
 /// Suffix of a segment file still being created.
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Error, KeyRing, Mode, Wal};
+
+    #[test]
+    fn an_error_while_building_a_page_image_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
+        let lsn = wal.append(1, b"record").unwrap();
+        // Not an I/O error: the slot of the page to write claims to hold another page.
+        let page = wal.geo.page_start(u64::from(lsn));
+        wal.slots[wal.slot_index(page)].lock().page = page + wal.geo.page_size;
+        assert!(wal.flush(lsn).is_err());
+        assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
+        assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
+        assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+    }
+}
