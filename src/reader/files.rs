@@ -257,8 +257,10 @@ impl LogFiles {
     /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
     /// made durable: the record was complete once, so this is corruption, never a torn tail.
     /// That includes the pages the record itself was read from: a crash cannot damage bytes
-    /// that were durable before a page was rewritten, except by tearing a pagelevel rewrite
-    /// (the new header over old sectors), which must be reported, not truncated away.
+    /// that were durable before a page was rewritten, since every mode rewrites them byte for
+    /// byte (pagelevel keeps a page's IV within an open), and a page's hint never exceeds what
+    /// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
+    /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
     /// Otherwise the record is the torn tail of a crash, the end of the log.
     pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
         let start_page = self.geo.page_start(invalid.lsn);
