@@ -5,14 +5,21 @@
 //! rewrites of partly filled pages at the default 8 KiB page size. In SyncMode::Buffered nothing
 //! is promised across a machine crash, but the image must still open, to a correct prefix.
 //!
+//! Durable runs may end in a power cut inside a flush (its fdatasync never returns): those
+//! images tear the flush's own page writes, including the rewrite of a partly filled page.
+//!
 //! WALCRYPT_CRASH_IMAGE_RUNS sets the runs per mode (default 8), WALCRYPT_CRASH_SEED the seed.
 
 mod common;
 
 use std::path::Path;
 
-use common::{FaultStorage, Rng, Tear, check_payload, env_usize, payload_for, seed_from_env};
+use common::{
+    Effect, FaultStorage, Op, Rng, Tear, check_payload, env_usize, payload_for, seed_from_env,
+};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
+
+const EIO: i32 = libc::EIO;
 
 fn config(mode: Mode, keys: &KeyRing, sync: SyncMode, page: u64) -> Config {
     // Small segments and a small buffer: many partial-page rewrites, segment rolls and
@@ -70,6 +77,8 @@ fn reopen(dir: &Path, mode: Mode, keys: &KeyRing, page: u64, what: &str) -> walc
 struct Totals {
     images: usize,
     damaged_ops: usize,
+    /// Runs that ended in a power cut inside a flush.
+    cut_flushes: usize,
 }
 
 /// One run: appends with random flushes, taking crash images at random moments.
@@ -93,32 +102,51 @@ fn one_run(
     let wal = Wal::open(&dir, config(mode, &keys, sync, page).storage(storage.arc())).unwrap();
     let mut acked = 0;
     let records = rng.range(20, 160);
+    let mut image_no = 0;
+    let mut check_image = |id: u64, acked: u64, rng: &mut Rng, totals: &mut Totals| {
+        image_no += 1;
+        let image = tmp.path().join(format!("image-{image_no}"));
+        totals.damaged_ops += storage.crash_image(&dir, &image, rng, tear);
+        totals.images += 1;
+        let what = format!("{mode} {sync:?} {tear:?} image after {id}, acked {acked}");
+        let keep = std::env::var_os("WALCRYPT_KEEP_IMAGE").map(std::path::PathBuf::from);
+        if let Some(keep) = &keep {
+            let _ = std::fs::remove_dir_all(keep);
+            common::copy_dir(&image, keep);
+        }
+        match reopen(&image, mode, &keys, page, &what) {
+            Ok(m) => {
+                if sync == SyncMode::Durable && m < acked {
+                    return Err(format!("{what}: only {m} records back"));
+                }
+            }
+            Err(e) => return Err(format!("{what}: reopen failed: {e}")),
+        }
+        std::fs::remove_dir_all(&image).unwrap();
+        Ok(())
+    };
     for id in 1..=records {
         let (kind, payload) = payload_for(id);
         let lsn = wal.append(kind, &payload).unwrap();
         if rng.chance(30) {
+            if sync == SyncMode::Durable && rng.chance(10) {
+                // Power fails inside this flush: its page writes (a rewrite of the partly
+                // filled page among them) reach the disk in part, its fdatasync never returns.
+                storage.fail_from(Op::Sync, storage.count(Op::Sync) + 1, Effect::Errno(EIO));
+                if wal.flush(lsn).is_ok() {
+                    return Err(format!("{mode}: a flush returned Ok without its fdatasync"));
+                }
+                totals.cut_flushes += 1;
+                for _ in 0..3 {
+                    check_image(id, acked, &mut rng, totals)?;
+                }
+                return Ok(());
+            }
             wal.flush(lsn).unwrap();
             acked = id;
         }
         if rng.chance(8) || id == records {
-            let image = tmp.path().join(format!("image-{id}"));
-            totals.damaged_ops += storage.crash_image(&dir, &image, &mut rng, tear);
-            totals.images += 1;
-            let what = format!("{mode} {sync:?} {tear:?} image after {id}, acked {acked}");
-            let keep = std::env::var_os("WALCRYPT_KEEP_IMAGE").map(std::path::PathBuf::from);
-            if let Some(keep) = &keep {
-                let _ = std::fs::remove_dir_all(keep);
-                common::copy_dir(&image, keep);
-            }
-            match reopen(&image, mode, &keys, page, &what) {
-                Ok(m) => {
-                    if sync == SyncMode::Durable && m < acked {
-                        return Err(format!("{what}: only {m} records back"));
-                    }
-                }
-                Err(e) => return Err(format!("{what}: reopen failed: {e}")),
-            }
-            std::fs::remove_dir_all(&image).unwrap();
+            check_image(id, acked, &mut rng, totals)?;
         }
     }
     drop(wal);
@@ -137,6 +165,7 @@ fn sweep(modes: &[Mode], sync: SyncMode, tear: Tear, page: u64) {
     let mut totals = Totals {
         images: 0,
         damaged_ops: 0,
+        cut_flushes: 0,
     };
     let only = std::env::var("WALCRYPT_CRASH_MODE").ok();
     for &mode in modes {
@@ -152,8 +181,8 @@ fn sweep(modes: &[Mode], sync: SyncMode, tear: Tear, page: u64) {
     }
     println!(
         "{sync:?} {tear:?} {page} B pages: {} crash images, {} unsynced writes dropped or \
-         torn, seed {seed}",
-        totals.images, totals.damaged_ops
+         torn, {} runs cut inside a flush, seed {seed}",
+        totals.images, totals.damaged_ops, totals.cut_flushes
     );
 }
 
