@@ -42,6 +42,16 @@ pub const RECORD_FLAG_ENCRYPTED: u8 = 0x01;
 /// reopened with a key its current segment does not list, so every segment header names the
 /// keys its data uses.
 pub const RECORD_FLAG_SWITCH: u8 = 0x02;
+/// Record flag: the log resumes here, at the first body position of a page, after the page
+/// before was left partly filled. Its payload is the LSN (u64) where the valid records of that
+/// page end; a reader that finds no valid record there continues with this record. pagelevel
+/// writers emit one when they reopen a log whose last page is partly filled: that page's
+/// keystream may already have covered bytes recovery cut away, so it is never written again.
+pub const RECORD_FLAG_RESUME: u8 = 0x04;
+/// Payload length of a resume record.
+pub const RESUME_PAYLOAD_LEN: usize = 8;
+/// Flags of records that steer the reader (switch, resume): never encrypted, never returned.
+pub const RECORD_FLAGS_CONTROL: u8 = RECORD_FLAG_SWITCH | RECORD_FLAG_RESUME;
 /// Largest payload one record may carry (1 GiB). Bounds every allocation a reader makes.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 
@@ -251,6 +261,21 @@ pub fn validate_geometry(g: Geometry) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Segments end at or before this LSN (2^63, 8 EiB of log): position arithmetic (a segment's
+/// end, a record of up to 1 GiB past it) then never overflows a `u64`.
+pub const LSN_LIMIT: u64 = 1 << 63;
+
+/// Checks a segment's start LSN against the geometry; returns what is wrong.
+pub fn validate_segment_start(g: Geometry, start: u64) -> Result<(), &'static str> {
+    if !start.is_multiple_of(g.segment_size) {
+        return Err("start is not a multiple of the segment size");
+    }
+    if start > LSN_LIMIT - g.segment_size {
+        return Err("start lies beyond the LSN range (segments must end by 2^63)");
+    }
+    Ok(())
+}
+
 /// The plaintext header at the start of every page but a segment's first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageHeader {
@@ -357,7 +382,7 @@ impl RecordHeader {
     /// fields. `bytes` must hold `header_len_for_flags(bytes[9])` bytes.
     pub fn decode(bytes: &[u8]) -> Result<RecordHeader, &'static str> {
         let flags = bytes[9];
-        if flags & !(RECORD_FLAG_ENCRYPTED | RECORD_FLAG_SWITCH) != 0 {
+        if flags & !(RECORD_FLAG_ENCRYPTED | RECORD_FLAGS_CONTROL) != 0 {
             return Err("unknown flags");
         }
         if le_u16(bytes, 10) != 0 {

@@ -11,11 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::Lsn;
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::crypto::{Keys, random_u64};
 use crate::error::{Error, Result};
 use crate::format::{self, Geometry, SegmentHeader};
 use crate::reader::{Cursor, LogFiles, Record, Step, Stored, list_segments};
+use crate::storage::Storage;
 use crate::writer::{Resume, TMP_SUFFIX, Wal, create_segment};
 
 impl Wal {
@@ -80,9 +81,7 @@ fn validate(config: &Config) -> Result<()> {
 fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     validate(&config)?;
     let storage = config.storage.clone();
-    storage
-        .create_dir_all(dir)
-        .map_err(|e| Error::io("create log directory", dir, e))?;
+    create_log_dir(storage.as_ref(), dir)?;
     let lock = storage
         .lock_dir(dir)
         .map_err(|e| Error::io("lock log directory", dir, e))?
@@ -134,19 +133,36 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, replay)?,
     };
     truncate_after(&files, end, proven)?;
-    let needs_switch = needs_new_segment(&files, &keys, end);
+    let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
+    // A fresh page in the next segment is a new segment, made with the current keys.
+    let next_page = files.geo.page_start(end) + files.geo.page_size;
+    let needs_switch = needs_new_segment(&files, &keys, end)
+        && !(fresh_page && files.geo.segment_start(next_page) != files.geo.segment_start(end));
+    let geo = files.geo;
     let resume = Resume {
         log_id: files.log_id,
-        geo: files.geo,
+        geo,
         end,
-        tail_page,
+        // A pagelevel writer never rewrites the page holding the end (see
+        // `resumes_on_fresh_page`); the other modes rewrite its valid prefix byte for byte.
+        tail_page: tail_page.filter(|_| !fresh_page),
     };
     drop(files);
     let wal = Wal::start(dir, &config, keys, resume, lock)?;
+    if fresh_page {
+        wal.resume_on_fresh_page()?;
+    }
     if needs_switch {
         wal.switch_segment()?;
     }
     Ok(wal)
+}
+
+/// True when a writer opening a log that ends at `end` must continue on the next page: in
+/// pagelevel mode, when `end` lies inside a page body that already holds records.
+fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: u64) -> bool {
+    let page = geo.page_start(end);
+    mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64
 }
 
 /// Where the valid log ends, and the valid prefix of the page holding the end.
@@ -251,6 +267,37 @@ fn replay_pipelined(
         applied?;
         scanned
     })
+}
+
+/// Creates the log directory (and missing parents) and makes every new directory entry
+/// durable by fsyncing the directory that holds it: without that, a file system that does not
+/// persist a new directory with its children may lose the whole log in a power cut although
+/// flushes returned Ok.
+fn create_log_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    for ancestor in dir.ancestors() {
+        if ancestor.as_os_str().is_empty()
+            || storage
+                .exists(ancestor)
+                .map_err(|e| Error::io("look up log directory", ancestor, e))?
+        {
+            break;
+        }
+        missing.push(ancestor);
+    }
+    storage
+        .create_dir_all(dir)
+        .map_err(|e| Error::io("create log directory", dir, e))?;
+    for created in missing.iter().rev() {
+        let parent = match created.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        storage
+            .sync_dir(parent)
+            .map_err(|e| Error::io("sync directory", parent, e))?;
+    }
+    Ok(())
 }
 
 /// Removes segment files left half-made by a crash or a failed creation.

@@ -39,6 +39,11 @@ pub trait Storage: Send + Sync {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Creates the directory (and parents) if missing.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Whether `path` exists. The log asks before creating its directory, to learn which new
+    /// directory entries it must make durable.
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
     /// Takes an exclusive lock on the directory for one writer; dropping the guard releases it.
     /// `Ok(None)` means another writer holds it.
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>>;

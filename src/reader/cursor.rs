@@ -8,8 +8,8 @@ use crate::config::Mode;
 use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::{
-    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_SWITCH,
-    RECORD_HEADER_PLAIN, RecordHeader,
+    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
+    RECORD_FLAGS_CONTROL, RECORD_HEADER_PLAIN, RecordHeader,
 };
 use crate::storage::StorageFile;
 
@@ -90,7 +90,8 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Reads the next record as stored. Segment-switch records are followed, never returned.
+    /// Reads the next record as stored. Segment-switch and resume records are followed, never
+    /// returned.
     pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
             let start = self.files.geo.skip_headers(self.pos);
@@ -100,13 +101,40 @@ impl<'a> Cursor<'a> {
                         self.files.geo.segment_start(start) + self.files.geo.segment_size;
                     self.pos = next_segment;
                 }
+                Ok(rec) if rec.header.flags & RECORD_FLAG_RESUME != 0 => {
+                    self.pos = u64::from(rec.end_lsn);
+                }
                 Ok(rec) => {
                     self.pos = u64::from(rec.end_lsn);
                     return Ok(Step::Record(rec));
                 }
-                Err(invalid) => return Ok(Step::End(invalid)),
+                Err(invalid) => match self.resumed_after(start)? {
+                    Some(next) => self.pos = next,
+                    None => return Ok(Step::End(invalid)),
+                },
             }
         }
+    }
+
+    /// Where the log continues when no valid record starts at `start`: after the resume record
+    /// at the start of the next page's body, if there is one naming exactly `start` (a pagelevel
+    /// writer reopened the log there and left the rest of this page unwritten). `None` otherwise.
+    fn resumed_after(&mut self, start: u64) -> Result<Option<u64>> {
+        let geo = self.files.geo;
+        let page = geo.page_start(start);
+        if start <= page + PAGE_HEADER_LEN as u64 {
+            return Ok(None);
+        }
+        let next_body = geo.skip_headers(page + geo.page_size);
+        Ok(match self.read_record(next_body)? {
+            Ok(rec)
+                if rec.header.flags & RECORD_FLAG_RESUME != 0
+                    && rec.stored == start.to_le_bytes() =>
+            {
+                Some(u64::from(rec.end_lsn))
+            }
+            _ => None,
+        })
     }
 
     fn read_record(&mut self, start: u64) -> Try<Stored> {
@@ -166,7 +194,7 @@ impl<'a> Cursor<'a> {
             return Ok(Err(invalid(start, start, kind)));
         }
         if header.encryption.is_some()
-            != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAG_SWITCH == 0)
+            != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAGS_CONTROL == 0)
         {
             return Ok(Err(invalid(
                 start,

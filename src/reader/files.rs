@@ -117,6 +117,11 @@ impl LogFiles {
             segments.push(SegmentInfo { path, header });
         }
         let first = segments[0].header.clone();
+        // Every start is checked before any arithmetic on it: a hand-made file named for a
+        // start near 2^64, or one not on a segment boundary, is refused, never wrapped around.
+        for seg in &segments {
+            check_segment_start(seg, first.geometry)?;
+        }
         for (seg, expected) in segments[1..].iter().zip(
             segments
                 .iter()
@@ -151,16 +156,6 @@ impl LogFiles {
                     0,
                     Lsn(expected),
                     CorruptionKind::MissingSegment,
-                ));
-            }
-            if u64::from(h.start) % first.geometry.segment_size != 0 {
-                return Err(Error::corrupt(
-                    h.start,
-                    0,
-                    h.start,
-                    CorruptionKind::SegmentHeaderField(
-                        "start is not a multiple of the segment size",
-                    ),
                 ));
             }
         }
@@ -262,8 +257,10 @@ impl LogFiles {
     /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
     /// made durable: the record was complete once, so this is corruption, never a torn tail.
     /// That includes the pages the record itself was read from: a crash cannot damage bytes
-    /// that were durable before a page was rewritten, except by tearing a pagelevel rewrite
-    /// (the new header over old sectors), which must be reported, not truncated away.
+    /// that were durable before a page was rewritten, since every mode rewrites them byte for
+    /// byte (pagelevel keeps a page's IV within an open), and a page's hint never exceeds what
+    /// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
+    /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
     /// Otherwise the record is the torn tail of a crash, the end of the log.
     pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
         let start_page = self.geo.page_start(invalid.lsn);
@@ -314,6 +311,14 @@ impl LogFiles {
         let segment = self.geo.segment_start(at);
         Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)
     }
+}
+
+/// Refuses a segment whose start is off the segment grid of `geo` or too close to the end of
+/// the LSN space. The error names the file (its start) and what is wrong.
+fn check_segment_start(seg: &SegmentInfo, geo: Geometry) -> Result<()> {
+    let start = seg.header.start;
+    format::validate_segment_start(geo, u64::from(start))
+        .map_err(|what| Error::corrupt(start, 0, start, CorruptionKind::SegmentHeaderField(what)))
 }
 
 fn check_keys(keys: &Keys, segments: &[SegmentInfo]) -> Result<()> {

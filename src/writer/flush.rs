@@ -10,7 +10,8 @@ use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_SWITCH, SegmentHeader,
+    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
+    SegmentHeader,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -45,12 +46,22 @@ impl Wal {
     }
 
     /// Writes the buffer's pages from the last written position up to `target` (which must be
-    /// copied already). Partly filled pages are written whole and rewritten later.
+    /// copied already). Partly filled pages are written whole and rewritten later. Any error on
+    /// the way poisons the log: pages may already be written past what the writer's position
+    /// says, and appends after a half-done write-out must never be acknowledged.
     pub(super) fn write_locked(&self, w: &mut WriteState, target: u64) -> Result<()> {
         self.check_poison()?;
         if target <= w.written_to {
             return Ok(());
         }
+        self.write_pages(w, target)
+            .map_err(|e| self.poison_error(e))?;
+        w.written_to = target;
+        self.written_to.store(target, Ordering::Release);
+        Ok(())
+    }
+
+    fn write_pages(&self, w: &mut WriteState, target: u64) -> Result<()> {
         let ps = self.geo.page_size;
         let hint = self.synced_to.load(Ordering::Acquire);
         let mut page = self.geo.page_start(w.written_to);
@@ -63,16 +74,22 @@ impl Wal {
             let run_start = page;
             let mut scratch = std::mem::take(&mut w.scratch);
             scratch.clear();
+            let mut imaged = Ok(());
             while page < target && self.geo.segment_start(page) == segment {
                 let at = scratch.len();
                 scratch.resize(at + ps as usize, 0);
                 let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
-                self.page_image(w, page, valid as usize, hint, &mut scratch[at..])?;
+                imaged = self.page_image(w, page, valid as usize, hint, &mut scratch[at..]);
+                if imaged.is_err() {
+                    break;
+                }
                 page += ps;
             }
-            let written = self.file_for(w, segment).and_then(|file| {
-                file.write_all_at(&scratch, run_start - segment)
-                    .map_err(|e| self.poison("write segment", segment, e))
+            let written = imaged.and_then(|()| {
+                self.file_for(w, segment).and_then(|file| {
+                    file.write_all_at(&scratch, run_start - segment)
+                        .map_err(|e| self.poison("write segment", segment, e))
+                })
             });
             w.pages_written += scratch.len() as u64 / ps;
             w.scratch = scratch;
@@ -81,14 +98,15 @@ impl Wal {
                 w.dirty.push(segment);
             }
         }
-        w.written_to = target;
-        self.written_to.store(target, Ordering::Release);
         Ok(())
     }
 
     /// Builds the on-disk image of `page` into `out`: header, the first `valid` bytes of the
-    /// page from the buffer and zeros after them, and (pagelevel) the body encrypted under a
-    /// fresh IV.
+    /// page from the buffer and zeros after them. In pagelevel mode only the filled part of the
+    /// body, `[PAGE_HEADER_LEN, valid)`, is encrypted, under the page's one IV of this open
+    /// (drawn at its first write-out), and the zeros after it are written as zeros: every
+    /// rewrite repeats the bytes of the earlier writes exactly, and keystream past the filled
+    /// part is never exposed.
     fn page_image(
         &self,
         w: &mut WriteState,
@@ -97,11 +115,20 @@ impl Wal {
         hint: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        let rem_len = {
-            let slot = self.slots[self.slot_index(page)].lock();
-            debug_assert_eq!(slot.page, page, "writing a page that is not in the buffer");
+        let (rem_len, cipher) = {
+            let mut slot = self.slots[self.slot_index(page)].lock();
+            if slot.page != page {
+                return Err(Error::Poisoned(format!(
+                    "page {} is not in the write buffer (it holds {})",
+                    Lsn(page),
+                    Lsn(slot.page)
+                )));
+            }
             out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
-            slot.rem_len
+            if self.mode == Mode::PageLevel && slot.cipher.is_none() {
+                slot.cipher = Some((self.page_key(w, page), self.ivs.next_iv()?));
+            }
+            (slot.rem_len, slot.cipher)
         };
         out[valid..].fill(0);
         let mut header = PageHeader {
@@ -112,15 +139,10 @@ impl Wal {
             durable_hint: Lsn(hint),
             iv: [0; 16],
         };
-        if self.mode == Mode::PageLevel {
+        if let Some((key_id, iv)) = cipher {
             let started = Instant::now();
-            let key_id = match w.segment_key {
-                Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
-                _ => self.active_key,
-            };
-            let iv = self.ivs.next_iv()?;
             self.keys
-                .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..])?;
+                .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..valid])?;
             w.encrypt_ns += started.elapsed().as_nanos() as u64;
             header.flags = PAGE_FLAG_ENCRYPTED;
             header.key_id = key_id;
@@ -130,11 +152,26 @@ impl Wal {
         Ok(())
     }
 
+    /// The key that encrypts pages of the segment holding `page` (pagelevel).
+    fn page_key(&self, w: &WriteState, page: u64) -> u32 {
+        match w.segment_key {
+            Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
+            _ => self.active_key,
+        }
+    }
+
     /// The open file of the segment starting at `segment`, creating the segment if needed.
+    ///
+    /// When the writer moves on to another segment, the segments it wrote before are complete:
+    /// those not yet fdatasync'ed are synced now, on the handle that wrote them (so a write-back
+    /// error cannot slip past on a fresh handle), and every older handle is closed. The writer
+    /// thus holds one or two handles in every sync mode; a Buffered writer pays one fdatasync
+    /// per segment for it.
     fn file_for<'w>(&self, w: &'w mut WriteState, segment: u64) -> Result<&'w dyn StorageFile> {
         if let Some(i) = w.files.iter().position(|(s, _)| *s == segment) {
             return Ok(w.files[i].1.as_ref());
         }
+        self.retire_files(w)?;
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         let file = match self.storage.open(&path, true) {
             Ok(file) => file,
@@ -146,14 +183,18 @@ impl Wal {
             .map_err(|e| self.poison_error(e))?,
             Err(e) => return Err(self.poison("open segment", segment, e)),
         };
-        // Keep the handles of segments still being written or awaiting fdatasync.
-        let dirty = w.dirty.clone();
-        w.files.retain(|(s, _)| dirty.contains(s));
         w.files.push((segment, file));
         Ok(w.files
             .last()
             .map(|(_, f)| f.as_ref())
             .expect("pushed just above"))
+    }
+
+    /// fdatasyncs every open segment still dirty and closes every open handle.
+    fn retire_files(&self, w: &mut WriteState) -> Result<()> {
+        self.sync_locked(w)?;
+        w.files.clear();
+        Ok(())
     }
 
     fn segment_header(&self, start: u64) -> SegmentHeader {
@@ -170,12 +211,16 @@ impl Wal {
         }
     }
 
-    /// fdatasyncs every segment written since the last sync.
+    /// fdatasyncs every segment written since the last sync. A dirty segment always has its
+    /// handle open (handles are closed only after their sync), so none is skipped.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         let dirty = std::mem::take(&mut w.dirty);
         for segment in &dirty {
             let Some((_, file)) = w.files.iter().find(|(s, _)| s == segment) else {
-                continue;
+                return Err(self.poison_error(Error::Poisoned(format!(
+                    "segment {} awaits fdatasync but its handle is closed",
+                    format::segment_file_name(Lsn(*segment))
+                ))));
             };
             let started = Instant::now();
             let synced = file.sync_data();
@@ -273,7 +318,7 @@ impl Wal {
         let mut removed = 0;
         for start in starts {
             let start = u64::from(start);
-            if start + self.geo.segment_size >= limit {
+            if start.saturating_add(self.geo.segment_size) >= limit {
                 break;
             }
             let path = self.dir.join(format::segment_file_name(Lsn(start)));
@@ -319,6 +364,34 @@ impl Wal {
         self.flushed_to.store(next, Ordering::Release);
         ins.pos = next;
         self.complete_to.store(next, Ordering::Release);
+        Ok(())
+    }
+
+    /// Continues a reopened pagelevel log on a fresh page: writes a resume record at the start
+    /// of the next page's body, naming the end of the log, and never writes the page holding
+    /// the end again. Called once, right after [`Wal::start`], when the log ends inside a page
+    /// body.
+    ///
+    /// Rewriting that page is unsafe either way: under a fresh IV a torn rewrite would mix two
+    /// keystreams over records that were durable, and under its old IV new records would meet
+    /// keystream that may already have encrypted the bytes recovery cut away (a torn or lost
+    /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
+    /// counter block. The rest of the page stays unused.
+    pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
+        let end = self.complete_to.load(Ordering::Acquire);
+        let mut sealed = Vec::new();
+        self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
+        let mut ins = self.insert.lock();
+        let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
+        {
+            let mut w = self.write.lock();
+            w.written_to = page_end;
+            self.written_to.store(page_end, Ordering::Release);
+        }
+        ins.pos = page_end;
+        let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
+        ins.pos = resumed;
+        self.complete_to.store(resumed, Ordering::Release);
         Ok(())
     }
 
@@ -369,3 +442,23 @@ pub(crate) fn create_segment(
 
 /// Suffix of a segment file still being created.
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Error, KeyRing, Mode, Wal};
+
+    #[test]
+    fn an_error_while_building_a_page_image_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
+        let lsn = wal.append(1, b"record").unwrap();
+        // Not an I/O error: the slot of the page to write claims to hold another page.
+        let page = wal.geo.page_start(u64::from(lsn));
+        wal.slots[wal.slot_index(page)].lock().page = page + wal.geo.page_size;
+        assert!(wal.flush(lsn).is_err());
+        assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
+        assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
+        assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+    }
+}

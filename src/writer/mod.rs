@@ -26,7 +26,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
 use crate::config::{Config, Mode, SyncMode};
-use crate::crypto::{IvSource, Keys};
+use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, Result};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH,
@@ -91,6 +91,9 @@ struct InsertState {
 struct Slot {
     page: u64,
     rem_len: u32,
+    /// pagelevel: the key id and IV of this page, drawn at its first write-out and kept for
+    /// every rewrite within this open, so a rewrite repeats the durable bytes exactly.
+    cipher: Option<(u32, [u8; IV_LEN])>,
     data: Vec<u8>,
 }
 
@@ -185,6 +188,7 @@ impl Wal {
                 Mutex::new(Slot {
                     page: NO_PAGE,
                     rem_len: 0,
+                    cipher: None,
                     data: vec![0u8; geo.page_size as usize],
                 })
             })
@@ -392,6 +396,9 @@ impl Wal {
                 if free {
                     // No zeroing here: the writer copies only bytes below its target and
                     // writes zeros after them.
+                    if slot.page != page {
+                        slot.cipher = None;
+                    }
                     slot.page = page;
                     slot.rem_len = rem_len;
                     return Ok(());

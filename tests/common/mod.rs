@@ -185,6 +185,9 @@ pub enum Tear {
     Prefix,
     /// Torn writes keep any subset of their sectors (a device that reorders sectors).
     AnySectors,
+    /// Torn writes keep any subset of their 4 KiB file-system blocks, each whole (a device
+    /// with 4 KiB atomic writes, which may tear an 8 KiB page between its blocks either way).
+    Blocks4K,
 }
 
 #[derive(Debug, Clone)]
@@ -362,14 +365,15 @@ fn apply_write(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     image[offset as usize..end].copy_from_slice(data);
 }
 
-/// Applies some of the 512-byte sectors (by absolute file offset) that `data` covers.
+/// Applies some of the 512-byte sectors (or 4 KiB blocks, by absolute file offset) that `data`
+/// covers.
 fn tear_write(image: &mut Vec<u8>, offset: u64, data: &[u8], rng: &mut Rng, tear: Tear) {
-    const SECTOR: u64 = 512;
+    let unit: u64 = if tear == Tear::Blocks4K { 4096 } else { 512 };
     let end = offset + data.len() as u64;
     let mut pieces = Vec::new();
     let mut at = offset;
     while at < end {
-        let next = ((at / SECTOR) + 1) * SECTOR;
+        let next = ((at / unit) + 1) * unit;
         let stop = next.min(end);
         pieces.push((at, stop));
         at = stop;
@@ -379,7 +383,7 @@ fn tear_write(image: &mut Vec<u8>, offset: u64, data: &[u8], rng: &mut Rng, tear
         let keep = match tear {
             Tear::Whole => true,
             Tear::Prefix => i < keep_prefix,
-            Tear::AnySectors => rng.chance(50),
+            Tear::AnySectors | Tear::Blocks4K => rng.chance(50),
         };
         if keep {
             let slice = &data[(from - offset) as usize..(to - offset) as usize];

@@ -338,7 +338,11 @@ impl Verify<'_> {
         if let Some(pe) = prev_end {
             let next = geo.skip_headers(pe);
             let after_switch = geo.skip_headers(geo.segment_start(next) + geo.segment_size);
-            if lsn != next && lsn != after_switch {
+            // A pagelevel writer that reopened the log left the rest of the page unused and
+            // resumed after a resume record at the start of the next page's body.
+            let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
+                + (format::RECORD_HEADER_PLAIN + format::RESUME_PAYLOAD_LEN) as u64;
+            if lsn != next && lsn != after_switch && lsn != after_resume {
                 self.found.damage.push(format!(
                     "{at}: record does not follow the previous one, which ended at {}",
                     fmt_lsn(pe)
@@ -394,27 +398,14 @@ impl Verify<'_> {
         let geo = self.geo();
         let tail_page = geo.page_start(end);
         let mut leftover = 0usize;
-        if !end.is_multiple_of(geo.page_size)
-            && let Some(h) = self.disk.page_header(tail_page)?
-        {
+        // Past the last record the page holds zeros as written, in every mode: pagelevel
+        // encrypts only the filled part of a body.
+        if !end.is_multiple_of(geo.page_size) && self.disk.page_header(tail_page)?.is_some() {
             let mut page = vec![0u8; geo.page_size as usize];
             let n = self.disk.read(tail_page, &mut page)?;
             page.truncate(n);
-            let decrypted = if h.flags & PAGE_FLAG_ENCRYPTED != 0 {
-                match self.ring.and_then(|r| r.get(h.key_id)) {
-                    Some(key) => {
-                        walcrypt::ctr_apply_keystream(key, &h.iv, &mut page[PAGE_HEADER_LEN..]);
-                        true
-                    }
-                    None => false,
-                }
-            } else {
-                true
-            };
             let from = ((end - tail_page) as usize).min(page.len());
-            if decrypted {
-                leftover = page[from..].iter().filter(|&&b| b != 0).count();
-            }
+            leftover = page[from..].iter().filter(|&&b| b != 0).count();
         }
         let later = self
             .written_pages
