@@ -50,7 +50,9 @@
 mod config;
 mod crypto;
 mod error;
-pub mod format;
+mod events;
+mod format;
+pub mod inspect;
 mod reader;
 mod recovery;
 pub mod storage;
@@ -59,11 +61,14 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
+    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode,
+    SyncMode,
 };
-pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
-pub use error::{CorruptionKind, Error, Position, Result};
-pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
+pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing};
+pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
+pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
+pub use format::Geometry;
+pub use reader::{Reader, Record, Records};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.

@@ -38,9 +38,11 @@ impl Wal {
     pub(super) fn write_out(&self, target: u64) -> Result<()> {
         let mut w = self.write.lock();
         let held_since = Instant::now();
-        w.acquisitions += 1;
+        self.counters.write_lock_acquisitions.add(1);
         let result = self.write_locked(&mut w, target);
-        w.hold_ns += held_since.elapsed().as_nanos() as u64;
+        self.counters
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
         result
     }
 
@@ -74,7 +76,7 @@ impl Wal {
                 file.write_all_at(&scratch, run_start - segment)
                     .map_err(|e| self.poison("write segment", segment, e))
             });
-            w.pages_written += scratch.len() as u64 / ps;
+            self.counters.pages_written.add(scratch.len() as u64 / ps);
             w.scratch = scratch;
             written?;
             if !w.dirty.contains(&segment) {
@@ -121,7 +123,9 @@ impl Wal {
             let iv = self.ivs.next_iv()?;
             self.keys
                 .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..])?;
-            w.encrypt_ns += started.elapsed().as_nanos() as u64;
+            self.counters
+                .write_lock_encrypt_ns
+                .add(started.elapsed().as_nanos() as u64);
             header.flags = PAGE_FLAG_ENCRYPTED;
             header.key_id = key_id;
             header.iv = iv;
@@ -179,15 +183,20 @@ impl Wal {
             };
             let started = Instant::now();
             let synced = file.sync_data();
-            w.fsync_ns += started.elapsed().as_nanos() as u64;
-            w.fsyncs += 1;
+            self.counters
+                .fsync_ns
+                .add(started.elapsed().as_nanos() as u64);
+            self.counters.fsyncs.add(1);
             synced.map_err(|e| self.poison("fdatasync segment", *segment, e))?;
         }
         Ok(())
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
-    /// [`SyncMode`] defines it.
+    /// [`SyncMode`] defines it. `lsn` may be any position up to [`Wal::end_lsn`]: a record's
+    /// start, a position inside a record (that record is flushed) or the end itself
+    /// (`flush(wal.end_lsn())` flushes everything appended so far). Beyond the end it fails
+    /// with [`Error::LsnNotAvailable`].
     ///
     /// Group commit (`SyncMode::Durable`): one caller at a time is the leader; it writes and
     /// fdatasyncs everything appended so far. The others do not queue for the write lock behind it (a leader that
@@ -198,17 +207,17 @@ impl Wal {
         let lsn = u64::from(lsn);
         loop {
             self.check_poison()?;
-            if self.flushed_to.load(Ordering::Acquire) > lsn {
+            if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.complete_to.load(Ordering::Acquire) <= lsn {
+            if self.complete_to.load(Ordering::Acquire) < lsn {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
             if self.sync == SyncMode::Buffered {
                 // Without fdatasync a flush is a short write; queueing on the write lock is
                 // cheaper than rounds (measured: rounds cost 15-30% of oltp throughput at 2-8
                 // threads with sync none on the 2-core development machine).
-                return self.lead_flush(lsn);
+                return self.lead_round(lsn);
             }
             let mut round = self.group.lock();
             if round.leading {
@@ -222,22 +231,24 @@ impl Wal {
             drop(round);
             // Ends the round even if the flush unwinds, so waiters never wait forever.
             let _round = RoundEnd(self);
-            return self.lead_flush(lsn);
+            return self.lead_round(lsn);
         }
     }
 
     /// One group-commit round: takes the write lock and flushes everything appended so far.
-    fn lead_flush(&self, lsn: u64) -> Result<()> {
+    pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
         let mut w = self.write.lock();
         let held_since = Instant::now();
-        w.acquisitions += 1;
+        self.counters.write_lock_acquisitions.add(1);
         let result = self.flush_locked(&mut w, lsn);
-        w.hold_ns += held_since.elapsed().as_nanos() as u64;
+        self.counters
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
         result
     }
 
     fn flush_locked(&self, w: &mut WriteState, lsn: u64) -> Result<()> {
-        if self.flushed_to.load(Ordering::Acquire) > lsn {
+        if self.flushed_through(lsn) {
             return Ok(());
         }
         let target = self.complete_to.load(Ordering::Acquire);
@@ -253,13 +264,9 @@ impl Wal {
     /// Flushes every appended record and fdatasyncs (in every sync mode), then closes the log.
     pub fn close(self) -> Result<()> {
         self.check_poison()?;
-        let mut w = self.write.lock();
-        let target = self.complete_to.load(Ordering::Acquire);
-        self.write_locked(&mut w, target)?;
-        self.sync_locked(&mut w)?;
-        self.synced_to.store(target, Ordering::Release);
-        self.flushed_to.store(target, Ordering::Release);
-        Ok(())
+        let result = self.sync_all();
+        self.deliver_events();
+        result
     }
 
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,

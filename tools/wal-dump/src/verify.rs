@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use walcrypt::format::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
 use walcrypt::{IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use crate::Args;
@@ -28,7 +28,7 @@ struct IvUse {
 }
 
 impl IvUse {
-    fn describe(&self, geo: format::Geometry) -> String {
+    fn describe(&self, geo: inspect::Geometry) -> String {
         let what = if self.page { "page" } else { "record" };
         format!("{what} at {}", position(geo, self.at))
     }
@@ -87,7 +87,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 }
 
 impl Verify<'_> {
-    fn geo(&self) -> format::Geometry {
+    fn geo(&self) -> inspect::Geometry {
         self.reader.geometry()
     }
 
@@ -110,8 +110,8 @@ impl Verify<'_> {
         let mut ok = true;
         for seg in self.reader.segments() {
             for (i, (id, kcv)) in seg.header.key_checks.iter().enumerate() {
-                let name = format::segment_file_name(seg.header.start);
-                let offset = format::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
+                let name = inspect::segment_file_name(seg.header.start);
+                let offset = inspect::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
                 match ring.get(*id) {
                     Some(key) if key.check_value() != *kcv => {
                         ok = false;
@@ -146,9 +146,9 @@ impl Verify<'_> {
             if b != a + geo.segment_size {
                 self.found.damage.push(format!(
                     "segment files missing between {} and {} (expected {} next)",
-                    format::segment_file_name(Lsn(a)),
-                    format::segment_file_name(Lsn(b)),
-                    format::segment_file_name(Lsn(a + geo.segment_size))
+                    inspect::segment_file_name(Lsn(a)),
+                    inspect::segment_file_name(Lsn(b)),
+                    inspect::segment_file_name(Lsn(a + geo.segment_size))
                 ));
             }
         }
@@ -162,7 +162,7 @@ impl Verify<'_> {
             if len < geo.segment_size {
                 self.found.damage.push(format!(
                     "segment {} is {len} bytes, expected {}: truncated at offset {len}",
-                    format::segment_file_name(Lsn(*start)),
+                    inspect::segment_file_name(Lsn(*start)),
                     geo.segment_size
                 ));
             }
@@ -325,7 +325,7 @@ impl Verify<'_> {
         }
     }
 
-    fn check_record(&mut self, rec: &walcrypt::RawRecord, prev_end: Option<u64>) {
+    fn check_record(&mut self, rec: &walcrypt::inspect::RawRecord, prev_end: Option<u64>) {
         let geo = self.geo();
         let lsn = u64::from(rec.lsn);
         let at = position(geo, lsn);
@@ -403,7 +403,11 @@ impl Verify<'_> {
             let decrypted = if h.flags & PAGE_FLAG_ENCRYPTED != 0 {
                 match self.ring.and_then(|r| r.get(h.key_id)) {
                     Some(key) => {
-                        walcrypt::ctr_apply_keystream(key, &h.iv, &mut page[PAGE_HEADER_LEN..]);
+                        walcrypt::inspect::ctr_apply_keystream(
+                            key,
+                            &h.iv,
+                            &mut page[PAGE_HEADER_LEN..],
+                        );
                         true
                     }
                     None => false,
