@@ -13,7 +13,10 @@ const BATCHES: u64 = 40;
 const PER_BATCH: u64 = 3;
 
 fn batch_payload(thread: u64, batch: u64, i: u64) -> Vec<u8> {
-    let mut p = payload(thread * 10_000 + batch * 10 + i, 20 + (i as usize * 97) % 300);
+    let mut p = payload(
+        thread * 10_000 + batch * 10 + i,
+        20 + (i as usize * 97) % 300,
+    );
     p.splice(0..0, [thread as u8, batch as u8, i as u8]);
     p
 }
@@ -52,11 +55,7 @@ fn batches_from_many_threads_stay_together_and_survive_reopen() {
         let end = wal.end_lsn();
         assert_eq!(wal.append_batch(std::iter::empty()).unwrap(), vec![]);
         assert_eq!(wal.end_lsn(), end);
-        assert_eq!(
-            wal.stats().appends,
-            THREADS * BATCHES * PER_BATCH,
-            "{mode}"
-        );
+        assert_eq!(wal.stats().appends, THREADS * BATCHES * PER_BATCH, "{mode}");
         Arc::into_inner(wal).unwrap().close().unwrap();
 
         let log = read_all(dir.path(), Some(keys.clone()));
@@ -66,7 +65,11 @@ fn batches_from_many_threads_stay_together_and_survive_reopen() {
             let (t, b) = (run[0].2[0], run[0].2[1]);
             for (i, (_, kind, p)) in run.iter().enumerate() {
                 assert_eq!(*kind, t + 1, "{mode}");
-                assert_eq!((p[0], p[1], p[2] as usize), (t, b, i), "{mode}: batch torn apart");
+                assert_eq!(
+                    (p[0], p[1], p[2] as usize),
+                    (t, b, i),
+                    "{mode}: batch torn apart"
+                );
             }
         }
         // The LSNs handed out are where the records are.

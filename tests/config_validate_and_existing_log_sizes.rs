@@ -11,11 +11,20 @@ fn validate_names_the_setting_that_is_wrong() {
     assert_eq!(ok.mode(), Mode::PerRecord);
 
     let no_keys = Config::new(Mode::PageLevel).validate().unwrap_err();
-    assert!(matches!(&no_keys, Error::Config(why) if why.contains("key ring")), "{no_keys}");
+    assert!(
+        matches!(&no_keys, Error::Config(why) if why.contains("key ring")),
+        "{no_keys}"
+    );
     let page = ok.clone().page_size(1000).validate().unwrap_err();
-    assert!(matches!(&page, Error::Config(why) if why.contains("page size")), "{page}");
+    assert!(
+        matches!(&page, Error::Config(why) if why.contains("page size")),
+        "{page}"
+    );
     let segment = ok.clone().segment_size(4096 + 512).validate().unwrap_err();
-    assert!(matches!(&segment, Error::Config(why) if why.contains("segment size")), "{segment}");
+    assert!(
+        matches!(&segment, Error::Config(why) if why.contains("segment size")),
+        "{segment}"
+    );
 
     // Wal::open validates before it creates anything.
     let dir = tempfile::tempdir().unwrap();
@@ -55,13 +64,22 @@ fn an_existing_log_keeps_its_sizes_and_refuses_explicit_other_ones() {
             on_disk,
             configured,
         }) => {
-            assert_eq!((what, on_disk.as_str(), configured.as_str()), ("page size", "512", "1024"))
+            assert_eq!(
+                (what, on_disk.as_str(), configured.as_str()),
+                ("page size", "512", "1024")
+            )
         }
         other => panic!("expected a page size mismatch, got {other:?}"),
     }
     let err = Wal::open(dir.path(), base.clone().page_size(512).segment_size(8192)).unwrap_err();
     assert!(
-        matches!(&err, Error::Mismatch { what: "segment size", .. }),
+        matches!(
+            &err,
+            Error::Mismatch {
+                what: "segment size",
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().contains("4096"), "{err}");
