@@ -113,7 +113,11 @@ pub enum RecoveryMode {
     /// and everything after it are removed, and writing resumes there. The cut is reported to
     /// the [`crate::EventListener`] ([`crate::RecoverySummary::salvaged`]) and by
     /// [`crate::Wal::recovery_summary`]. Use it only after an operator asked for it, and keep a
-    /// copy of the files first (`wal-dump repair` does both).
+    /// copy of the files first (`wal-dump --repair --backup DIR` does both).
+    ///
+    /// Recovery reads the tail of the log, from the newest position a durable hint proves; damage
+    /// before that position is not seen by `Wal::open` in either mode (the reader and
+    /// `wal-dump --verify` report it).
     TruncateAtDamage,
 }
 
