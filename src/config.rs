@@ -115,9 +115,9 @@ pub enum RecoveryMode {
     /// [`crate::Wal::recovery_summary`]. Use it only after an operator asked for it, and keep a
     /// copy of the files first (`wal-dump --repair --backup DIR` does both).
     ///
-    /// Recovery reads the tail of the log, from the newest position a durable hint proves; damage
-    /// before that position is not seen by `Wal::open` in either mode (the reader and
-    /// `wal-dump --verify` report it).
+    /// To find the first damage anywhere, this mode reads the whole log from its oldest record
+    /// (the default reads only the tail, from the newest position a durable hint proves: damage
+    /// before that position does not stop a default open, though the reader reports it).
     TruncateAtDamage,
 }
 

@@ -112,9 +112,14 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
     config.check_existing(files.mode, files.geo)?;
     let proven = proven_start(&files)?;
+    // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
+    let scan_base = match config.recovery {
+        RecoveryMode::RefuseDamage => proven,
+        RecoveryMode::TruncateAtDamage => replay_start(&files, Lsn::default(), proven)?,
+    };
     let scan_from = match replay.as_ref() {
-        None => proven,
-        Some((from, _)) => replay_start(&files, *from, proven)?,
+        None => scan_base,
+        Some((from, _)) => replay_start(&files, *from, scan_base)?,
     };
     let policy = config.recovery;
     let (scanned, replayed) = match replay {
@@ -138,6 +143,8 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let wal = Wal::start(dir, &config, keys, resume, lock)?;
     if needs_switch {
         wal.switch_segment()?;
+    } else if salvaged.is_some() {
+        wal.restamp_tail()?;
     }
     wal.recovered(RecoverySummary {
         created: false,

@@ -1,6 +1,7 @@
 //! A flipped bit inside the durable log: by default the log refuses to open and nothing on disk
 //! changes; with `RecoveryMode::TruncateAtDamage` it opens, keeps every record before the
-//! damaged one, reports the cut, and continues writing where the damage was.
+//! damaged one, reports the cut, and continues writing where the damage was. Salvage reads the
+//! whole log, so it also finds damage before the tail that an ordinary open reads.
 
 mod support;
 
@@ -108,5 +109,56 @@ fn default_refuses_and_salvage_keeps_every_record_before_the_damage() {
             // The repaired log opens with the default policy.
             Wal::open(dir.path(), config).unwrap().close().unwrap();
         }
+    }
+}
+
+#[test]
+fn salvage_finds_damage_before_the_tail_an_ordinary_open_reads() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = small_config(mode, &keys);
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        let records: Vec<_> = (0..300).map(|i| (1u8, payload(i, 70))).collect();
+        let lsns = support::append_all(&wal, &records);
+        let geo = wal.geometry();
+        wal.close().unwrap();
+        assert!(
+            segment_files(dir.path()).len() > 4,
+            "a log of several segments"
+        );
+
+        // Damage a record in the oldest segment, far before the tail.
+        let n = (3..20)
+            .find(|&i| (u64::from(lsns[i]) + 40) / 512 == u64::from(lsns[i]) / 512)
+            .unwrap();
+        let byte = u64::from(lsns[n]) + 40;
+        assert!(byte < geo.segment_size);
+        let path = dir
+            .path()
+            .join(walcrypt::inspect::segment_file_name(Lsn(0)));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut b = [0u8; 1];
+        file.read_exact_at(&mut b, byte).unwrap();
+        b[0] ^= 0x01;
+        file.write_all_at(&b, byte).unwrap();
+        drop(file);
+
+        let wal = Wal::open(dir.path(), config.recovery(RecoveryMode::TruncateAtDamage)).unwrap();
+        let cut = wal.recovery_summary().unwrap().salvaged.clone().unwrap();
+        assert_eq!(cut.cut_at, lsns[n]);
+        assert_eq!(wal.end_lsn(), lsns[n]);
+        wal.close().unwrap();
+        let log = read_all(dir.path(), Some(keys));
+        assert_eq!(
+            log.len(),
+            n,
+            "{mode}: every record before the damage, nothing after it"
+        );
+        assert_eq!(segment_files(dir.path()).len(), 1, "later segments removed");
     }
 }

@@ -541,6 +541,22 @@ impl Wal {
         let _ = self.recovery.set(summary);
     }
 
+    /// Rewrites the page holding the end of the log (same records, fresh header) and syncs it.
+    /// After recovery cut the log inside its durable part, that page's header may still carry
+    /// a durable hint beyond the new end, which a reader would take for damage after the end;
+    /// the rewrite stamps the hint of the log as it now is.
+    pub(crate) fn restamp_tail(&self) -> Result<()> {
+        let end = self.complete_to.load(Ordering::Acquire);
+        let page = self.geo.page_start(end);
+        if end <= page + PAGE_HEADER_LEN as u64 {
+            return Ok(());
+        }
+        let mut w = self.write.lock();
+        w.written_to = page;
+        self.write_locked(&mut w, end)?;
+        self.sync_locked(&mut w)
+    }
+
     /// Makes every appended record durable with an fdatasync, in every [`SyncMode`] (in
     /// `Buffered` mode too), and keeps the log open. `sync` is `flush(wal.end_lsn())` that also
     /// syncs when `flush` alone would not.

@@ -87,8 +87,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         None => {
             writeln!(
                 out,
-                "not repaired: the damage at {at} lies before the part of the log that recovery \
-                 reads, so nothing was cut; the copies in {} are unchanged",
+                "not repaired: the reader found damage at {at}, the writer's recovery found \
+                 nothing to cut; the copies in {} are kept",
                 backup.display()
             )?;
             Ok(EXIT_DAMAGE)
