@@ -144,8 +144,9 @@ pub(crate) struct Resume {
 
 /// An open write-ahead log. `Send + Sync`: share it between threads (by reference or `Arc`).
 ///
-/// Open with [`Wal::open`] (or [`Wal::open_and_replay`] after a crash), [`Wal::append`] from
-/// any number of threads, [`Wal::flush`] to make records durable, and [`Wal::close`] for a
+/// Open with [`Wal::open`] (or [`Wal::open_and_replay`] after a crash), [`Wal::append`] or
+/// [`Wal::append_batch`] from any number of threads, [`Wal::flush`] (any LSN up to
+/// [`Wal::end_lsn`]) or [`Wal::sync`] to make records durable, and [`Wal::close`] for a
 /// clean shutdown. Dropping a `Wal` hands buffered records to the operating system but reports
 /// no errors; call `close` to learn of them.
 pub struct Wal {
@@ -622,12 +623,15 @@ impl Wal {
         let segment = self
             .geo
             .segment_start(self.written_to.load(Ordering::Acquire));
-        let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
-        if segment > reported {
-            listener.on_segment_switch(&SegmentSwitch {
-                from: Lsn(reported),
-                to: Lsn(segment),
-            });
+        // A plain load first: the read-modify-write happens only at a switch, not per append.
+        if segment > self.reported_segment.load(Ordering::Acquire) {
+            let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
+            if segment > reported {
+                listener.on_segment_switch(&SegmentSwitch {
+                    from: Lsn(reported),
+                    to: Lsn(segment),
+                });
+            }
         }
         if self.poisoned.load(Ordering::Acquire)
             && !self.poison_reported.swap(true, Ordering::AcqRel)
