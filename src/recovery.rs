@@ -9,7 +9,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-
 use std::time::Instant;
 
 use crate::Lsn;
