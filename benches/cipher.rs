@@ -9,8 +9,9 @@ use std::time::Duration;
 use aes::Aes256;
 use cipher::{InnerIvInit, KeyInit, StreamCipher};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use walcrypt::format::RECORD_HEADER_ENCRYPTED as HLEN;
-use walcrypt::{IV_LEN, Key, ctr_apply_keystream};
+use walcrypt::inspect::RECORD_HEADER_ENCRYPTED as HLEN;
+use walcrypt::inspect::ctr_apply_keystream;
+use walcrypt::{IV_LEN, Key};
 
 type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use walcrypt::format::FORMAT_VERSION;
+use walcrypt::inspect::FORMAT_VERSION;
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -313,10 +313,10 @@ fn tear_last_record(log: &Path, golden: &Golden, records: &[walcrypt::Record]) -
     let last = records.last().ok_or("no records")?;
     let (start, end) = (u64::from(last.lsn), u64::from(last.end_lsn));
     let page = (end - 1) - (end - 1) % golden.page_size;
-    let from = start.max(page + walcrypt::format::PAGE_HEADER_LEN as u64);
+    let from = start.max(page + walcrypt::inspect::PAGE_HEADER_LEN as u64);
     let cut = from + (end - from) / 2;
     let segment = page - page % golden.segment_size;
-    let path: PathBuf = log.join(walcrypt::format::segment_file_name(Lsn(segment)));
+    let path: PathBuf = log.join(walcrypt::inspect::segment_file_name(Lsn(segment)));
     let file = fs::OpenOptions::new().write(true).open(&path)?;
     file.set_len(cut - segment)?;
     file.sync_all()?;
@@ -366,7 +366,7 @@ fn manifest_text(
         } else {
             ids.join(",")
         };
-        let name = walcrypt::format::segment_file_name(segment.header.start);
+        let name = walcrypt::inspect::segment_file_name(segment.header.start);
         let _ = writeln!(text, "segment = {name} keys {ids}");
     }
     Ok(text)

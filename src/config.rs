@@ -4,6 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::crypto::KeyRing;
+use crate::error::{Error, Result};
+use crate::events::EventListener;
+use crate::format::{self, Geometry, SegmentHeader};
 use crate::storage::{FsStorage, Storage};
 
 /// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
@@ -60,7 +63,7 @@ impl fmt::Display for Mode {
 
 impl std::str::FromStr for Mode {
     type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
+    fn from_str(s: &str) -> std::result::Result<Mode, String> {
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == s)
@@ -93,27 +96,53 @@ impl SyncMode {
     }
 }
 
-/// Settings for [`crate::Wal::open`]. Build with [`Config::new`] and the builder methods.
+/// What [`crate::Wal::open`] does when it finds damage that is not a torn tail: valid records
+/// after a damaged one, so records that were acknowledged as durable would be lost by cutting
+/// the log there.
+///
+/// A torn tail (the last records of a crash, never acknowledged) is always cut; this setting
+/// only decides about damage inside the durable part of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum RecoveryMode {
+    /// Refuse to open: [`crate::Error::Corrupt`] names the segment, offset and LSN of the
+    /// damage and nothing on disk changes. The default: an operator decides what to do.
+    #[default]
+    RefuseDamage,
+    /// Cut the log at the first damaged record: every record before it is kept, the damaged one
+    /// and everything after it are removed, and writing resumes there. The cut is reported to
+    /// the [`crate::EventListener`] ([`crate::RecoverySummary::salvaged`]) and by
+    /// [`crate::Wal::recovery_summary`]. Use it only after an operator asked for it, and keep a
+    /// copy of the files first (`wal-dump --repair --backup DIR` does both).
+    ///
+    /// To find the first damage anywhere, this mode reads the whole log from its oldest record
+    /// (the default reads only the tail, from the newest position a durable hint proves: damage
+    /// before that position does not stop a default open, though the reader reports it).
+    TruncateAtDamage,
+}
+
+/// Settings for [`crate::Wal::open`]. Build with [`Config::new`] and the builder methods; check
+/// with [`Config::validate`] (which `Wal::open` also calls).
+///
+/// Page and segment size belong to the log: they are used when a log is created. Opening an
+/// existing log with sizes set explicitly (by [`Config::page_size`] or
+/// [`Config::segment_size`]) that differ from the log's fails with [`crate::Error::Mismatch`];
+/// sizes left at their defaults adopt the log's own.
 #[derive(Clone)]
 pub struct Config {
-    /// Encryption mode. No default: every log states it. A log on disk must match.
-    pub mode: Mode,
-    /// Keys; the active (last) key encrypts new data. Default: empty, which only
-    /// [`Mode::Plaintext`] accepts.
-    pub keys: KeyRing,
-    /// Size of each segment file. Default 16 MiB. A multiple of the page size, at least two
-    /// pages. Used when the log is created; an existing log keeps its own.
-    pub segment_size: u64,
-    /// Size of a page. Default 8 KiB; a power of two from 512 B to 1 MiB. Used when the log is
-    /// created; an existing log keeps its own.
-    pub page_size: u64,
-    /// Durability of `flush`. Default [`SyncMode::Durable`].
-    pub sync: SyncMode,
-    /// Size of the in-memory WAL buffer. Default 4 MiB, rounded up to at least 4 pages.
-    /// Appenders wait for the writer when it is full, so memory stays bounded.
-    pub buffer_size: usize,
-    /// Where the files live. Default: the real file system.
-    pub storage: Arc<dyn Storage>,
+    pub(crate) mode: Mode,
+    pub(crate) keys: KeyRing,
+    pub(crate) segment_size: u64,
+    pub(crate) page_size: u64,
+    /// Whether `segment_size` / `page_size` were set by the caller (checked against an
+    /// existing log) or are defaults (an existing log's own are used).
+    pub(crate) segment_size_set: bool,
+    pub(crate) page_size_set: bool,
+    pub(crate) sync: SyncMode,
+    pub(crate) buffer_size: usize,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) recovery: RecoveryMode,
+    pub(crate) listener: Option<Arc<dyn EventListener>>,
 }
 
 impl fmt::Debug for Config {
@@ -125,6 +154,8 @@ impl fmt::Debug for Config {
             .field("page_size", &self.page_size)
             .field("sync", &self.sync)
             .field("buffer_size", &self.buffer_size)
+            .field("recovery", &self.recovery)
+            .field("listener", &self.listener.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -144,45 +175,138 @@ impl Config {
             keys: KeyRing::empty(),
             segment_size: DEFAULT_SEGMENT_SIZE,
             page_size: DEFAULT_PAGE_SIZE,
+            segment_size_set: false,
+            page_size_set: false,
             sync: SyncMode::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
             storage: Arc::new(FsStorage),
+            recovery: RecoveryMode::default(),
+            listener: None,
         }
     }
 
-    /// Sets the key ring.
+    /// Sets the key ring; the active (last) key encrypts new data. Default: empty, which only
+    /// [`Mode::Plaintext`] accepts.
     pub fn keys(mut self, keys: KeyRing) -> Config {
         self.keys = keys;
         self
     }
 
-    /// Sets the segment size in bytes.
+    /// Sets the size of each segment file in bytes. Default 16 MiB
+    /// ([`DEFAULT_SEGMENT_SIZE`]); a multiple of the page size, at least two pages, at most
+    /// 1 TiB. Used when the log is created; an existing log with another size refuses to open.
     pub fn segment_size(mut self, bytes: u64) -> Config {
         self.segment_size = bytes;
+        self.segment_size_set = true;
         self
     }
 
-    /// Sets the page size in bytes.
+    /// Sets the page size in bytes. Default 8 KiB ([`DEFAULT_PAGE_SIZE`]); a power of two from
+    /// 512 B to 1 MiB. Used when the log is created; an existing log with another size refuses
+    /// to open.
     pub fn page_size(mut self, bytes: u64) -> Config {
         self.page_size = bytes;
+        self.page_size_set = true;
         self
     }
 
-    /// Sets what `flush` guarantees.
+    /// Sets what `flush` guarantees. Default [`SyncMode::Durable`].
     pub fn sync(mut self, sync: SyncMode) -> Config {
         self.sync = sync;
         self
     }
 
-    /// Sets the WAL buffer size in bytes.
+    /// Sets the in-memory WAL buffer size in bytes. Default 4 MiB ([`DEFAULT_BUFFER_SIZE`]),
+    /// rounded up to at least 4 pages. Appenders wait for the writer when it is full, so memory
+    /// stays bounded.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
         self
     }
 
-    /// Replaces the storage back end (fault injection in tests, custom I/O).
+    /// Replaces the storage back end (fault injection in tests, custom I/O). Default: the real
+    /// file system.
     pub fn storage(mut self, storage: Arc<dyn Storage>) -> Config {
         self.storage = storage;
         self
+    }
+
+    /// Sets what opening does with damage inside the durable log. Default
+    /// [`RecoveryMode::RefuseDamage`].
+    pub fn recovery(mut self, mode: RecoveryMode) -> Config {
+        self.recovery = mode;
+        self
+    }
+
+    /// Sets the listener that hears of segment switches, flush rounds, poisoning and recovery.
+    /// Default: none, which costs one branch per event site.
+    pub fn listener(mut self, listener: Arc<dyn EventListener>) -> Config {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// The encryption mode this configuration asks for.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Page and segment size a new log gets.
+    pub(crate) fn geometry(&self) -> Geometry {
+        Geometry {
+            page_size: self.page_size,
+            segment_size: self.segment_size,
+        }
+    }
+
+    /// Checks the settings on their own, without looking at a log: page and segment sizes, a
+    /// key ring for the encrypted modes, and that the ring's key check values fit a segment
+    /// header. [`crate::Wal::open`] calls it first; call it earlier to report a bad setting
+    /// where it is made.
+    ///
+    /// Fails with [`Error::Config`] naming the setting and the rule it breaks.
+    pub fn validate(&self) -> Result<()> {
+        format::validate_geometry(self.geometry()).map_err(|why| Error::Config(why.into()))?;
+        if self.mode.is_encrypted() && self.keys.is_empty() {
+            return Err(Error::Config(format!(
+                "mode {} needs a key ring with at least one key",
+                self.mode
+            )));
+        }
+        let max = SegmentHeader::max_keys(self.page_size);
+        if self.keys.len() > max {
+            return Err(Error::Config(format!(
+                "{} keys do not fit a segment header of a {} byte page (at most {max})",
+                self.keys.len(),
+                self.page_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the settings against an existing log's mode and geometry (see the rule in the
+    /// type's docs).
+    pub(crate) fn check_existing(&self, mode: Mode, geo: Geometry) -> Result<()> {
+        if mode != self.mode {
+            return Err(Error::Mismatch {
+                what: "mode",
+                on_disk: mode.to_string(),
+                configured: self.mode.to_string(),
+            });
+        }
+        if self.page_size_set && geo.page_size != self.page_size {
+            return Err(Error::Mismatch {
+                what: "page size",
+                on_disk: geo.page_size.to_string(),
+                configured: self.page_size.to_string(),
+            });
+        }
+        if self.segment_size_set && geo.segment_size != self.segment_size {
+            return Err(Error::Mismatch {
+                what: "segment size",
+                on_disk: geo.segment_size.to_string(),
+                configured: self.segment_size.to_string(),
+            });
+        }
+        Ok(())
     }
 }

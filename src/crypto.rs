@@ -44,10 +44,9 @@ impl Key {
     /// Draws a fresh key from the operating system's random source.
     pub fn generate() -> Result<Key> {
         let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
-        getrandom::fill(bytes.as_mut()).map_err(|e| Error::KeyFile {
-            path: Default::default(),
-            line: 0,
-            reason: format!("the OS random source failed: {e}"),
+        getrandom::fill(bytes.as_mut()).map_err(|e| Error::RandomSource {
+            what: "a key",
+            reason: e.to_string(),
         })?;
         Ok(Key(bytes))
     }
@@ -383,7 +382,7 @@ impl IvSource {
     pub(crate) fn new() -> Result<IvSource> {
         Ok(IvSource {
             next: AtomicU64::new(0),
-            first_prefix: random_u64()?,
+            first_prefix: random_u64("an IV prefix")?,
             later: Mutex::new(Vec::new()),
         })
     }
@@ -408,17 +407,17 @@ impl IvSource {
         let mut later = self.later.lock();
         let index = usize::try_from(epoch - 1).unwrap_or(usize::MAX);
         while later.len() <= index {
-            later.push(random_u64()?);
+            later.push(random_u64("an IV prefix")?);
         }
         Ok(later[index])
     }
 }
 
-pub(crate) fn random_u64() -> Result<u64> {
-    getrandom::u64().map_err(|e| Error::Io {
-        op: "draw random bytes from the OS for",
-        path: "the IV prefix".into(),
-        source: std::io::Error::other(e.to_string()),
+/// Draws a random `u64` from the OS; `what` names it in the error (`"an IV prefix"`).
+pub(crate) fn random_u64(what: &'static str) -> Result<u64> {
+    getrandom::u64().map_err(|e| Error::RandomSource {
+        what,
+        reason: e.to_string(),
     })
 }
 

@@ -104,6 +104,56 @@ impl fmt::Display for CorruptionKind {
     }
 }
 
+/// Why a log was poisoned: the I/O operation that failed, on which file, and how.
+///
+/// Kept structured (rather than as a message) so an embedder can tell, for example, a full disk
+/// ([`io::ErrorKind::StorageFull`]) from a failing device without parsing text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoisonCause {
+    /// What walcrypt was doing (`"fdatasync segment"`, `"write segment"`, ...).
+    pub op: &'static str,
+    /// The file or directory involved.
+    pub path: PathBuf,
+    /// The operating system's error kind.
+    pub kind: io::ErrorKind,
+    /// The operating system's error message.
+    pub message: String,
+}
+
+impl PoisonCause {
+    /// The cause recorded for `error`; errors other than I/O keep their message and report
+    /// [`io::ErrorKind::Other`].
+    pub(crate) fn of(error: &Error) -> PoisonCause {
+        match error {
+            Error::Io { op, path, source } => PoisonCause {
+                op,
+                path: path.clone(),
+                kind: source.kind(),
+                message: source.to_string(),
+            },
+            other => PoisonCause {
+                op: "write the log",
+                path: PathBuf::new(),
+                kind: io::ErrorKind::Other,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for PoisonCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.as_os_str().is_empty() {
+            write!(f, "{}: {}", self.op, self.message)
+        } else {
+            write!(f, "{} {}: {}", self.op, self.path.display(), self.message)
+        }
+    }
+}
+
+impl std::error::Error for PoisonCause {}
+
 /// Every error walcrypt returns.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -168,7 +218,16 @@ pub enum Error {
     ///
     /// After a failed fsync the kernel may have dropped the dirty pages, so retrying the fsync
     /// and reporting success could lose acknowledged data. Reopening re-reads what is durable.
-    Poisoned(String),
+    /// The cause names the failed operation, its file and the operating system's error kind.
+    Poisoned(PoisonCause),
+    /// The operating system's random source failed, so no key, IV prefix or log id could be
+    /// drawn. Nothing was written with a weaker value.
+    RandomSource {
+        /// What was being drawn (`"a key"`, `"an IV prefix"`, `"a log id"`).
+        what: &'static str,
+        /// The random source's own description of the failure.
+        reason: String,
+    },
     /// The record is larger than the format allows.
     RecordTooLarge {
         /// Payload length asked for.
@@ -227,9 +286,13 @@ impl fmt::Display for Error {
                 "log directory {} is already open for writing by another Wal",
                 path.display()
             ),
-            Self::Poisoned(why) => write!(
+            Self::Poisoned(cause) => write!(
                 f,
-                "the log refuses further work after an earlier I/O failure ({why}); reopen it"
+                "the log refuses further work after an earlier I/O failure ({cause}); reopen it"
+            ),
+            Self::RandomSource { what, reason } => write!(
+                f,
+                "the operating system's random source failed while drawing {what}: {reason}"
             ),
             Self::RecordTooLarge { len, max } => {
                 write!(
@@ -248,6 +311,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Io { source, .. } => Some(source),
+            Self::Poisoned(cause) => Some(cause),
             _ => None,
         }
     }

@@ -16,11 +16,18 @@
 //! let dir = tempfile::tempdir().unwrap();
 //! let keys = KeyRing::generate()?;
 //! let config = Config::new(Mode::PerRecord).keys(keys.clone()).sync(SyncMode::Durable);
+//! config.validate()?; // `Wal::open` checks too; this reports a bad setting where it is made
 //!
 //! // Open (or create), append from any thread, flush to make durable.
 //! let wal = Wal::open(dir.path(), config.clone())?;
 //! let lsn = wal.append(1, b"INSERT INTO t VALUES (42)")?;
 //! wal.flush(lsn)?;
+//!
+//! // A transaction's records, placed together; flushing the last LSN covers them all.
+//! let lsns = wal.append_batch([(1, &b"UPDATE t SET v = 43"[..]), (2, b"COMMIT")])?;
+//! wal.flush(lsns[1])?;
+//! wal.flush(wal.end_lsn())?; // any LSN up to the end: here, everything appended so far
+//! wal.sync()?; // fdatasync everything, in every `SyncMode`
 //! drop(wal); // or a crash: flushed records survive either way
 //!
 //! // After a restart: replay from the start, then keep writing at the end.
@@ -29,7 +36,9 @@
 //!     replayed.push(record.payload);
 //!     Ok(())
 //! })?;
-//! assert_eq!(replayed, vec![b"INSERT INTO t VALUES (42)".to_vec()]);
+//! assert_eq!(replayed.len(), 3);
+//! assert_eq!(replayed[0], b"INSERT INTO t VALUES (42)");
+//! assert_eq!(wal.recovery_summary().map(|s| s.replayed), Some(3));
 //! wal.close()?;
 //!
 //! // Read the log with the key ring.
@@ -42,6 +51,11 @@
 //! # }
 //! ```
 //!
+//! Embedders need the items at the crate root: [`Wal`], [`Config`] (validated by
+//! [`Config::validate`]), [`Reader`], [`Error`], and for metrics and logs [`Wal::stats`] and an
+//! [`EventListener`]. Damage handling is chosen with [`RecoveryMode`]. Byte layouts, raw
+//! records, page headers and the bare keystream are for tools and live in [`inspect`].
+//!
 //! The on-disk format is in docs/FORMAT.md, the IV and key argument in docs/SECURITY.md.
 
 #![forbid(unsafe_code)]
@@ -50,7 +64,9 @@
 mod config;
 mod crypto;
 mod error;
-pub mod format;
+mod events;
+mod format;
+pub mod inspect;
 mod reader;
 mod recovery;
 pub mod storage;
@@ -59,11 +75,14 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
+    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode,
+    SyncMode,
 };
-pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
-pub use error::{CorruptionKind, Error, Position, Result};
-pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
+pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing};
+pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
+pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
+pub use format::Geometry;
+pub use reader::{Reader, Record, Records};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.

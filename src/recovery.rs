@@ -9,11 +9,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::Lsn;
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, RecoveryMode};
 use crate::crypto::{Keys, random_u64};
 use crate::error::{Error, Result};
+use crate::events::{RecoverySummary, Salvage};
 use crate::format::{self, Geometry, SegmentHeader};
 use crate::reader::{Cursor, LogFiles, Record, Step, Stored, list_segments};
 use crate::storage::Storage;
@@ -29,7 +31,9 @@ impl Wal {
     /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
     /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
     /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
-    /// records follow a damaged one.
+    /// records follow a damaged one (unless the configuration's [`RecoveryMode`] says to cut
+    /// the log there). Page and segment sizes set in the configuration must match an existing
+    /// log's ([`Error::Mismatch`]); left at their defaults, the log's own are used.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Wal> {
         open(dir.as_ref(), config, None)
     }
@@ -55,31 +59,9 @@ impl Wal {
 
 type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
 
-fn validate(config: &Config) -> Result<()> {
-    let geo = Geometry {
-        page_size: config.page_size,
-        segment_size: config.segment_size,
-    };
-    format::validate_geometry(geo).map_err(|why| Error::Config(why.into()))?;
-    if config.mode.is_encrypted() && config.keys.is_empty() {
-        return Err(Error::Config(format!(
-            "mode {} needs a key ring with at least one key",
-            config.mode
-        )));
-    }
-    let max = SegmentHeader::max_keys(config.page_size);
-    if config.keys.len() > max {
-        return Err(Error::Config(format!(
-            "{} keys do not fit a segment header of a {} byte page (at most {max})",
-            config.keys.len(),
-            config.page_size
-        )));
-    }
-    Ok(())
-}
-
 fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
-    validate(&config)?;
+    let started = Instant::now();
+    config.validate()?;
     let storage = config.storage.clone();
     create_log_dir(storage.as_ref(), dir)?;
     let lock = storage
@@ -97,7 +79,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         let header = SegmentHeader {
             mode: config.mode,
             geometry: geo,
-            log_id: random_u64()?,
+            log_id: random_u64("a log id")?,
             start: Lsn(0),
             key_checks: if config.mode.is_encrypted() {
                 keys.check_values()
@@ -106,32 +88,47 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             },
         };
         create_segment(storage.as_ref(), dir, &header)?;
+        let end = geo.skip_headers(0);
         let resume = Resume {
             log_id: header.log_id,
             geo,
-            end: geo.skip_headers(0),
+            end,
             tail_page: None,
         };
-        return Wal::start(dir, &config, keys, resume, lock);
+        let wal = Wal::start(dir, &config, keys, resume, lock)?;
+        wal.recovered(RecoverySummary {
+            created: true,
+            scanned_from: Lsn(end),
+            end: Lsn(end),
+            replayed: 0,
+            salvaged: None,
+            duration: started.elapsed(),
+        });
+        return Ok(wal);
     }
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
-    if files.mode != config.mode {
-        return Err(Error::Mismatch {
-            what: "mode",
-            on_disk: files.mode.to_string(),
-            configured: config.mode.to_string(),
-        });
-    }
+    config.check_existing(files.mode, files.geo)?;
     let proven = proven_start(&files)?;
+    // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
+    let scan_base = match config.recovery {
+        RecoveryMode::RefuseDamage => proven,
+        RecoveryMode::TruncateAtDamage => replay_start(&files, Lsn::default(), proven)?,
+    };
     let scan_from = match replay.as_ref() {
-        None => proven,
-        Some((from, _)) => replay_start(&files, *from, proven)?,
+        None => scan_base,
+        Some((from, _)) => replay_start(&files, *from, scan_base)?,
     };
-    let ScanEnd { end, tail_page } = match replay {
-        None => read_to_end(&files, scan_from, |_| Ok(()))?,
-        Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, replay)?,
+    let policy = config.recovery;
+    let (scanned, replayed) = match replay {
+        None => (read_to_end(&files, scan_from, policy, |_| Ok(()))?, 0),
+        Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, policy, replay)?,
     };
+    let ScanEnd {
+        end,
+        tail_page,
+        salvaged,
+    } = scanned;
     truncate_after(&files, end, proven)?;
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
@@ -154,7 +151,17 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
     if needs_switch {
         wal.switch_segment()?;
+    } else if salvaged.is_some() {
+        wal.restamp_tail()?;
     }
+    wal.recovered(RecoverySummary {
+        created: false,
+        scanned_from: Lsn(scan_from),
+        end: Lsn(end),
+        replayed,
+        salvaged,
+        duration: started.elapsed(),
+    });
     Ok(wal)
 }
 
@@ -169,30 +176,54 @@ fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: u64) -> bool {
 struct ScanEnd {
     end: u64,
     tail_page: Option<(Vec<u8>, u32)>,
+    /// Damage cut away by [`RecoveryMode::TruncateAtDamage`].
+    salvaged: Option<Salvage>,
 }
 
 /// Reads every record from `start` to the end of the valid log, handing each to `deliver`.
-/// Damage that later pages prove was durable is an error; otherwise the first invalid record
-/// is the end.
-fn read_to_end(
+/// Damage that later pages prove was durable is an error under [`RecoveryMode::RefuseDamage`]
+/// and the end of the log under [`RecoveryMode::TruncateAtDamage`]; otherwise the first invalid
+/// record is the end (a torn tail).
+fn read_to_end<E: From<Error>>(
     files: &LogFiles,
     start: u64,
-    mut deliver: impl FnMut(Stored) -> Result<()>,
-) -> Result<ScanEnd> {
+    policy: RecoveryMode,
+    mut deliver: impl FnMut(Stored) -> std::result::Result<(), E>,
+) -> std::result::Result<ScanEnd, E> {
     let mut cursor = Cursor::new(files, start);
+    let mut salvaged = None;
     let end = loop {
         match cursor.next()? {
             Step::Record(stored) => deliver(stored)?,
             Step::End(invalid) => {
                 if let Some(error) = files.classify(invalid.clone())? {
-                    return Err(error);
+                    salvaged = Some(salvage(files, policy, invalid.lsn, error)?);
                 }
                 break invalid.lsn;
             }
         }
     };
     let tail_page = tail_prefix(&mut cursor, files.geo, end)?;
-    Ok(ScanEnd { end, tail_page })
+    Ok(ScanEnd {
+        end,
+        tail_page,
+        salvaged,
+    })
+}
+
+/// The recovery policy's decision about damage proven to lie inside the durable log: the
+/// damage itself as the error, or (when the configuration asked for it) a cut at `end`, the
+/// start of the first damaged record.
+fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> Result<Salvage> {
+    match (policy, damage) {
+        (RecoveryMode::TruncateAtDamage, Error::Corrupt { at, kind }) => Ok(Salvage {
+            at,
+            kind,
+            cut_at: Lsn(end),
+            files_ended_at: Lsn(files.end_of_files()),
+        }),
+        (_, damage) => Err(damage),
+    }
 }
 
 /// Records per batch handed from the reading thread to the replaying one.
@@ -213,14 +244,15 @@ fn replay_pipelined(
     keys: &Keys,
     start: u64,
     from: Lsn,
+    policy: RecoveryMode,
     replay: &mut dyn FnMut(Record) -> Result<()>,
-) -> Result<ScanEnd> {
+) -> Result<(ScanEnd, u64)> {
     let (batches, received) = crossbeam::channel::bounded::<Vec<Stored>>(REPLAY_PIPELINE_DEPTH);
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || {
             let mut batch = Vec::with_capacity(REPLAY_BATCH_RECORDS);
             let mut batch_bytes = 0;
-            let hand_over = |batch: &mut Vec<Stored>| -> Result<()> {
+            let hand_over = |batch: &mut Vec<Stored>| -> std::result::Result<(), ReplayStop> {
                 let mut full = std::mem::replace(batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
                 if !batches.is_empty() {
                     for stored in &mut full {
@@ -228,35 +260,40 @@ fn replay_pipelined(
                     }
                 }
                 // A closed channel means the callback failed; its error is what the caller
-                // sees, so this one only stops the reading.
-                batches
-                    .send(full)
-                    .map_err(|_| Error::Poisoned("replay stopped by its callback".into()))
+                // sees, so this only stops the reading.
+                batches.send(full).map_err(|_| ReplayStop::CallbackFailed)
             };
-            let scanned = read_to_end(files, start, |stored| {
-                if stored.lsn < from {
-                    return Ok(());
-                }
-                batch_bytes += stored.stored.len();
-                batch.push(stored);
-                if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
-                    batch_bytes = 0;
-                    hand_over(&mut batch)?;
-                }
-                Ok(())
-            })?;
+            let scanned = read_to_end(
+                files,
+                start,
+                policy,
+                |stored| -> std::result::Result<(), ReplayStop> {
+                    if stored.lsn < from {
+                        return Ok(());
+                    }
+                    batch_bytes += stored.stored.len();
+                    batch.push(stored);
+                    if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
+                        batch_bytes = 0;
+                        hand_over(&mut batch)?;
+                    }
+                    Ok(())
+                },
+            )?;
             if !batch.is_empty() {
                 hand_over(&mut batch)?;
             }
             Ok(scanned)
         });
         let mut applied = Ok(());
+        let mut replayed = 0;
         'batches: for batch in received.iter() {
             for stored in batch {
                 if let Err(e) = stored.into_record(Some(keys)).and_then(&mut *replay) {
                     applied = Err(e);
                     break 'batches;
                 }
+                replayed += 1;
             }
         }
         drop(received);
@@ -265,7 +302,12 @@ fn replay_pipelined(
             Err(panic) => std::panic::resume_unwind(panic),
         };
         applied?;
-        scanned
+        match scanned {
+            Ok(scanned) => Ok((scanned, replayed)),
+            Err(ReplayStop::Failed(e)) => Err(e),
+            // Only after the callback failed, whose error was returned just above.
+            Err(ReplayStop::CallbackFailed) => unreachable!("the replay callback failed"),
+        }
     })
 }
 
@@ -298,6 +340,20 @@ fn create_log_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
             .map_err(|e| Error::io("sync directory", parent, e))?;
     }
     Ok(())
+}
+
+/// Why the reading stage of a pipelined replay stopped early.
+enum ReplayStop {
+    /// Reading failed.
+    Failed(Error),
+    /// The applying stage stopped because the replay callback failed.
+    CallbackFailed,
+}
+
+impl From<Error> for ReplayStop {
+    fn from(error: Error) -> Self {
+        ReplayStop::Failed(error)
+    }
 }
 
 /// Removes segment files left half-made by a crash or a failed creation.

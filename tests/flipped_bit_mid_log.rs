@@ -15,6 +15,7 @@ fn flipped_bit_is_reported_with_its_position() {
         let keys = KeyRing::generate().unwrap();
         let config = small_config(mode, &keys);
         let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        let wal_segment_size = wal.geometry().segment_size;
         let records: Vec<_> = (0..50).map(|i| (1u8, payload(i, 60))).collect();
         let lsns = support::append_all(&wal, &records);
         wal.close().unwrap();
@@ -25,10 +26,10 @@ fn flipped_bit_is_reported_with_its_position() {
             .find(|&i| (u64::from(lsns[i]) + 40) / 512 == u64::from(lsns[i]) / 512)
             .unwrap();
         let byte = u64::from(lsns[n]) + 40;
-        let segment = byte - byte % config.segment_size;
+        let segment = byte - byte % wal_segment_size;
         let path = dir
             .path()
-            .join(walcrypt::format::segment_file_name(Lsn(segment)));
+            .join(walcrypt::inspect::segment_file_name(Lsn(segment)));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -60,7 +61,7 @@ fn flipped_bit_is_reported_with_its_position() {
                 );
                 let message = results[n].as_ref().unwrap_err().to_string();
                 assert!(message.contains("checksum"), "{message}");
-                assert!(message.contains(&walcrypt::format::segment_file_name(Lsn(segment))));
+                assert!(message.contains(&walcrypt::inspect::segment_file_name(Lsn(segment))));
             }
             other => panic!("{mode}: expected corruption, got {other:?}"),
         }

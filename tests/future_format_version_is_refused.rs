@@ -6,7 +6,7 @@ mod golden_files;
 
 use std::path::Path;
 
-use walcrypt::format::{FORMAT_VERSION, KCV_ENTRY, SEGMENT_HEADER_FIXED};
+use walcrypt::inspect::{FORMAT_VERSION, KCV_ENTRY, SEGMENT_HEADER_FIXED};
 use walcrypt::{Config, Error, Lsn, Reader, Wal};
 
 /// Offsets in the segment header (docs/FORMAT.md): format version (u32), key count (u16).

@@ -10,7 +10,7 @@ mod golden_files;
 use std::collections::BTreeSet;
 
 use golden_files::Golden;
-use walcrypt::format::{FORMAT_VERSION, SEGMENT_MAGIC, segment_file_name};
+use walcrypt::inspect::{FORMAT_VERSION, SEGMENT_MAGIC, segment_file_name};
 use walcrypt::{Config, Lsn, Mode, Reader, Wal};
 
 /// Offset of the format version (u32 LE) in a segment header (docs/FORMAT.md).
@@ -119,12 +119,21 @@ fn every_golden_log_reopens_and_continues_at_its_end() {
         let config = Config::new(g.mode).keys(g.keys.clone());
         let wal = Wal::open(dir.path(), config.clone())
             .unwrap_or_else(|e| panic!("{}: reopen: {e}", g.name));
-        assert_eq!(
-            wal.end_lsn(),
-            g.end_lsn,
-            "{}: where writing continues",
-            g.name
-        );
+        if g.mode == Mode::PageLevel {
+            // A reopened pagelevel log continues on the next page, after a resume record.
+            assert!(
+                wal.end_lsn() > g.end_lsn,
+                "{}: where writing continues",
+                g.name
+            );
+        } else {
+            assert_eq!(
+                wal.end_lsn(),
+                g.end_lsn,
+                "{}: where writing continues",
+                g.name
+            );
+        }
         let lsn = wal.append(7, b"written by this build").unwrap();
         wal.flush(lsn).unwrap();
         wal.close().unwrap();

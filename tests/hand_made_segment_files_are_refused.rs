@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use walcrypt::format::{PAGE_HEADER_LEN, PageHeader, SegmentHeader, segment_file_name};
+use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader, SegmentHeader, segment_file_name};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Wal};
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {

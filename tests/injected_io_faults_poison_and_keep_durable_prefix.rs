@@ -245,7 +245,7 @@ fn segment_creation_failure_leaves_no_stray_files() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(
-            name == "LOCK" || walcrypt::format::parse_segment_file_name(&name).is_some(),
+            name == "LOCK" || walcrypt::inspect::parse_segment_file_name(&name).is_some(),
             "stray file {name} after a failed segment creation"
         );
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use support::{Recorder, RecordingStorage};
-use walcrypt::format::{PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader};
 use walcrypt::{KeyRing, Lsn, Mode, Reader, Wal};
 
 #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use common::payload_for;
-use walcrypt::format::{PAGE_HEADER_LEN, RECORD_HEADER_PLAIN, segment_file_name};
+use walcrypt::inspect::{PAGE_HEADER_LEN, RECORD_HEADER_PLAIN, segment_file_name};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const PAGE: u64 = 1024;

@@ -29,7 +29,7 @@ fn a_missing_middle_segment_is_corruption_for_reader_and_writer() {
                     kind: CorruptionKind::MissingSegment,
                     at,
                 }) => {
-                    assert!(segments[3].ends_with(walcrypt::format::segment_file_name(at.segment)))
+                    assert!(segments[3].ends_with(walcrypt::inspect::segment_file_name(at.segment)))
                 }
                 other => panic!("{mode}: expected a missing segment, got {other:?}"),
             }

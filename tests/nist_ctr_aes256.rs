@@ -1,6 +1,7 @@
 //! The AES-256-CTR keystream equals NIST SP 800-38A, F.5.5 (CTR-AES256.Encrypt).
 
-use walcrypt::{Key, ctr_apply_keystream};
+use walcrypt::Key;
+use walcrypt::inspect::ctr_apply_keystream;
 
 fn unhex(s: &str) -> Vec<u8> {
     hex::decode(s.split_whitespace().collect::<String>()).unwrap()

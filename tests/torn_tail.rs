@@ -38,13 +38,16 @@ fn truncating_the_last_page_at_every_byte_keeps_exactly_the_complete_records() {
         let original = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
         let records = build_log(original.path(), mode, &keys);
+        let geo = walcrypt::Reader::open(original.path(), Some(keys.clone()))
+            .unwrap()
+            .geometry();
         let config = small_config(mode, &keys);
-        let geo_page = config.page_size;
-        let seg_size = config.segment_size;
+        let geo_page = geo.page_size;
+        let seg_size = geo.segment_size;
         let end = u64::from(records.last().unwrap().1);
         let last_page = (end - 1) - (end - 1) % geo_page;
         let segment = last_page - last_page % seg_size;
-        let file_name = walcrypt::format::segment_file_name(Lsn(segment));
+        let file_name = walcrypt::inspect::segment_file_name(Lsn(segment));
         for cut in 0..geo_page {
             let dir = tempfile::tempdir().unwrap();
             copy_dir(original.path(), dir.path());
@@ -55,7 +58,7 @@ fn truncating_the_last_page_at_every_byte_keeps_exactly_the_complete_records() {
             drop(file);
 
             let boundary = last_page + cut;
-            let header_intact = cut >= walcrypt::format::PAGE_HEADER_LEN as u64;
+            let header_intact = cut >= walcrypt::inspect::PAGE_HEADER_LEN as u64;
             let expected: Vec<_> = records
                 .iter()
                 .filter(|(_, e, _)| {
@@ -91,14 +94,17 @@ fn garbage_after_the_end_is_cut_off() {
         let keys = KeyRing::generate().unwrap();
         let records = build_log(dir.path(), mode, &keys);
         let end = u64::from(records.last().unwrap().1);
+        let geo = walcrypt::Reader::open(dir.path(), Some(keys.clone()))
+            .unwrap()
+            .geometry();
         let config = small_config(mode, &keys);
         // Random bytes from the end of the log to the end of its segment file.
-        let segment = end - end % config.segment_size;
+        let segment = end - end % geo.segment_size;
         let path = segment_files(dir.path()).pop().unwrap();
-        assert!(path.ends_with(walcrypt::format::segment_file_name(Lsn(segment))));
+        assert!(path.ends_with(walcrypt::inspect::segment_file_name(Lsn(segment))));
         let mut file = OpenOptions::new().write(true).open(&path).unwrap();
         file.seek(SeekFrom::Start(end - segment)).unwrap();
-        let garbage = payload(99, (config.segment_size - (end - segment)) as usize);
+        let garbage = payload(99, (geo.segment_size - (end - segment)) as usize);
         file.write_all(&garbage).unwrap();
         drop(file);
 
@@ -111,10 +117,6 @@ fn garbage_after_the_end_is_cut_off() {
             expected,
             "{mode}: reader"
         );
-        let geo = walcrypt::format::Geometry {
-            page_size: config.page_size,
-            segment_size: config.segment_size,
-        };
         let wal = Wal::open(dir.path(), config).unwrap();
         let lsn = wal.append(3, b"next").unwrap();
         // pagelevel never writes the page holding the end again: it continues on the next

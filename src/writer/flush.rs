@@ -39,9 +39,11 @@ impl Wal {
     pub(super) fn write_out(&self, target: u64) -> Result<()> {
         let mut w = self.write.lock();
         let held_since = Instant::now();
-        w.acquisitions += 1;
+        self.counters.write_lock_acquisitions.add(1);
         let result = self.write_locked(&mut w, target);
-        w.hold_ns += held_since.elapsed().as_nanos() as u64;
+        self.counters
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
         result
     }
 
@@ -91,7 +93,7 @@ impl Wal {
                         .map_err(|e| self.poison("write segment", segment, e))
                 })
             });
-            w.pages_written += scratch.len() as u64 / ps;
+            self.counters.pages_written.add(scratch.len() as u64 / ps);
             w.scratch = scratch;
             written?;
             if !w.dirty.contains(&segment) {
@@ -118,11 +120,15 @@ impl Wal {
         let (rem_len, cipher) = {
             let mut slot = self.slots[self.slot_index(page)].lock();
             if slot.page != page {
-                return Err(Error::Poisoned(format!(
-                    "page {} is not in the write buffer (it holds {})",
-                    Lsn(page),
-                    Lsn(slot.page)
-                )));
+                return Err(self.broken_invariant(
+                    "write page",
+                    page,
+                    format!(
+                        "page {} is not in the write buffer (it holds {})",
+                        Lsn(page),
+                        Lsn(slot.page)
+                    ),
+                ));
             }
             out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
             if self.mode == Mode::PageLevel && slot.cipher.is_none() {
@@ -143,7 +149,9 @@ impl Wal {
             let started = Instant::now();
             self.keys
                 .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..valid])?;
-            w.encrypt_ns += started.elapsed().as_nanos() as u64;
+            self.counters
+                .write_lock_encrypt_ns
+                .add(started.elapsed().as_nanos() as u64);
             header.flags = PAGE_FLAG_ENCRYPTED;
             header.key_id = key_id;
             header.iv = iv;
@@ -217,22 +225,28 @@ impl Wal {
         let dirty = std::mem::take(&mut w.dirty);
         for segment in &dirty {
             let Some((_, file)) = w.files.iter().find(|(s, _)| s == segment) else {
-                return Err(self.poison_error(Error::Poisoned(format!(
-                    "segment {} awaits fdatasync but its handle is closed",
-                    format::segment_file_name(Lsn(*segment))
-                ))));
+                return Err(self.poison_error(self.broken_invariant(
+                    "fdatasync segment",
+                    *segment,
+                    "the segment awaits fdatasync but its handle is closed".into(),
+                )));
             };
             let started = Instant::now();
             let synced = file.sync_data();
-            w.fsync_ns += started.elapsed().as_nanos() as u64;
-            w.fsyncs += 1;
+            self.counters
+                .fsync_ns
+                .add(started.elapsed().as_nanos() as u64);
+            self.counters.fsyncs.add(1);
             synced.map_err(|e| self.poison("fdatasync segment", *segment, e))?;
         }
         Ok(())
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
-    /// [`SyncMode`] defines it.
+    /// [`SyncMode`] defines it. `lsn` may be any position up to [`Wal::end_lsn`]: a record's
+    /// start, a position inside a record (that record is flushed) or the end itself
+    /// (`flush(wal.end_lsn())` flushes everything appended so far). Beyond the end it fails
+    /// with [`Error::LsnNotAvailable`].
     ///
     /// Group commit (`SyncMode::Durable`): one caller at a time is the leader; it writes and
     /// fdatasyncs everything appended so far. The others do not queue for the write lock behind it (a leader that
@@ -243,17 +257,17 @@ impl Wal {
         let lsn = u64::from(lsn);
         loop {
             self.check_poison()?;
-            if self.flushed_to.load(Ordering::Acquire) > lsn {
+            if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.complete_to.load(Ordering::Acquire) <= lsn {
+            if self.complete_to.load(Ordering::Acquire) < lsn {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
             if self.sync == SyncMode::Buffered {
                 // Without fdatasync a flush is a short write; queueing on the write lock is
                 // cheaper than rounds (measured: rounds cost 15-30% of oltp throughput at 2-8
                 // threads with sync none on the 2-core development machine).
-                return self.lead_flush(lsn);
+                return self.lead_round(lsn);
             }
             let mut round = self.group.lock();
             if round.leading {
@@ -267,22 +281,24 @@ impl Wal {
             drop(round);
             // Ends the round even if the flush unwinds, so waiters never wait forever.
             let _round = RoundEnd(self);
-            return self.lead_flush(lsn);
+            return self.lead_round(lsn);
         }
     }
 
     /// One group-commit round: takes the write lock and flushes everything appended so far.
-    fn lead_flush(&self, lsn: u64) -> Result<()> {
+    pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
         let mut w = self.write.lock();
         let held_since = Instant::now();
-        w.acquisitions += 1;
+        self.counters.write_lock_acquisitions.add(1);
         let result = self.flush_locked(&mut w, lsn);
-        w.hold_ns += held_since.elapsed().as_nanos() as u64;
+        self.counters
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
         result
     }
 
     fn flush_locked(&self, w: &mut WriteState, lsn: u64) -> Result<()> {
-        if self.flushed_to.load(Ordering::Acquire) > lsn {
+        if self.flushed_through(lsn) {
             return Ok(());
         }
         let target = self.complete_to.load(Ordering::Acquire);
@@ -298,13 +314,9 @@ impl Wal {
     /// Flushes every appended record and fdatasyncs (in every sync mode), then closes the log.
     pub fn close(self) -> Result<()> {
         self.check_poison()?;
-        let mut w = self.write.lock();
-        let target = self.complete_to.load(Ordering::Acquire);
-        self.write_locked(&mut w, target)?;
-        self.sync_locked(&mut w)?;
-        self.synced_to.store(target, Ordering::Release);
-        self.flushed_to.store(target, Ordering::Release);
-        Ok(())
+        let result = self.sync_all();
+        self.deliver_events();
+        result
     }
 
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,

@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -27,7 +28,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::Lsn;
 use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
-use crate::error::{Error, Result};
+use crate::error::{Error, PoisonCause, Result};
+use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH,
     RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
@@ -81,11 +83,37 @@ pub struct WalStats {
 struct InsertState {
     /// End of the last record placed in the buffer (the next record starts at or after it).
     pos: u64,
-    appends: u64,
-    payload_bytes: u64,
-    record_bytes: u64,
-    hold_ns: u64,
-    full_waits: u64,
+}
+
+/// One counter of [`WalStats`]: updated with relaxed atomic adds, so reading the statistics
+/// never takes a lock (and never waits out an fdatasync).
+#[derive(Default)]
+pub(super) struct Counter(AtomicU64);
+
+impl Counter {
+    pub(super) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The counters behind [`Wal::stats`], one per field.
+#[derive(Default)]
+pub(super) struct Counters {
+    appends: Counter,
+    payload_bytes: Counter,
+    record_bytes: Counter,
+    insert_lock_ns: Counter,
+    buffer_full_waits: Counter,
+    pub(super) write_lock_acquisitions: Counter,
+    pub(super) write_lock_ns: Counter,
+    pub(super) write_lock_encrypt_ns: Counter,
+    pub(super) fsync_ns: Counter,
+    pub(super) fsyncs: Counter,
+    pub(super) pages_written: Counter,
 }
 
 struct Slot {
@@ -105,12 +133,6 @@ struct WriteState {
     files: Vec<(u64, Box<dyn StorageFile>)>,
     dirty: Vec<u64>,
     scratch: Vec<u8>,
-    acquisitions: u64,
-    hold_ns: u64,
-    encrypt_ns: u64,
-    fsync_ns: u64,
-    fsyncs: u64,
-    pages_written: u64,
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -125,8 +147,9 @@ pub(crate) struct Resume {
 
 /// An open write-ahead log. `Send + Sync`: share it between threads (by reference or `Arc`).
 ///
-/// Open with [`Wal::open`] (or [`Wal::open_and_replay`] after a crash), [`Wal::append`] from
-/// any number of threads, [`Wal::flush`] to make records durable, and [`Wal::close`] for a
+/// Open with [`Wal::open`] (or [`Wal::open_and_replay`] after a crash), [`Wal::append`] or
+/// [`Wal::append_batch`] from any number of threads, [`Wal::flush`] (any LSN up to
+/// [`Wal::end_lsn`]) or [`Wal::sync`] to make records durable, and [`Wal::close`] for a
 /// clean shutdown. Dropping a `Wal` hands buffered records to the operating system but reports
 /// no errors; call `close` to learn of them.
 pub struct Wal {
@@ -158,7 +181,19 @@ pub struct Wal {
     /// Signalled when a flush round ends.
     group_done: Condvar,
     poisoned: AtomicBool,
-    poison_reason: Mutex<Option<String>>,
+    /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
+    /// held after it.
+    poison_reason: Mutex<Option<PoisonCause>>,
+    /// Statistics, readable without any lock.
+    counters: Counters,
+    /// Hears of events; calls happen with no lock of the log held.
+    listener: Option<Arc<dyn EventListener>>,
+    /// Start of the newest segment reported to the listener.
+    reported_segment: AtomicU64,
+    /// Whether the poisoning was reported to the listener.
+    poison_reported: AtomicBool,
+    /// What the open that made this `Wal` found.
+    recovery: OnceLock<RecoverySummary>,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -217,14 +252,7 @@ impl Wal {
             keys,
             active_key,
             ivs: IvSource::new()?,
-            insert: Mutex::new(InsertState {
-                pos: end,
-                appends: 0,
-                payload_bytes: 0,
-                record_bytes: 0,
-                hold_ns: 0,
-                full_waits: 0,
-            }),
+            insert: Mutex::new(InsertState { pos: end }),
             slots,
             complete_to: AtomicU64::new(end),
             written_to: AtomicU64::new(end),
@@ -236,17 +264,16 @@ impl Wal {
                 files: Vec::new(),
                 dirty: Vec::new(),
                 scratch: Vec::new(),
-                acquisitions: 0,
-                hold_ns: 0,
-                encrypt_ns: 0,
-                fsync_ns: 0,
-                fsyncs: 0,
-                pages_written: 0,
             }),
             group: Mutex::new(GroupCommit::default()),
             group_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
+            counters: Counters::default(),
+            listener: config.listener.clone(),
+            reported_segment: AtomicU64::new(geo.segment_start(end)),
+            poison_reported: AtomicBool::new(false),
+            recovery: OnceLock::new(),
             _dir_lock: dir_lock,
         })
     }
@@ -284,22 +311,63 @@ impl Wal {
     /// the WAL buffer. The record is durable once [`Wal::flush`] with this LSN returns Ok.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
         self.check_poison()?;
-        if payload.len() > format::MAX_PAYLOAD {
-            return Err(Error::RecordTooLarge {
-                len: payload.len(),
-                max: format::MAX_PAYLOAD,
-            });
-        }
-        SEAL_BUFFER.with(|buffer| {
+        check_len(payload)?;
+        let result = SEAL_BUFFER.with(|buffer| {
             let mut sealed = buffer.take();
             let result = self
                 .seal(kind, 0, payload, &mut sealed)
-                .and_then(|()| self.insert_sealed(&sealed, payload.len()));
+                .and_then(|()| self.insert_sealed(&sealed, &[sealed.len()], payload.len()));
             if sealed.capacity() <= SEAL_BUFFER_KEEP {
                 buffer.set(sealed);
             }
             result
-        })
+        });
+        self.deliver_events();
+        result.map(|(first, _)| first)
+    }
+
+    /// Appends several records as one unit of work and returns their LSNs, in order. Safe to
+    /// call from many threads at once.
+    ///
+    /// Every record is sealed before the insert lock is taken; the lock is then taken once and
+    /// the records get consecutive places in the log, with no other thread's record between
+    /// them. Make them durable with [`Wal::flush`] of the last LSN. An empty batch returns an
+    /// empty list and appends nothing.
+    ///
+    /// A batch is not atomic across a crash: like records appended one by one, a crash before
+    /// `flush` returns may keep any prefix of the batch. An engine that needs all-or-nothing
+    /// commits its transaction with a record of its own, after the batch.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let wal = walcrypt::Wal::open(dir.path(), walcrypt::Config::new(walcrypt::Mode::Plaintext))?;
+    /// let lsns = wal.append_batch([(1, &b"put a"[..]), (1, b"put b"), (2, b"commit")])?;
+    /// wal.flush(lsns[2])?;
+    /// # Ok::<(), walcrypt::Error>(())
+    /// ```
+    pub fn append_batch<'a, I>(&self, records: I) -> Result<Vec<Lsn>>
+    where
+        I: IntoIterator<Item = (u8, &'a [u8])>,
+    {
+        self.check_poison()?;
+        let mut sealed = Vec::new();
+        let mut ends = Vec::new();
+        let mut record = Vec::new();
+        let mut payload_bytes = 0;
+        for (kind, payload) in records {
+            check_len(payload)?;
+            self.seal(kind, 0, payload, &mut record)?;
+            sealed.extend_from_slice(&record);
+            ends.push(sealed.len());
+            payload_bytes += payload.len();
+        }
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        let result = self.insert_sealed(&sealed, &ends, payload_bytes);
+        self.deliver_events();
+        let (_, lsns) = result?;
+        Ok(lsns)
     }
 
     /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`.
@@ -333,21 +401,59 @@ impl Wal {
         Ok(())
     }
 
-    fn insert_sealed(&self, sealed: &[u8], payload_len: usize) -> Result<Lsn> {
+    /// Places sealed records (the one or more records of `sealed`, record `i` ending at
+    /// `ends[i]`) at the insert position, under one hold of the insert lock. Returns the first
+    /// LSN and, for a batch of more than one record, every LSN.
+    ///
+    /// A failure once copying has begun (a write-out to make room failed) poisons the log: the
+    /// buffer may hold part of the records, and the log must not resume from that.
+    fn insert_sealed(
+        &self,
+        sealed: &[u8],
+        ends: &[usize],
+        payload_bytes: usize,
+    ) -> Result<(Lsn, Vec<Lsn>)> {
+        // Allocated before the lock: the lock only ever copies.
+        let mut lsns = Vec::with_capacity(if ends.len() > 1 { ends.len() } else { 0 });
+        let mut first = 0;
         let mut ins = self.insert.lock();
         let held_since = Instant::now();
-        let result = self.copy_in(&mut ins, sealed);
-        if let Ok((_, end)) = &result {
-            ins.pos = *end;
-            ins.appends += 1;
-            ins.payload_bytes += payload_len as u64;
-            ins.record_bytes += sealed.len() as u64;
-            self.complete_to.store(*end, Ordering::Release);
+        let mut result = Ok(());
+        let mut begin = 0;
+        for (i, &end) in ends.iter().enumerate() {
+            match self.copy_in(&mut ins, &sealed[begin..end]) {
+                Ok((start, record_end)) => {
+                    ins.pos = record_end;
+                    if i == 0 {
+                        first = start;
+                    }
+                    if ends.len() > 1 {
+                        lsns.push(Lsn(start));
+                    }
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            begin = end;
         }
-        ins.hold_ns += held_since.elapsed().as_nanos() as u64;
+        if result.is_ok() {
+            self.complete_to.store(ins.pos, Ordering::Release);
+        }
+        let held = held_since.elapsed().as_nanos() as u64;
         drop(ins);
-        let (start, _) = result?;
-        Ok(Lsn(start))
+        self.counters.insert_lock_ns.add(held);
+        match result {
+            Ok(()) => {
+                self.counters.appends.add(ends.len() as u64);
+                self.counters.payload_bytes.add(payload_bytes as u64);
+                self.counters.record_bytes.add(sealed.len() as u64);
+                Ok((Lsn(first), lsns))
+            }
+            Err(e) if self.poisoned.load(Ordering::Acquire) => Err(e),
+            Err(e) => Err(self.poison_error(e)),
+        }
     }
 
     /// Copies a sealed record into the buffer at the insert position; returns (start, end).
@@ -382,7 +488,7 @@ impl Wal {
     /// Claims the slot for a page the insert position just reached. When the slot still holds
     /// an older page that is not fully written, writes out everything before `page` first
     /// (all of it is copied: the insert lock is held).
-    fn enter_page(&self, ins: &mut InsertState, page: u64, rem_len: u32) -> Result<()> {
+    fn enter_page(&self, _ins: &mut InsertState, page: u64, rem_len: u32) -> Result<()> {
         let index = self.slot_index(page);
         loop {
             {
@@ -404,43 +510,156 @@ impl Wal {
                     return Ok(());
                 }
             }
-            ins.full_waits += 1;
+            self.counters.buffer_full_waits.add(1);
             self.write_out(page)?;
         }
     }
 
-    /// What this `Wal` has done since it was opened.
+    /// What this `Wal` has done since it was opened. Reads atomic counters and takes no lock,
+    /// so it never waits for a write or an fdatasync. The counters are read one by one while
+    /// other threads work: each is exact, the set is not one instant's snapshot.
     pub fn stats(&self) -> WalStats {
-        let (appends, payload_bytes, record_bytes, insert_lock_ns, buffer_full_waits) = {
-            let ins = self.insert.lock();
-            (
-                ins.appends,
-                ins.payload_bytes,
-                ins.record_bytes,
-                ins.hold_ns,
-                ins.full_waits,
-            )
-        };
-        let w = self.write.lock();
+        let c = &self.counters;
         WalStats {
-            appends,
-            payload_bytes,
-            record_bytes,
-            insert_lock_ns,
-            write_lock_acquisitions: w.acquisitions,
-            write_lock_ns: w.hold_ns,
-            write_lock_encrypt_ns: w.encrypt_ns,
-            fsync_ns: w.fsync_ns,
-            fsyncs: w.fsyncs,
-            pages_written: w.pages_written,
-            buffer_full_waits,
+            appends: c.appends.get(),
+            payload_bytes: c.payload_bytes.get(),
+            record_bytes: c.record_bytes.get(),
+            insert_lock_ns: c.insert_lock_ns.get(),
+            write_lock_acquisitions: c.write_lock_acquisitions.get(),
+            write_lock_ns: c.write_lock_ns.get(),
+            write_lock_encrypt_ns: c.write_lock_encrypt_ns.get(),
+            fsync_ns: c.fsync_ns.get(),
+            fsyncs: c.fsyncs.get(),
+            pages_written: c.pages_written.get(),
+            buffer_full_waits: c.buffer_full_waits.get(),
+        }
+    }
+
+    /// What the open that made this `Wal` found: where the log ended, how much was replayed,
+    /// and whether damage was cut away ([`crate::RecoveryMode::TruncateAtDamage`]).
+    pub fn recovery_summary(&self) -> Option<&RecoverySummary> {
+        self.recovery.get()
+    }
+
+    /// Records what recovery found and tells the listener.
+    pub(crate) fn recovered(&self, summary: RecoverySummary) {
+        if let Some(listener) = &self.listener {
+            listener.on_recovery(&summary);
+        }
+        let _ = self.recovery.set(summary);
+    }
+
+    /// Rewrites the page holding the end of the log (same records, fresh header) and syncs it.
+    /// After recovery cut the log inside its durable part, that page's header may still carry
+    /// a durable hint beyond the new end, which a reader would take for damage after the end;
+    /// the rewrite stamps the hint of the log as it now is.
+    pub(crate) fn restamp_tail(&self) -> Result<()> {
+        let end = self.complete_to.load(Ordering::Acquire);
+        let page = self.geo.page_start(end);
+        if end <= page + PAGE_HEADER_LEN as u64 {
+            return Ok(());
+        }
+        let mut w = self.write.lock();
+        w.written_to = page;
+        self.write_locked(&mut w, end)?;
+        self.sync_locked(&mut w)
+    }
+
+    /// Makes every appended record durable with an fdatasync, in every [`SyncMode`] (in
+    /// `Buffered` mode too), and keeps the log open. `sync` is `flush(wal.end_lsn())` that also
+    /// syncs when `flush` alone would not.
+    pub fn sync(&self) -> Result<()> {
+        let result = if self.sync == SyncMode::Durable {
+            self.flush(self.end_lsn())
+        } else {
+            self.check_poison().and_then(|()| self.sync_all())
+        };
+        self.deliver_events();
+        result
+    }
+
+    /// Writes and fdatasyncs everything appended, under the write lock.
+    fn sync_all(&self) -> Result<()> {
+        let mut w = self.write.lock();
+        let held_since = Instant::now();
+        self.counters.write_lock_acquisitions.add(1);
+        let target = self.complete_to.load(Ordering::Acquire);
+        let result = self.write_locked(&mut w, target).and_then(|()| {
+            self.sync_locked(&mut w)?;
+            self.synced_to.store(target, Ordering::Release);
+            self.flushed_to.store(target, Ordering::Release);
+            Ok(())
+        });
+        self.counters
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
+        result
+    }
+
+    /// One group-commit round led by this thread, reported to the listener.
+    fn lead_round(&self, lsn: u64) -> Result<()> {
+        let Some(listener) = &self.listener else {
+            return self.lead_flush(lsn);
+        };
+        let started = Instant::now();
+        let result = self.lead_flush(lsn);
+        if result.is_ok() {
+            listener.on_flush_round(&FlushRound {
+                flushed_to: self.flushed_lsn(),
+                synced: self.sync == SyncMode::Durable,
+                duration: started.elapsed(),
+            });
+        }
+        self.deliver_events();
+        result
+    }
+
+    /// True when `flush(lsn)` has nothing left to do: the record at `lsn` is flushed, or `lsn`
+    /// is the end of the log and everything before it is.
+    fn flushed_through(&self, lsn: u64) -> bool {
+        let flushed = self.flushed_to.load(Ordering::Acquire);
+        flushed > lsn || (flushed == lsn && self.complete_to.load(Ordering::Acquire) == lsn)
+    }
+
+    /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
+    /// at the exits of the public operations, with no lock held; one branch without listener.
+    fn deliver_events(&self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        let segment = self
+            .geo
+            .segment_start(self.written_to.load(Ordering::Acquire));
+        // A plain load first: the read-modify-write happens only at a switch, not per append.
+        if segment > self.reported_segment.load(Ordering::Acquire) {
+            let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
+            if segment > reported {
+                listener.on_segment_switch(&SegmentSwitch {
+                    from: Lsn(reported),
+                    to: Lsn(segment),
+                });
+            }
+        }
+        if self.poisoned.load(Ordering::Acquire)
+            && !self.poison_reported.swap(true, Ordering::AcqRel)
+        {
+            let cause = self.poison_reason.lock().clone();
+            if let Some(cause) = cause {
+                listener.on_poisoned(&cause);
+            }
         }
     }
 
     fn check_poison(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            let reason = self.poison_reason.lock().clone().unwrap_or_default();
-            return Err(Error::Poisoned(reason));
+            // The cause is recorded before the flag is set, so it is always there.
+            let cause = self.poison_reason.lock().clone();
+            return Err(Error::Poisoned(cause.unwrap_or_else(|| PoisonCause {
+                op: "write the log",
+                path: self.dir.clone(),
+                kind: std::io::ErrorKind::Other,
+                message: "an earlier operation failed".into(),
+            })));
         }
         Ok(())
     }
@@ -450,11 +669,35 @@ impl Wal {
         self.poison_error(Error::io(op, path, e))
     }
 
+    /// An internal invariant that failed: reported as a poisoning cause naming the segment of
+    /// `lsn`, never a panic.
+    fn broken_invariant(&self, op: &'static str, lsn: u64, message: String) -> Error {
+        let segment = self.geo.segment_start(lsn);
+        Error::Poisoned(PoisonCause {
+            op,
+            path: self.dir.join(format::segment_file_name(Lsn(segment))),
+            kind: std::io::ErrorKind::Other,
+            message,
+        })
+    }
+
     fn poison_error(&self, error: Error) -> Error {
-        *self.poison_reason.lock() = Some(error.to_string());
+        self.poison_reason
+            .lock()
+            .get_or_insert_with(|| PoisonCause::of(&error));
         self.poisoned.store(true, Ordering::Release);
         error
     }
+}
+
+fn check_len(payload: &[u8]) -> Result<()> {
+    if payload.len() > format::MAX_PAYLOAD {
+        return Err(Error::RecordTooLarge {
+            len: payload.len(),
+            max: format::MAX_PAYLOAD,
+        });
+    }
+    Ok(())
 }
 
 impl Drop for Wal {

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use walcrypt::format::{self, PAGE_FLAG_ENCRYPTED};
-use walcrypt::{KeyRing, Lsn, Mode, RawRecord, Reader};
+use walcrypt::inspect::RawRecord;
+use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED};
+use walcrypt::{KeyRing, Lsn, Mode, Reader};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
 use crate::source::{Disk, fmt_lsn, hex, open_target, position};
@@ -391,7 +392,7 @@ fn list_pages(
                 let obj = JsonPage {
                     page_lsn: page,
                     page_lsn_text: fmt_lsn(page),
-                    segment: format::segment_file_name(info.segment),
+                    segment: inspect::segment_file_name(info.segment),
                     offset: info.offset,
                     valid: h.is_some(),
                     encrypted,
@@ -418,8 +419,8 @@ fn escape(bytes: &[u8]) -> String {
 
 /// Recomputes a record's checksum over its header and stored payload.
 pub fn crc_ok(rec: &RawRecord) -> bool {
-    let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
+    let mut head = [0u8; inspect::RECORD_HEADER_ENCRYPTED];
     let n = rec.header.len_bytes();
     rec.header.encode(&mut head[..n]);
-    format::record_crc(&head[..n], &rec.stored) == rec.header.crc
+    inspect::record_crc(&head[..n], &rec.stored) == rec.header.crc
 }

@@ -7,6 +7,7 @@
 
 mod dump;
 mod fail;
+mod repair;
 mod source;
 mod stats;
 mod verify;
@@ -75,6 +76,16 @@ pub struct Args {
     /// After the end, keep polling for new records until interrupted.
     #[arg(long)]
     pub follow: bool,
+
+    /// Cut the log at its first damage so it opens again: every record before the damaged one
+    /// is kept. Copies the segment files from the damaged one on into --backup first. Needs
+    /// --key-file for an encrypted log. Exit 0 when repaired or nothing was damaged.
+    #[arg(long, requires = "backup", conflicts_with_all = ["pages", "stats", "verify", "follow"])]
+    pub repair: bool,
+
+    /// With --repair: a new (or empty) directory for copies of the files the cut touches.
+    #[arg(long, value_name = "DIR", requires = "repair")]
+    pub backup: Option<PathBuf>,
 }
 
 /// `--payload`.
@@ -132,6 +143,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    if args.repair {
+        return repair::run(args, out);
+    }
     if args.raw && args.payload == PayloadFormat::None && !args.stats && !args.verify {
         return Err(Fail::trouble(
             "--raw shows payload bytes: add --payload hex or --payload text",

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use walcrypt::format::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
 use walcrypt::{KeyRing, Lsn, Reader};
 
 use crate::fail::Fail;
@@ -58,7 +58,7 @@ impl Target {
             });
         }
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let Some(start) = format::parse_segment_file_name(name) else {
+        let Some(start) = inspect::parse_segment_file_name(name) else {
             return Err(Fail::trouble(format!(
                 "{}: not a walcrypt segment file (names are 16 hex digits and .wal)",
                 path.display()
@@ -87,7 +87,7 @@ impl Target {
             return Err(Fail::trouble(format!(
                 "{}: segment {} is not part of the log",
                 self.dir.display(),
-                format::segment_file_name(Lsn(start))
+                inspect::segment_file_name(Lsn(start))
             )));
         }
         Ok(reader)
@@ -241,7 +241,7 @@ pub fn position(geo: Geometry, lsn: u64) -> String {
     let seg = geo.segment_start(lsn);
     format!(
         "segment {} offset {} (lsn {})",
-        format::segment_file_name(Lsn(seg)),
+        inspect::segment_file_name(Lsn(seg)),
         lsn - seg,
         fmt_lsn(lsn)
     )

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
-use walcrypt::format::{
+use walcrypt::inspect::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
 };
 use walcrypt::{Lsn, Mode, Reader};
@@ -86,12 +86,12 @@ fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Resu
     let geo = reader.geometry();
     let segs = reader.segments();
     writeln!(out, "mode:               {}", reader.mode())?;
-    let names = |s: &walcrypt::SegmentInfo| format::segment_file_name(s.header.start);
+    let names = |s: &walcrypt::inspect::SegmentInfo| inspect::segment_file_name(s.header.start);
     match (target.segment, segs.first(), segs.last()) {
         (Some(start), _, _) => writeln!(
             out,
             "segments:           1 selected ({}) of {}",
-            format::segment_file_name(Lsn(start)),
+            inspect::segment_file_name(Lsn(start)),
             segs.len()
         )?,
         (None, Some(a), Some(b)) => writeln!(

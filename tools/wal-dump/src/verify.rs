@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use walcrypt::format::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
 use walcrypt::{IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use crate::Args;
@@ -28,7 +28,7 @@ struct IvUse {
 }
 
 impl IvUse {
-    fn describe(&self, geo: format::Geometry) -> String {
+    fn describe(&self, geo: inspect::Geometry) -> String {
         let what = if self.page { "page" } else { "record" };
         format!("{what} at {}", position(geo, self.at))
     }
@@ -87,7 +87,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 }
 
 impl Verify<'_> {
-    fn geo(&self) -> format::Geometry {
+    fn geo(&self) -> inspect::Geometry {
         self.reader.geometry()
     }
 
@@ -110,8 +110,8 @@ impl Verify<'_> {
         let mut ok = true;
         for seg in self.reader.segments() {
             for (i, (id, kcv)) in seg.header.key_checks.iter().enumerate() {
-                let name = format::segment_file_name(seg.header.start);
-                let offset = format::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
+                let name = inspect::segment_file_name(seg.header.start);
+                let offset = inspect::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
                 match ring.get(*id) {
                     Some(key) if key.check_value() != *kcv => {
                         ok = false;
@@ -146,9 +146,9 @@ impl Verify<'_> {
             if b != a + geo.segment_size {
                 self.found.damage.push(format!(
                     "segment files missing between {} and {} (expected {} next)",
-                    format::segment_file_name(Lsn(a)),
-                    format::segment_file_name(Lsn(b)),
-                    format::segment_file_name(Lsn(a + geo.segment_size))
+                    inspect::segment_file_name(Lsn(a)),
+                    inspect::segment_file_name(Lsn(b)),
+                    inspect::segment_file_name(Lsn(a + geo.segment_size))
                 ));
             }
         }
@@ -162,7 +162,7 @@ impl Verify<'_> {
             if len < geo.segment_size {
                 self.found.damage.push(format!(
                     "segment {} is {len} bytes, expected {}: truncated at offset {len}",
-                    format::segment_file_name(Lsn(*start)),
+                    inspect::segment_file_name(Lsn(*start)),
                     geo.segment_size
                 ));
             }
@@ -325,7 +325,7 @@ impl Verify<'_> {
         }
     }
 
-    fn check_record(&mut self, rec: &walcrypt::RawRecord, prev_end: Option<u64>) {
+    fn check_record(&mut self, rec: &walcrypt::inspect::RawRecord, prev_end: Option<u64>) {
         let geo = self.geo();
         let lsn = u64::from(rec.lsn);
         let at = position(geo, lsn);
@@ -341,7 +341,7 @@ impl Verify<'_> {
             // A pagelevel writer that reopened the log left the rest of the page unused and
             // resumed after a resume record at the start of the next page's body.
             let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
-                + (format::RECORD_HEADER_PLAIN + format::RESUME_PAYLOAD_LEN) as u64;
+                + (inspect::RECORD_HEADER_PLAIN + inspect::RESUME_PAYLOAD_LEN) as u64;
             if lsn != next && lsn != after_switch && lsn != after_resume {
                 self.found.damage.push(format!(
                     "{at}: record does not follow the previous one, which ended at {}",

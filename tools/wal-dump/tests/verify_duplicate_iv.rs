@@ -38,7 +38,7 @@ fn verify_flags_a_duplicate_iv() {
     let mut record = vec![0u8; 32 + second.payload.len()];
     file.read_exact_at(&mut record, off_b).unwrap();
     record[16..32].copy_from_slice(&iv);
-    let crc = walcrypt::format::record_crc(&record[..32], &record[32..]);
+    let crc = walcrypt::inspect::record_crc(&record[..32], &record[32..]);
     record[0..4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, off_b).unwrap();
     drop(file);

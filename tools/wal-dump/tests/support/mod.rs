@@ -119,7 +119,7 @@ pub fn locate(log: &Path, lsn: Lsn) -> (PathBuf, u64) {
     let lsn = u64::from(lsn);
     let seg = lsn - lsn % SEGMENT;
     (
-        log.join(walcrypt::format::segment_file_name(Lsn(seg))),
+        log.join(walcrypt::inspect::segment_file_name(Lsn(seg))),
         lsn - seg,
     )
 }

@@ -1,0 +1,91 @@
+//! Events a `Wal` reports to an embedder's listener: segment switches, flush rounds, poisoning
+//! and what recovery found, so an engine can export metrics and logs.
+//!
+//! Every call happens on the thread that did the work, after it released the log's locks: a
+//! slow listener delays that thread only, never the insert lock. Without a listener an event
+//! costs one branch.
+
+use std::time::Duration;
+
+use crate::Lsn;
+use crate::error::{CorruptionKind, PoisonCause, Position};
+
+/// Receives events from a [`crate::Wal`]. Set with [`crate::Config::listener`]. Every method
+/// has an empty default, so a listener implements only what it needs.
+///
+/// Methods are called with no lock of the log held, from whichever thread did the work; they
+/// must not call back into the same `Wal` in a way that waits for that thread (for example a
+/// `flush` from `on_flush_round` would lead another round on the same thread: allowed, but
+/// pointless).
+pub trait EventListener: Send + Sync {
+    /// The log started writing into a new segment file. Reported by the next append or flush
+    /// that finds the writer in the new segment (segments are created under the write lock,
+    /// where no listener runs).
+    fn on_segment_switch(&self, _event: &SegmentSwitch) {}
+
+    /// A group-commit round this thread led has finished.
+    fn on_flush_round(&self, _event: &FlushRound) {}
+
+    /// A write or fdatasync failed and the log now refuses further work until reopened.
+    /// Reported once.
+    fn on_poisoned(&self, _cause: &PoisonCause) {}
+
+    /// `Wal::open` finished recovery (or created a new log).
+    fn on_recovery(&self, _summary: &RecoverySummary) {}
+}
+
+/// The writer moved from one segment to a later one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SegmentSwitch {
+    /// Start LSN (file name) of the segment reported before.
+    pub from: Lsn,
+    /// Start LSN (file name) of the segment now written.
+    pub to: Lsn,
+}
+
+/// One group-commit round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FlushRound {
+    /// Every record before this position is flushed now.
+    pub flushed_to: Lsn,
+    /// Whether the round called fdatasync ([`crate::SyncMode::Durable`]).
+    pub synced: bool,
+    /// Time from taking the lead to the end of the round, the wait for the write lock included.
+    pub duration: Duration,
+}
+
+/// What `Wal::open` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoverySummary {
+    /// True when the directory held no log and a new one was created.
+    pub created: bool,
+    /// Where reading started (a record boundary before which the log is known durable).
+    pub scanned_from: Lsn,
+    /// The end of the valid log: where writing resumes.
+    pub end: Lsn,
+    /// Records handed to the replay callback (`Wal::open_and_replay`), 0 otherwise.
+    pub replayed: u64,
+    /// Damage cut away under [`crate::RecoveryMode::TruncateAtDamage`]; `None` when the log
+    /// was intact (a torn tail is not damage).
+    pub salvaged: Option<Salvage>,
+    /// Time the open took.
+    pub duration: Duration,
+}
+
+/// Damage that recovery cut away because the configuration asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Salvage {
+    /// Where the damage was found.
+    pub at: Position,
+    /// What was wrong.
+    pub kind: CorruptionKind,
+    /// The log now ends here: the first damaged record's start. Every record before it is kept.
+    pub cut_at: Lsn,
+    /// The end of the segment files before the cut: everything from `cut_at` to here was
+    /// zeroed or removed.
+    pub files_ended_at: Lsn,
+}
