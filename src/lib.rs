@@ -63,7 +63,9 @@ pub use config::{
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
 pub use error::{CorruptionKind, Error, Position, Result};
-pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
+pub use reader::{
+    Follower, PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo, Visibility,
+};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.
