@@ -316,10 +316,18 @@ impl Follower {
                     // have replaced them since.
                     self.parked = cursor.park(false);
                     let frontier = durable_frontier(files, self.wal.as_ref(), stored.lsn)?;
-                    if frontier <= self.durable {
-                        return Ok(None);
+                    if frontier > self.durable {
+                        self.durable = frontier;
+                        continue;
                     }
-                    self.durable = frontier;
+                    // The page vouching for it may lie in a segment not seen yet.
+                    match files.refreshed(self.ring.as_ref())? {
+                        Some(newer) => {
+                            self.files = Some(newer);
+                            self.parked = Parked::default();
+                        }
+                        None => return Ok(None),
+                    }
                 }
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
