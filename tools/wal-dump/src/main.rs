@@ -72,9 +72,15 @@ pub struct Args {
     #[arg(long, conflicts_with = "follow")]
     pub verify: bool,
 
-    /// After the end, keep polling for new records until interrupted.
+    /// After the end, keep showing new records as the writer adds them, until interrupted
+    /// (or until --end or --limit is reached). Shows what the writer has written.
     #[arg(long)]
     pub follow: bool,
+
+    /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
+    /// page headers' durable hints vouch for them; these trail the writer by one flush.
+    #[arg(long, requires = "follow")]
+    pub durable: bool,
 }
 
 /// `--payload`.
