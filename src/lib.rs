@@ -42,6 +42,27 @@
 //! # }
 //! ```
 //!
+//! A [`Follower`] reads a log while it grows (a replica, log shipping, `wal-dump --follow`):
+//! it yields only records the writer has made durable, waits at the end and crosses into new
+//! segments, in the writer's process or another one.
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, Wal};
+//! # fn main() -> walcrypt::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let keys = KeyRing::generate()?;
+//! let wal = std::sync::Arc::new(Wal::open(dir.path(), Config::new(Mode::PerRecord).keys(keys))?);
+//! let mut follower = Follower::attach(&wal, Lsn::default())?; // or Follower::open(dir, keys, lsn)
+//! let lsn = wal.append(1, b"replicate me")?;
+//! assert!(follower.poll()?.is_none()); // appended, not yet durable
+//! wal.flush(lsn)?;
+//! let record = follower.next_timeout(Duration::from_secs(5))?.expect("flushed");
+//! assert_eq!(record.payload, b"replicate me");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The on-disk format is in docs/FORMAT.md, the IV and key argument in docs/SECURITY.md.
 
 #![forbid(unsafe_code)]

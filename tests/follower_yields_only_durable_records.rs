@@ -34,10 +34,16 @@ fn follower_yields_only_durable_records() {
         let mut durable = Follower::open(dir.path(), Some(keys.clone()), Lsn::default()).unwrap();
         let mut yielded = 0;
         for i in 0..120u32 {
-            let lsn = wal.append(1, &i.to_le_bytes().repeat(1 + i as usize % 40)).unwrap();
+            let lsn = wal
+                .append(1, &i.to_le_bytes().repeat(1 + i as usize % 40))
+                .unwrap();
             wal.flush(lsn).unwrap();
             for r in drain(&mut durable) {
-                assert!(r.end_lsn <= wal.flushed_lsn(), "{mode}: yielded {} past", r.lsn);
+                assert!(
+                    r.end_lsn <= wal.flushed_lsn(),
+                    "{mode}: yielded {} past",
+                    r.lsn
+                );
                 assert!(r.end_lsn <= durable.durable_lsn());
                 yielded += 1;
             }
@@ -58,7 +64,11 @@ fn follower_yields_only_durable_records() {
             wal.flush(lsn).unwrap();
         }
         let late = drain(&mut durable);
-        assert_eq!(late.len(), 1, "{mode}: only the record synced when the log reopened");
+        assert_eq!(
+            late.len(),
+            1,
+            "{mode}: only the record synced when the log reopened"
+        );
         assert!(late.iter().all(|r| r.end_lsn <= start));
         assert_eq!(drain(&mut written).len(), 50, "{mode}: written records");
         // Closing syncs; a later write's page header then vouches for the records.

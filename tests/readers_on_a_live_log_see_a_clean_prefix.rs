@@ -55,7 +55,10 @@ fn readers_on_a_live_log_see_a_clean_prefix() {
                         let (mut reads, mut longest) = (0, 0);
                         while !done.load(Ordering::Acquire) {
                             let n = read_prefix(dir.path(), &keys);
-                            assert!(n >= longest, "a later read saw {n} records, an earlier one {longest}");
+                            assert!(
+                                n >= longest,
+                                "a later read saw {n} records, an earlier one {longest}"
+                            );
                             longest = longest.max(n);
                             reads += 1;
                         }
@@ -75,6 +78,10 @@ fn readers_on_a_live_log_see_a_clean_prefix() {
         });
         assert!(reads > 0);
         wal.close().unwrap();
-        assert_eq!(read_prefix(dir.path(), &keys), RECORDS as usize, "{mode} {sync:?}");
+        assert_eq!(
+            read_prefix(dir.path(), &keys),
+            RECORDS as usize,
+            "{mode} {sync:?}"
+        );
     }
 }

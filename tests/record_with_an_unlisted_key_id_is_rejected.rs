@@ -24,7 +24,11 @@ fn write_log(dir: &std::path::Path, mode: Mode, keys: &KeyRing) {
 fn file_at(dir: &std::path::Path, lsn: u64) -> (std::fs::File, u64) {
     let seg = lsn - lsn % (16 * PAGE);
     let path = dir.join(segment_file_name(Lsn(seg)));
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     (file, lsn - seg)
 }
 
@@ -35,7 +39,13 @@ fn expect_unlisted(dir: &std::path::Path, ring: &KeyRing) {
         .find_map(Result::err)
         .expect("the altered key id is rejected");
     assert!(
-        matches!(err, Error::Corrupt { kind: CorruptionKind::UnlistedKey { key_id: 2 }, .. }),
+        matches!(
+            err,
+            Error::Corrupt {
+                kind: CorruptionKind::UnlistedKey { key_id: 2 },
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("key id 2"), "{err}");
@@ -52,7 +62,11 @@ fn record_with_an_unlisted_key_id_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     write_log(dir.path(), Mode::PerRecord, &ring);
     let reader = Reader::open(dir.path(), Some(ring.clone())).unwrap();
-    let mut rec = reader.raw_records_from(Lsn::default()).nth(4).unwrap().unwrap();
+    let mut rec = reader
+        .raw_records_from(Lsn::default())
+        .nth(4)
+        .unwrap()
+        .unwrap();
     let (_, iv) = rec.header.encryption.unwrap();
     rec.header.encryption = Some((2, iv));
     let mut head = vec![0u8; rec.header.len_bytes()];
@@ -60,11 +74,17 @@ fn record_with_an_unlisted_key_id_is_rejected() {
     rec.header.crc = record_crc(&head, &rec.stored);
     rec.header.encode(&mut head);
     let (file, offset) = file_at(dir.path(), rec.lsn.0);
-    assert!(offset % PAGE + head.len() as u64 <= PAGE, "header within one page");
+    assert!(
+        offset % PAGE + head.len() as u64 <= PAGE,
+        "header within one page"
+    );
     file.write_all_at(&head, offset).unwrap();
     expect_unlisted(dir.path(), &wider);
     let reopened = Wal::open(dir.path(), Config::new(Mode::PerRecord).keys(wider.clone()));
-    assert!(matches!(reopened, Err(Error::Corrupt { .. })), "{reopened:?}");
+    assert!(
+        matches!(reopened, Err(Error::Corrupt { .. })),
+        "{reopened:?}"
+    );
 
     // pagelevel: the first page's header names key 2.
     let dir = tempfile::tempdir().unwrap();

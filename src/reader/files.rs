@@ -316,11 +316,9 @@ impl LogFiles {
     pub(crate) fn check_key_listed(&self, key_id: u32, at: u64) -> Result<()> {
         let start = self.geo.segment_start(at);
         match self.segment(start) {
-            Some(seg) if !seg.header.lists_key(key_id) => Err(self.position_error(
-                at,
-                at,
-                CorruptionKind::UnlistedKey { key_id },
-            )),
+            Some(seg) if !seg.header.lists_key(key_id) => {
+                Err(self.position_error(at, at, CorruptionKind::UnlistedKey { key_id }))
+            }
             _ => Ok(()),
         }
     }
@@ -328,7 +326,10 @@ impl LogFiles {
     /// The record boundary where reading from `lsn` starts: the first record of the oldest
     /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked.
     pub(crate) fn record_start(&self, lsn: Lsn) -> Result<u64> {
-        let oldest = self.segments.first().map_or(0, |s| u64::from(s.header.start));
+        let oldest = self
+            .segments
+            .first()
+            .map_or(0, |s| u64::from(s.header.start));
         if lsn == Lsn(0) || u64::from(lsn) == oldest {
             let first = self.first_record_in_segment(oldest)?;
             return Ok(first.unwrap_or_else(|| self.geo.skip_headers(oldest)));

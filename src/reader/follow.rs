@@ -259,8 +259,7 @@ impl Follower {
         if self.files.is_some() {
             return Ok(true);
         }
-        let mut files = match LogFiles::open(&self.dir, self.storage.clone(), self.ring.as_ref())
-        {
+        let mut files = match LogFiles::open(&self.dir, self.storage.clone(), self.ring.as_ref()) {
             Ok(files) => files,
             Err(Error::NoLog(_)) => return Ok(false),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {

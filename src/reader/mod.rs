@@ -18,8 +18,8 @@ mod files;
 mod follow;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored};
-pub use follow::{Follower, Visibility};
 pub(crate) use files::{LogFiles, list_segments, read_segment_header};
+pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
