@@ -109,11 +109,15 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Gives up the borrow of the files; `keep_page` false forgets the last page read, so the
-    /// next read sees what the writer has written since.
-    pub(crate) fn park(self, keep_page: bool) -> Parked {
+    /// Gives up the borrow of the files. With `keep` false it also forgets the last page read
+    /// and the open segment file, so the next read sees what the writer has written since,
+    /// even in a segment file that was replaced (removed by recovery and created again).
+    pub(crate) fn park(self, keep: bool) -> Parked {
+        if !keep {
+            return Parked::default();
+        }
         Parked {
-            page: self.page.filter(|_| keep_page),
+            page: self.page,
             file: self.file,
         }
     }

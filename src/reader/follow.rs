@@ -10,7 +10,7 @@ use super::files::LogFiles;
 use super::{RawRecord, Record, SegmentInfo, Settled, raw_record, settle};
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::Geometry;
 use crate::storage::{FsStorage, Storage};
 use crate::{Lsn, Wal};
@@ -179,6 +179,32 @@ impl Follower {
         self
     }
 
+    /// Replaces the key ring, for example after the writer rotated to a key this follower did
+    /// not have: the follower goes on from where it is, and the new ring is checked against
+    /// every segment's key check values.
+    pub fn set_keys(&mut self, keys: Option<KeyRing>) -> Result<()> {
+        if let Some(old) = &self.files {
+            let files = LogFiles::open(&self.dir, self.storage.clone(), keys.as_ref())?;
+            if files.log_id != old.log_id {
+                let start = files.segments[0].header.start;
+                return Err(Error::corrupt(
+                    start,
+                    0,
+                    start,
+                    CorruptionKind::ForeignSegment {
+                        expected: old.log_id,
+                        got: files.log_id,
+                    },
+                ));
+            }
+            self.files = Some(files);
+            self.parked = Parked::default();
+        }
+        self.ring = keys;
+        self.shared_keys = None;
+        Ok(())
+    }
+
     /// Where the next record starts (before the log exists: the position asked for).
     pub fn position(&self) -> Lsn {
         if self.files.is_some() {
@@ -320,7 +346,7 @@ impl Follower {
                         continue;
                     }
                     // The page vouching for it may lie in a segment not seen yet.
-                    match files.refreshed(self.ring.as_ref())? {
+                    match refresh(files, self.ring.as_ref())? {
                         Some(newer) => {
                             self.files = Some(newer);
                             self.parked = Parked::default();
@@ -331,7 +357,7 @@ impl Follower {
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
                     if files.geo.segment_start(invalid.at) >= files.end_of_files() {
-                        match files.refreshed(self.ring.as_ref())? {
+                        match refresh(files, self.ring.as_ref())? {
                             Some(newer) => {
                                 self.files = Some(newer);
                                 self.parked = Parked::default();
@@ -351,6 +377,15 @@ impl Follower {
             }
         }
         Ok(None)
+    }
+}
+
+/// The files with the segments that have appeared since, if any. A segment removed while
+/// the directory is read (the writer purging old ones) means: look again later.
+fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>> {
+    match files.refreshed(ring) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        other => other,
     }
 }
 
