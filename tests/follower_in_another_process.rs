@@ -59,6 +59,7 @@ fn follower_in_another_process() {
         .args(["--ignored", "--exact", "child_writes_a_log", "--quiet"])
         .env(DIR_VAR, &dir)
         .env(KEYS_VAR, &key_file)
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -324,7 +324,9 @@ impl LogFiles {
     }
 
     /// The record boundary where reading from `lsn` starts: the first record of the oldest
-    /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked.
+    /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
+    /// record's `end_lsn` that falls on a page or segment boundary starts the next record
+    /// after the headers there; the end of the last segment file is where the log goes on.
     pub(crate) fn record_start(&self, lsn: Lsn) -> Result<u64> {
         let oldest = self
             .segments
@@ -337,8 +339,11 @@ impl LogFiles {
         if u64::from(lsn) < oldest || u64::from(lsn) > self.end_of_files() {
             return Err(Error::LsnNotAvailable(lsn));
         }
-        self.check_record_start(u64::from(lsn))?;
-        Ok(u64::from(lsn))
+        let pos = self.geo.skip_headers(u64::from(lsn));
+        if pos < self.end_of_files() {
+            self.check_record_start(pos)?;
+        }
+        Ok(pos)
     }
 
     /// The largest durable hint among the valid page headers from `from_page` on, up to the
