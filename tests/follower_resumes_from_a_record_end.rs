@@ -40,7 +40,7 @@ fn follower_resumes_from_a_record_end() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(records.len(), 10);
-    let ends = |r: &&walcrypt::Record, every: u64| r.end_lsn.0 % every == 0;
+    let ends = |r: &&walcrypt::Record, every: u64| r.end_lsn.0.is_multiple_of(every);
     assert!(records.iter().any(|r| ends(&r, PAGE) && !ends(&r, SEGMENT)));
     assert!(records.iter().any(|r| ends(&r, SEGMENT)));
 
