@@ -141,6 +141,8 @@ mod tests {
         shared::<super::Wal>();
         shared::<super::Reader>();
         shared::<super::KeyRing>();
+        fn movable<T: Send>() {}
+        movable::<super::Follower>();
     }
 
     #[test]

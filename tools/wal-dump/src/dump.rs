@@ -7,16 +7,19 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use walcrypt::format::{self, Geometry, PAGE_FLAG_ENCRYPTED};
-use walcrypt::{Follower, KeyRing, Lsn, Mode, RawRecord, Reader, Visibility};
+use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, RawRecord, Reader, Visibility};
 
 use crate::fail::{EXIT_OK, Fail};
-use crate::source::{Disk, Target, fmt_lsn, hex, open_target, position};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, open_target, position};
 use crate::{Args, OutputFormat, PayloadFormat};
 
 /// How long `--follow` waits for a record before it flushes its output.
 const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    if args.follow && no_log_yet(&args.path) {
+        return follow_from_creation(args, out);
+    }
     let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
@@ -48,6 +51,36 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     }
     lister.list(&reader, &mut disk, begin, from, to, out)?;
     Ok(EXIT_OK)
+}
+
+/// Whether `path` is a directory (or a place for one) that holds no log yet.
+fn no_log_yet(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => matches!(Reader::open(path, None), Err(Error::NoLog(_))),
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// `--follow` on a directory where no log exists yet: wait for the writer to create it.
+fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    eprintln!(
+        "wal-dump: no log in {} yet; waiting for one",
+        args.path.display()
+    );
+    let keys = load_keys(args.key_file.as_deref())?;
+    let target = Target {
+        dir: args.path.clone(),
+        segment: None,
+    };
+    let mut lister = Lister {
+        args,
+        keys: keys.as_ref(),
+        shown: 0,
+    };
+    let from = args.start.map_or(0, u64::from);
+    let to = args.end.map_or(u64::MAX, u64::from);
+    lister.follow(&target, Lsn(0), from, to, out)
 }
 
 /// What to do with a record the listing reached.
