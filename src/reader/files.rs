@@ -365,6 +365,22 @@ impl LogFiles {
         }
     }
 
+    /// The largest durable hint among the valid headers of the page holding `lsn` and of the
+    /// page after it (the next body page), 0 when neither has one.
+    pub(crate) fn hint_near(&self, lsn: u64) -> Result<u64> {
+        let page = self.geo.page_start(lsn);
+        let next = self
+            .geo
+            .page_start(self.geo.skip_headers(page + self.geo.page_size));
+        let mut hint = 0;
+        for p in [page, next] {
+            if let Some(h) = self.read_page_header(p)? {
+                hint = hint.max(u64::from(h.durable_hint));
+            }
+        }
+        Ok(hint)
+    }
+
     /// Re-reads the directory when segments newer than the last known one have appeared:
     /// `Some` with the files as they are now, `None` when nothing new is there. The log must
     /// still be the same log.

@@ -41,9 +41,9 @@ pub enum Visibility {
 /// How long a follower waits at most between two looks at the files while idle.
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
-/// How often a follower stopped at the same invalid record checks whether it is damage
-/// (reading every later page header) rather than the live end. Between checks it only
-/// re-reads the record's page.
+/// How long a follower stopped at the same invalid record waits before it checks whether it
+/// is damage by reading every later page header (and then again at this interval). Evidence in
+/// the record's own page or the next one is checked at every look.
 const DAMAGE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// An owning reader that follows a log as it grows: it yields records in LSN order, and at
@@ -56,9 +56,14 @@ const DAMAGE_CHECK_EVERY: Duration = Duration::from_secs(1);
 ///
 /// What it yields is set by [`Visibility`]: by default only records the writer has made
 /// durable. A follower may start before the log exists (it waits for the first segment) or
-/// at any record boundary of an existing log. Damage is reported once it is certain: a valid
-/// page header whose durable hint lies past an unreadable record, still there after the
-/// record has been read again (see [`Reader`](crate::Reader)).
+/// at any record boundary of an existing log (a record's `end_lsn` included).
+///
+/// Damage is reported as [`Error::Corrupt`] once it is certain: a valid page header whose
+/// durable hint lies past an unreadable record, still there after the record has been read
+/// again (see [`Reader`](crate::Reader)). Evidence in the record's own page or the next one is
+/// looked at every time; the rest of the log's page headers are read only after the follower
+/// has been stopped at the same record for a second (and then once a second), so a busy
+/// writer never makes it scan to the end of a segment at each new end.
 ///
 /// The follower must stay ahead of [`Wal::purge_before`]: a segment purged before the
 /// follower reached it gives an I/O error naming the file.
@@ -366,7 +371,12 @@ impl Follower {
                             None => return Ok(None),
                         }
                     }
-                    if !due(&mut self.checked, invalid.lsn) {
+                    // Evidence nearby (the record's own page or the next one vouching for
+                    // it) is checked at once; a full check of every later page header only
+                    // when the follower has been stopped here for a while, so a busy writer
+                    // never makes it scan the rest of a segment at every new end.
+                    let near = files.hint_near(invalid.lsn)? > invalid.lsn;
+                    if !stalled(&mut self.checked, invalid.lsn) && !near {
                         return Ok(None);
                     }
                     match settle(files, invalid)? {
@@ -398,13 +408,20 @@ fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Res
     files.latest_hint(files.geo.page_start(u64::from(from)))
 }
 
-/// Whether the invalid record at `lsn` is due for a damage check.
-fn due(checked: &mut Option<(u64, Instant)>, lsn: u64) -> bool {
+/// Whether the follower has been stopped at the invalid record at `lsn` for
+/// [`DAMAGE_CHECK_EVERY`] since it arrived there or last checked.
+fn stalled(checked: &mut Option<(u64, Instant)>, lsn: u64) -> bool {
     match checked {
-        Some((at, when)) if *at == lsn && when.elapsed() < DAMAGE_CHECK_EVERY => false,
+        Some((at, when)) if *at == lsn => {
+            if when.elapsed() < DAMAGE_CHECK_EVERY {
+                return false;
+            }
+            *when = Instant::now();
+            true
+        }
         _ => {
             *checked = Some((lsn, Instant::now()));
-            true
+            false
         }
     }
 }

@@ -19,7 +19,14 @@ fn follow_waits_for_the_log_to_be_created() {
     let keys = KeyRing::generate().unwrap();
     keys.save(&key_file).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_wal-dump"))
-        .args(["--follow", "--format", "json", "--payload", "hex", "--key-file"])
+        .args([
+            "--follow",
+            "--format",
+            "json",
+            "--payload",
+            "hex",
+            "--key-file",
+        ])
         .arg(&key_file)
         .arg(&log)
         .stdout(Stdio::piped())
@@ -36,7 +43,10 @@ fn follow_waits_for_the_log_to_be_created() {
         }
     });
     std::thread::sleep(Duration::from_millis(300));
-    assert!(child.try_wait().unwrap().is_none(), "wal-dump waits for the log");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "wal-dump waits for the log"
+    );
     let appended = append(&log, Mode::PageLevel, &keys, 0, 30);
     let mut lines = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
