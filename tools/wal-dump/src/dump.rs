@@ -13,7 +13,8 @@ use crate::fail::{EXIT_OK, Fail};
 use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, open_target, position};
 use crate::{Args, OutputFormat, PayloadFormat};
 
-/// How long `--follow` waits for a record before it flushes its output.
+/// How long `--follow` waits for a record in one call (its output is flushed whenever it has
+/// caught up with the writer).
 const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
@@ -143,9 +144,16 @@ impl Lister<'_> {
             .visibility(visibility);
         let mut disk = None;
         loop {
-            let Some(rec) = follower.next_raw_timeout(POLL).map_err(fail)? else {
-                out.flush()?;
-                continue;
+            // Output goes out whenever the listing has caught up with the writer.
+            let rec = match follower.poll_raw().map_err(fail)? {
+                Some(rec) => rec,
+                None => {
+                    out.flush()?;
+                    match follower.next_raw_timeout(POLL).map_err(fail)? {
+                        Some(rec) => rec,
+                        None => continue,
+                    }
+                }
             };
             let (Some(mode), Some(geo), Some(log_id)) =
                 (follower.mode(), follower.geometry(), follower.log_id())
