@@ -65,6 +65,8 @@ pub enum CorruptionKind {
     Truncated,
     /// A segment file is missing from the middle of the log.
     MissingSegment,
+    /// A record or page names a key id that its segment header does not list.
+    UnlistedKey { key_id: u32 },
 }
 
 impl fmt::Display for CorruptionKind {
@@ -100,6 +102,10 @@ impl fmt::Display for CorruptionKind {
             ),
             Self::Truncated => write!(f, "log truncated inside durable data"),
             Self::MissingSegment => write!(f, "segment file missing from the middle of the log"),
+            Self::UnlistedKey { key_id } => write!(
+                f,
+                "uses key id {key_id}, which its segment header does not list"
+            ),
         }
     }
 }

@@ -154,6 +154,12 @@ impl SegmentHeader {
         SEGMENT_HEADER_FIXED + self.key_checks.len() * KCV_ENTRY + 4
     }
 
+    /// Whether the header lists `key_id`: records and pages of the segment may use only the
+    /// keys it lists.
+    pub fn lists_key(&self, key_id: u32) -> bool {
+        self.key_checks.iter().any(|(id, _)| *id == key_id)
+    }
+
     /// Largest number of key check values a page of `page_size` can hold.
     pub fn max_keys(page_size: u64) -> usize {
         (page_size as usize - SEGMENT_HEADER_FIXED - 4) / KCV_ENTRY

@@ -56,6 +56,27 @@
 //! [`EventListener`]. Damage handling is chosen with [`RecoveryMode`]. Byte layouts, raw
 //! records, page headers and the bare keystream are for tools and live in [`inspect`].
 //!
+//! A [`Follower`] reads a log while it grows (a replica, log shipping, `wal-dump --follow`):
+//! it yields only records the writer has made durable, waits at the end and crosses into new
+//! segments, in the writer's process or another one.
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, Wal};
+//! # fn main() -> walcrypt::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let keys = KeyRing::generate()?;
+//! let wal = std::sync::Arc::new(Wal::open(dir.path(), Config::new(Mode::PerRecord).keys(keys))?);
+//! let mut follower = Follower::attach(&wal, Lsn::default())?; // or Follower::open(dir, keys, lsn)
+//! let lsn = wal.append(1, b"replicate me")?;
+//! assert!(follower.poll()?.is_none()); // appended, not yet durable
+//! wal.flush(lsn)?;
+//! let record = follower.next_timeout(Duration::from_secs(5))?.expect("flushed");
+//! assert_eq!(record.payload, b"replicate me");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The on-disk format is in docs/FORMAT.md, the IV and key argument in docs/SECURITY.md.
 
 #![forbid(unsafe_code)]
@@ -82,7 +103,7 @@ pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
 pub use format::Geometry;
-pub use reader::{Reader, Record, Records};
+pub use reader::{Follower, Reader, Record, Records, Visibility};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.
@@ -137,6 +158,8 @@ mod tests {
         shared::<super::Wal>();
         shared::<super::Reader>();
         shared::<super::KeyRing>();
+        fn movable<T: Send>() {}
+        movable::<super::Follower>();
     }
 
     #[test]

@@ -76,6 +76,14 @@ pub(crate) struct Cursor<'a> {
     file: Option<(u64, Box<dyn StorageFile>)>,
 }
 
+/// A cursor's state without its borrow of the files, so an owner of the files (a follower)
+/// can keep its place, its open segment and its last page between calls.
+#[derive(Default)]
+pub(crate) struct Parked {
+    page: Option<LoadedPage>,
+    file: Option<(u64, Box<dyn StorageFile>)>,
+}
+
 /// Result of trying to read bytes: `Err` is a hard error (I/O, missing key), `Ok(Err)` a place
 /// where the log is not valid.
 type Try<T> = Result<std::result::Result<T, Invalid>>;
@@ -87,6 +95,30 @@ impl<'a> Cursor<'a> {
             pos,
             page: None,
             file: None,
+        }
+    }
+
+    /// A cursor at `pos` that reuses what `parked` kept: the open segment file and, unless
+    /// forgotten, the last page read.
+    pub(crate) fn resume(files: &'a LogFiles, pos: u64, parked: Parked) -> Cursor<'a> {
+        Cursor {
+            files,
+            pos,
+            page: parked.page,
+            file: parked.file,
+        }
+    }
+
+    /// Gives up the borrow of the files. With `keep` false it also forgets the last page read
+    /// and the open segment file, so the next read sees what the writer has written since,
+    /// even in a segment file that was replaced (removed by recovery and created again).
+    pub(crate) fn park(self, keep: bool) -> Parked {
+        if !keep {
+            return Parked::default();
+        }
+        Parked {
+            page: self.page,
+            file: self.file,
         }
     }
 
@@ -202,6 +234,9 @@ impl<'a> Cursor<'a> {
                 CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
             )));
         }
+        if let Some((key_id, _)) = header.encryption {
+            self.files.check_key_listed(key_id, start)?;
+        }
         Ok(Ok(Stored {
             lsn: Lsn(start),
             end_lsn: Lsn(pos),
@@ -303,6 +338,7 @@ impl<'a> Cursor<'a> {
             return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
         }
         if encrypted {
+            self.files.check_key_listed(header.key_id, page)?;
             let keys = self
                 .files
                 .keys

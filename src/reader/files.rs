@@ -307,6 +307,114 @@ impl LogFiles {
         }
     }
 
+    /// Fails unless the header of the segment holding `at` lists `key_id`. A record or page
+    /// naming another key of the ring would decrypt to garbage that still passes its checksum
+    /// (the checksum covers ciphertext), so this is damage, not the end of the log.
+    pub(crate) fn check_key_listed(&self, key_id: u32, at: u64) -> Result<()> {
+        let start = self.geo.segment_start(at);
+        match self.segment(start) {
+            Some(seg) if !seg.header.lists_key(key_id) => {
+                Err(self.position_error(at, at, CorruptionKind::UnlistedKey { key_id }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The record boundary where reading from `lsn` starts: the first record of the oldest
+    /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
+    /// record's `end_lsn` that falls on a page or segment boundary starts the next record
+    /// after the headers there; the end of the last segment file is where the log goes on.
+    pub(crate) fn record_start(&self, lsn: Lsn) -> Result<u64> {
+        let oldest = self
+            .segments
+            .first()
+            .map_or(0, |s| u64::from(s.header.start));
+        if lsn == Lsn(0) || u64::from(lsn) == oldest {
+            let first = self.first_record_in_segment(oldest)?;
+            return Ok(first.unwrap_or_else(|| self.geo.skip_headers(oldest)));
+        }
+        if u64::from(lsn) < oldest || u64::from(lsn) > self.end_of_files() {
+            return Err(Error::LsnNotAvailable(lsn));
+        }
+        let pos = self.geo.skip_headers(u64::from(lsn));
+        if pos < self.end_of_files() {
+            self.check_record_start(pos)?;
+        }
+        Ok(pos)
+    }
+
+    /// The largest durable hint among the valid page headers from `from_page` on, up to the
+    /// first page without one: every byte before it had been fdatasync'ed when that page was
+    /// written. 0 when there is none.
+    pub(crate) fn latest_hint(&self, from_page: u64) -> Result<u64> {
+        let mut hint = 0;
+        let mut page = from_page;
+        loop {
+            if self.geo.is_header_page(page) {
+                page += self.geo.page_size;
+                continue;
+            }
+            match self.read_page_header(page)? {
+                Some(h) => hint = hint.max(u64::from(h.durable_hint)),
+                None => return Ok(hint),
+            }
+            page += self.geo.page_size;
+        }
+    }
+
+    /// The largest durable hint among the valid headers of the page holding `lsn` and of the
+    /// page after it (the next body page), 0 when neither has one.
+    pub(crate) fn hint_near(&self, lsn: u64) -> Result<u64> {
+        let page = self.geo.page_start(lsn);
+        let next = self
+            .geo
+            .page_start(self.geo.skip_headers(page + self.geo.page_size));
+        let mut hint = 0;
+        for p in [page, next] {
+            if let Some(h) = self.read_page_header(p)? {
+                hint = hint.max(u64::from(h.durable_hint));
+            }
+        }
+        Ok(hint)
+    }
+
+    /// Re-reads the directory when segments newer than the last known one have appeared:
+    /// `Some` with the files as they are now, `None` when nothing new is there. The log must
+    /// still be the same log.
+    pub(crate) fn refreshed(&self, ring: Option<&KeyRing>) -> Result<Option<LogFiles>> {
+        let newest = self.segments.last().map(|s| s.header.start);
+        let starts = list_segments(self.storage.as_ref(), &self.dir)?;
+        if starts.last().copied() <= newest {
+            return Ok(None);
+        }
+        let mut files = LogFiles::open(&self.dir, self.storage.clone(), ring)?;
+        if files.log_id != self.log_id {
+            return Err(Error::corrupt(
+                files.segments[0].header.start,
+                0,
+                files.segments[0].header.start,
+                CorruptionKind::ForeignSegment {
+                    expected: self.log_id,
+                    got: files.log_id,
+                },
+            ));
+        }
+        if ring.is_none() && self.keys.is_some() {
+            files.share_keys(self.keys.clone())?;
+        }
+        Ok(Some(files))
+    }
+
+    /// Uses `keys` (already expanded, for example a writer's) and checks them against every
+    /// segment's key check values.
+    pub(crate) fn share_keys(&mut self, keys: Option<Arc<Keys>>) -> Result<()> {
+        if let Some(k) = &keys {
+            check_keys(k, &self.segments)?;
+        }
+        self.keys = keys;
+        Ok(())
+    }
+
     pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
         let segment = self.geo.segment_start(at);
         Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)

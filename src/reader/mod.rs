@@ -15,9 +15,11 @@ use crate::storage::{FsStorage, Storage};
 
 mod cursor;
 mod files;
+mod follow;
 
-pub(crate) use cursor::{Cursor, Step, Stored};
+pub(crate) use cursor::{Cursor, Invalid, Step, Stored};
 pub(crate) use files::{LogFiles, list_segments, read_segment_header};
+pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -73,8 +75,18 @@ pub struct PageInfo {
 
 /// Reads a log directory: records in LSN order across segments, decrypted with the key ring.
 ///
-/// The reader never changes the files; it may run while a `Wal` writes the same directory
-/// and then sees a prefix of the log.
+/// The reader never changes the files. It may run while a `Wal` (in this process or another)
+/// writes the same directory: it then sees a prefix of the log as the files held it while
+/// it read, ending at the live end, and never reports damage because the writer moved on
+/// (see *Live logs* below). Segments created after [`Reader::open`] are not seen;
+/// to keep reading as the log grows, use a [`Follower`].
+///
+/// # Live logs
+///
+/// When a record cannot be read, the page headers decide between the end of the log and
+/// damage: a valid header whose durable hint lies past the record proves the record was
+/// complete once. A writer can produce such a header between the reader's two looks, so the
+/// reader reads the record again (after pauses of 0, 1 and 10 ms) before it reports damage.
 pub struct Reader {
     files: LogFiles,
 }
@@ -134,23 +146,7 @@ impl Reader {
 
     /// The first record boundary of the oldest segment.
     pub fn first_lsn(&self) -> Result<Lsn> {
-        let oldest = u64::from(self.files.segments[0].header.start);
-        let first = self.files.first_record_in_segment(oldest)?;
-        Ok(Lsn(
-            first.unwrap_or_else(|| self.files.geo.skip_headers(oldest))
-        ))
-    }
-
-    fn start(&self, lsn: Lsn) -> Result<u64> {
-        let oldest = u64::from(self.files.segments[0].header.start);
-        if lsn == Lsn(0) || u64::from(lsn) == oldest {
-            return Ok(self.first_lsn()?.into());
-        }
-        if u64::from(lsn) < oldest || u64::from(lsn) > self.files.end_of_files() {
-            return Err(Error::LsnNotAvailable(lsn));
-        }
-        self.files.check_record_start(u64::from(lsn))?;
-        Ok(u64::from(lsn))
+        self.files.record_start(Lsn(0)).map(Lsn)
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to
@@ -170,7 +166,7 @@ impl Reader {
     }
 
     fn walk(&self, lsn: Lsn) -> Walk<'_> {
-        let (cursor, pending) = match self.start(lsn) {
+        let (cursor, pending) = match self.files.record_start(lsn) {
             Ok(pos) => (Some(Cursor::new(&self.files, pos)), None),
             Err(e) => (None, Some(e)),
         };
@@ -203,12 +199,16 @@ impl Walk<'_> {
             Ok(Step::Record(stored)) => Some(Ok(stored)),
             Ok(Step::End(invalid)) => {
                 self.cursor = None;
-                match self.files.classify(invalid.clone()) {
-                    Ok(None) => {
-                        self.end = Some(Lsn(invalid.lsn));
+                match settle(self.files, invalid) {
+                    Ok(Settled::End(lsn)) => {
+                        self.end = Some(Lsn(lsn));
                         None
                     }
-                    Ok(Some(e)) | Err(e) => Some(Err(e)),
+                    Ok(Settled::Resume(cursor, stored)) => {
+                        self.cursor = Some(cursor);
+                        Some(Ok(stored))
+                    }
+                    Err(e) => Some(Err(e)),
                 }
             }
             Err(e) => {
@@ -216,6 +216,66 @@ impl Walk<'_> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+/// How a walk that stopped at an invalid record goes on.
+pub(crate) enum Settled<'a> {
+    /// The end of the valid log, at this position.
+    End(u64),
+    /// The record was read in full on a second look: the writer had moved on.
+    Resume(Cursor<'a>, Stored),
+}
+
+/// Pauses before each further look at a record that the page headers say was complete; the
+/// first look again is immediate. Only damage (or a writer racing the reader) takes this path.
+const SETTLE_PAUSES: [std::time::Duration; 3] = [
+    std::time::Duration::ZERO,
+    std::time::Duration::from_millis(1),
+    std::time::Duration::from_millis(10),
+];
+
+/// Decides what an invalid record means when a writer may be appending to the same files.
+///
+/// A valid page header whose durable hint lies past the record says the record was complete
+/// before that page was written. On a log no one writes, that is damage. On a live log it may
+/// only mean the writer moved on between the read of the record and the read of the headers
+/// (or a page was read while it was being rewritten). So the record is read again, from fresh
+/// pages; it is reported as damage only if it is still invalid after every pause.
+pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'_>> {
+    for pause in SETTLE_PAUSES {
+        if files.classify(invalid.clone())?.is_none() {
+            return Ok(Settled::End(invalid.lsn));
+        }
+        std::thread::sleep(pause);
+        let mut cursor = Cursor::new(files, invalid.lsn);
+        match cursor.next()? {
+            Step::Record(stored) => return Ok(Settled::Resume(cursor, stored)),
+            Step::End(again) => invalid = again,
+        }
+    }
+    match files.classify(invalid.clone())? {
+        None => Ok(Settled::End(invalid.lsn)),
+        Some(e) => Err(e),
+    }
+}
+
+/// The stored record as inspection tools see it, decrypted when the key is there.
+pub(crate) fn raw_record(rec: Stored, keys: Option<&crate::crypto::Keys>) -> RawRecord {
+    let payload = match rec.header.encryption {
+        None => Some(rec.stored.clone()),
+        Some((key_id, iv)) => keys.and_then(|keys| {
+            let mut plain = rec.stored.clone();
+            keys.apply_keystream(key_id, &iv, &mut plain).ok()?;
+            Some(plain)
+        }),
+    };
+    RawRecord {
+        lsn: rec.lsn,
+        end_lsn: rec.end_lsn,
+        header: rec.header,
+        stored: rec.stored,
+        payload,
     }
 }
 
@@ -239,21 +299,7 @@ impl Iterator for RawRecords<'_> {
             Ok(rec) => rec,
             Err(e) => return Some(Err(e)),
         };
-        let payload = match rec.header.encryption {
-            None => Some(rec.stored.clone()),
-            Some((key_id, iv)) => self.walk.files.keys.as_ref().and_then(|keys| {
-                let mut plain = rec.stored.clone();
-                keys.apply_keystream(key_id, &iv, &mut plain).ok()?;
-                Some(plain)
-            }),
-        };
-        Some(Ok(RawRecord {
-            lsn: rec.lsn,
-            end_lsn: rec.end_lsn,
-            header: rec.header,
-            stored: rec.stored,
-            payload,
-        }))
+        Some(Ok(raw_record(rec, self.walk.files.keys.as_deref())))
     }
 }
 

@@ -304,6 +304,17 @@ impl Wal {
         Lsn(self.flushed_to.load(Ordering::Acquire))
     }
 
+    /// The record boundary through which the log is fdatasync'ed (what page headers carry as
+    /// their durable hint).
+    pub(crate) fn synced_lsn(&self) -> u64 {
+        self.synced_to.load(Ordering::Acquire)
+    }
+
+    /// What a follower in this process needs to read the files: storage and expanded keys.
+    pub(crate) fn follow_parts(&self) -> (Arc<dyn Storage>, Arc<Keys>) {
+        (self.storage.clone(), self.keys.clone())
+    }
+
     /// Appends one record and returns its LSN. Safe to call from many threads at once.
     ///
     /// The record is sealed (encrypted in perrecord mode, checksummed in every mode) before the

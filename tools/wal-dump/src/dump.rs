@@ -6,21 +6,21 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use walcrypt::inspect::RawRecord;
-use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED};
-use walcrypt::{KeyRing, Lsn, Mode, Reader};
+use walcrypt::inspect::{self, Geometry, PAGE_FLAG_ENCRYPTED, RawRecord};
+use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility};
 
-use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
-use crate::source::{Disk, fmt_lsn, hex, open_target, position};
+use crate::fail::{EXIT_OK, Fail};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, open_target, position};
 use crate::{Args, OutputFormat, PayloadFormat};
 
-/// How often `--follow` looks for new records.
+/// How long `--follow` waits for a record in one call (its output is flushed whenever it has
+/// caught up with the writer).
 const POLL: Duration = Duration::from_millis(200);
-/// How many polls in a row `--follow` tolerates an error before giving up (a reader racing
-/// the writer can see a page mid-write).
-const FOLLOW_RETRIES: u32 = 10;
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    if args.follow && no_log_yet(&args.path) {
+        return follow_from_creation(args, out);
+    }
     let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
@@ -47,30 +47,48 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         shown: 0,
     };
     let begin = disk.boundary_before(from)?;
-    let mut next = lister.list(&reader, &mut disk, begin, from, to, out)?;
-    if !args.follow {
-        return Ok(EXIT_OK);
+    if args.follow {
+        return lister.follow(&target, begin, from, to, out);
     }
-    let mut failures = 0;
-    while let Some(pos) = next {
-        out.flush()?;
-        std::thread::sleep(POLL);
-        let polled = target
-            .open(keys.as_ref(), args.key_file.as_deref())
-            .and_then(|reader| {
-                let mut disk = Disk::new(&reader);
-                lister.list(&reader, &mut disk, pos, from, to, out)
-            });
-        match polled {
-            Ok(n) => {
-                failures = 0;
-                next = n;
-            }
-            Err(fail) if fail.code == EXIT_DAMAGE && failures < FOLLOW_RETRIES => failures += 1,
-            Err(fail) => return Err(fail),
-        }
-    }
+    lister.list(&reader, &mut disk, begin, from, to, out)?;
     Ok(EXIT_OK)
+}
+
+/// Whether `path` is a directory (or a place for one) that holds no log yet.
+fn no_log_yet(path: &Path) -> bool {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => matches!(Reader::open(path, None), Err(Error::NoLog(_))),
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// `--follow` on a directory where no log exists yet: wait for the writer to create it.
+fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    eprintln!(
+        "wal-dump: no log in {} yet; waiting for one",
+        args.path.display()
+    );
+    let keys = load_keys(args.key_file.as_deref())?;
+    let target = Target {
+        dir: args.path.clone(),
+        segment: None,
+    };
+    let mut lister = Lister {
+        args,
+        keys: keys.as_ref(),
+        shown: 0,
+    };
+    let from = args.start.map_or(0, u64::from);
+    let to = args.end.map_or(u64::MAX, u64::from);
+    lister.follow(&target, Lsn(0), from, to, out)
+}
+
+/// What to do with a record the listing reached.
+enum Admit {
+    Show,
+    Skip,
+    Stop,
 }
 
 struct Lister<'a> {
@@ -80,8 +98,8 @@ struct Lister<'a> {
 }
 
 impl Lister<'_> {
-    /// Lists records from the boundary `begin`, showing those in `[from, to)`. Returns where
-    /// to continue when the log grows, or `None` when the range or limit is exhausted.
+    /// Lists records from the boundary `begin`, showing those in `[from, to)`, up to the end
+    /// of the log, the range or the limit.
     fn list(
         &mut self,
         reader: &Reader,
@@ -90,28 +108,85 @@ impl Lister<'_> {
         from: u64,
         to: u64,
         out: &mut dyn Write,
-    ) -> Result<Option<Lsn>, Fail> {
-        let mut records = reader.raw_records_from(begin);
-        let mut last_end = begin;
-        for item in records.by_ref() {
+    ) -> Result<(), Fail> {
+        let layout = (reader.mode(), reader.geometry());
+        for item in reader.raw_records_from(begin) {
             let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, self.key_file()))?;
-            last_end = rec.end_lsn;
-            let lsn = u64::from(rec.lsn);
-            if lsn >= to || self.args.limit.is_some_and(|l| self.shown >= l) {
-                return Ok(None);
-            }
-            if lsn < from
-                || !(self.args.kinds.is_empty() || self.args.kinds.contains(&rec.header.kind))
-            {
-                continue;
-            }
-            self.show(reader, disk, &rec, out)?;
-            self.shown += 1;
-            if self.args.limit.is_some_and(|l| self.shown >= l) {
-                return Ok(None);
+            match self.admit(&rec, from, to) {
+                Admit::Stop => break,
+                Admit::Skip => {}
+                Admit::Show => self.show(layout, disk, &rec, out)?,
             }
         }
-        Ok(Some(records.end_lsn().unwrap_or(last_end)))
+        Ok(())
+    }
+
+    /// `--follow`: lists records from `begin` with the library's follower, which picks up new
+    /// pages and segments as the writer adds them, until the range or limit is exhausted or
+    /// the tool is stopped. Shows what the writer has written, or with `--durable` only what
+    /// it has made durable.
+    fn follow(
+        &mut self,
+        target: &Target,
+        begin: Lsn,
+        from: u64,
+        to: u64,
+        out: &mut dyn Write,
+    ) -> Result<u8, Fail> {
+        let visibility = if self.args.durable {
+            Visibility::Durable
+        } else {
+            Visibility::Written
+        };
+        let fail = |e: walcrypt::Error| Fail::from_wal_with_keys(&e, self.args.key_file.as_deref());
+        let mut follower = Follower::open(&target.dir, self.keys.cloned(), begin)
+            .map_err(fail)?
+            .visibility(visibility);
+        let mut disk = None;
+        loop {
+            // Output goes out whenever the listing has caught up with the writer.
+            let rec = match follower.poll_raw().map_err(fail)? {
+                Some(rec) => rec,
+                None => {
+                    out.flush()?;
+                    match follower.next_raw_timeout(POLL).map_err(fail)? {
+                        Some(rec) => rec,
+                        None => continue,
+                    }
+                }
+            };
+            let (Some(mode), Some(geo), Some(log_id)) =
+                (follower.mode(), follower.geometry(), follower.log_id())
+            else {
+                continue;
+            };
+            let disk = match &mut disk {
+                Some(d) if Disk::covers(d, follower.segments()) => d,
+                slot => slot.insert(Disk::over(geo, log_id, follower.segments())),
+            };
+            match self.admit(&rec, from, to) {
+                Admit::Stop => return Ok(EXIT_OK),
+                Admit::Skip => {}
+                Admit::Show => self.show((mode, geo), disk, &rec, out)?,
+            }
+            if self.args.limit.is_some_and(|l| self.shown >= l) {
+                return Ok(EXIT_OK);
+            }
+        }
+    }
+
+    /// Whether `rec` is shown, skipped (outside `[from, to)` or of another kind), or ends the
+    /// listing (past `to`, or the limit reached).
+    fn admit(&self, rec: &RawRecord, from: u64, to: u64) -> Admit {
+        let lsn = u64::from(rec.lsn);
+        if lsn >= to || self.args.limit.is_some_and(|l| self.shown >= l) {
+            return Admit::Stop;
+        }
+        if lsn < from || !(self.args.kinds.is_empty() || self.args.kinds.contains(&rec.header.kind))
+        {
+            return Admit::Skip;
+        }
+        Admit::Show
     }
 
     fn key_file(&self) -> Option<&Path> {
@@ -119,14 +194,15 @@ impl Lister<'_> {
     }
 
     fn show(
-        &self,
-        reader: &Reader,
+        &mut self,
+        layout: (Mode, Geometry),
         disk: &mut Disk,
         rec: &RawRecord,
         out: &mut dyn Write,
     ) -> Result<(), Fail> {
-        let view = RecordView::new(reader, disk, rec)?;
-        let payload = self.payload(reader, disk, rec, &view)?;
+        let view = RecordView::new(layout, disk, rec)?;
+        let payload = self.payload(layout, disk, rec, &view)?;
+        self.shown += 1;
         match self.args.format {
             OutputFormat::Text => view.write_text(&payload, self.args.payload, out)?,
             OutputFormat::Json => view.write_json(&payload, self.args.payload, out)?,
@@ -138,7 +214,7 @@ impl Lister<'_> {
     /// and no key was given.
     fn payload(
         &self,
-        reader: &Reader,
+        (mode, geo): (Mode, Geometry),
         disk: &mut Disk,
         rec: &RawRecord,
         view: &RecordView,
@@ -151,10 +227,8 @@ impl Lister<'_> {
             });
         }
         if self.args.raw {
-            if reader.mode() == Mode::PageLevel {
-                let at = reader
-                    .geometry()
-                    .advance(view.lsn, rec.header.len_bytes() as u64);
+            if mode == Mode::PageLevel {
+                let at = geo.advance(view.lsn, rec.header.len_bytes() as u64);
                 return Ok(Shown::Bytes(disk.stream(at, rec.header.len as usize)?));
             }
             return Ok(Shown::Bytes(rec.stored.clone()));
@@ -171,7 +245,7 @@ impl Lister<'_> {
                 Err(Fail::trouble(format!(
                     "key file {file}: the log needs key id {id}, which the key ring lacks \
                      (record at {})",
-                    position(reader.geometry(), view.lsn)
+                    position(geo, view.lsn)
                 )))
             }
         }
@@ -201,12 +275,16 @@ pub struct RecordView {
 }
 
 impl RecordView {
-    pub fn new(reader: &Reader, disk: &mut Disk, rec: &RawRecord) -> Result<RecordView, Fail> {
+    pub fn new(
+        (mode, geo): (Mode, Geometry),
+        disk: &mut Disk,
+        rec: &RawRecord,
+    ) -> Result<RecordView, Fail> {
         let lsn = u64::from(rec.lsn);
-        let (encryption, key_id, iv) = match (reader.mode(), rec.header.encryption) {
+        let (encryption, key_id, iv) = match (mode, rec.header.encryption) {
             (_, Some((id, iv))) => ("record", Some(id), Some(iv)),
             (Mode::PageLevel, None) => {
-                let page = disk.page_header(reader.geometry().page_start(lsn))?;
+                let page = disk.page_header(geo.page_start(lsn))?;
                 let id = page
                     .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
                     .map(|h| h.key_id);

@@ -73,7 +73,8 @@ pub struct Args {
     #[arg(long, conflicts_with = "follow")]
     pub verify: bool,
 
-    /// After the end, keep polling for new records until interrupted.
+    /// After the end, keep showing new records as the writer adds them, until interrupted
+    /// (or until --end or --limit is reached). Shows what the writer has written.
     #[arg(long)]
     pub follow: bool,
 
@@ -86,6 +87,10 @@ pub struct Args {
     /// With --repair: a new (or empty) directory for copies of the files the cut touches.
     #[arg(long, value_name = "DIR", requires = "repair")]
     pub backup: Option<PathBuf>,
+    /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
+    /// page headers' durable hints vouch for them; these trail the writer by one flush.
+    #[arg(long, requires = "follow")]
+    pub durable: bool,
 }
 
 /// `--payload`.

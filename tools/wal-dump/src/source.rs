@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
 use walcrypt::{KeyRing, Lsn, Reader};
 
 use crate::fail::Fail;
@@ -116,16 +116,28 @@ pub struct Disk {
 impl Disk {
     /// Covers the segments `reader` found.
     pub fn new(reader: &Reader) -> Disk {
+        Disk::over(reader.geometry(), reader.log_id(), reader.segments())
+    }
+
+    /// Covers `segments` of the log with id `log_id`.
+    pub fn over(geo: Geometry, log_id: u64, segments: &[SegmentInfo]) -> Disk {
         Disk {
-            geo: reader.geometry(),
-            log_id: reader.log_id(),
-            segments: reader
-                .segments()
+            geo,
+            log_id,
+            segments: segments
                 .iter()
                 .map(|s| (u64::from(s.header.start), s.path.clone()))
                 .collect(),
             open: None,
         }
+    }
+
+    /// Whether this covers exactly `segments` (a follower finds new ones as the log grows).
+    pub fn covers(&self, segments: &[SegmentInfo]) -> bool {
+        self.segments.len() == segments.len()
+            && segments
+                .iter()
+                .all(|s| self.segments.contains_key(&u64::from(s.header.start)))
     }
 
     /// Reads up to `buf.len()` bytes at `lsn` from its segment file, without crossing the

@@ -356,7 +356,7 @@ impl Verify<'_> {
                 .segments()
                 .iter()
                 .find(|s| u64::from(s.header.start) == seg)
-                .is_some_and(|s| s.header.key_checks.iter().any(|(id, _)| *id == key_id));
+                .is_some_and(|s| s.header.lists_key(key_id));
             if !listed {
                 self.found.damage.push(format!(
                     "{at}: record uses key id {key_id}, which its segment header does not list"

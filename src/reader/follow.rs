@@ -1,0 +1,436 @@
+//! Following a live log: records as a writer makes them durable, across pages and segments,
+//! with a poll that says "nothing yet" and a wait with a timeout.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::cursor::{Cursor, Parked, Step, Stored};
+use super::files::LogFiles;
+use super::{RawRecord, Record, SegmentInfo, Settled, raw_record, settle};
+use crate::config::Mode;
+use crate::crypto::{KeyRing, Keys};
+use crate::error::{CorruptionKind, Error, Result};
+use crate::format::Geometry;
+use crate::storage::{FsStorage, Storage};
+use crate::{Lsn, Wal};
+
+/// Which records a [`Follower`] yields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Visibility {
+    /// Only records the writer has made durable (fdatasync'ed): a replica that applies them
+    /// never has to take one back after a crash of the primary.
+    ///
+    /// The follower learns how far the log is durable from the durable hints in the page
+    /// headers (each page written carries the position through which the writer had
+    /// fdatasync'ed at that moment), or, for a follower made with [`Follower::attach`], from
+    /// the `Wal` itself. From the files alone it therefore trails the writer by one flush:
+    /// the records of a `flush` show up when the writer writes its next page (its next
+    /// flush), not when that `flush` returns. Under [`crate::SyncMode::Buffered`] the writer
+    /// fdatasyncs only when it switches segments and at `close`, so a durable follower sees
+    /// records only up to those points.
+    #[default]
+    Durable,
+    /// Every complete, valid record the files hold: what the writer has handed to the
+    /// operating system. Such a record can still be lost in a crash of the machine (and,
+    /// after recovery, its position can hold a different record), so this is for inspection
+    /// and for consumers that can take records back, not for replicas.
+    Written,
+}
+
+/// How long a follower waits at most between two looks at the files while idle.
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How long a follower stopped at the same invalid record waits before it checks whether it
+/// is damage by reading every later page header (and then again at this interval). Evidence in
+/// the record's own page or the next one is checked at every look.
+const DAMAGE_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// An owning reader that follows a log as it grows: it yields records in LSN order, and at
+/// the end picks up new pages and new segments as the writer adds them.
+///
+/// The writer may be a [`Wal`] in this process or in another one. [`Follower::poll`] returns
+/// `Ok(None)` when nothing new is there yet; [`Follower::next_timeout`] waits for the next
+/// record. As an [`Iterator`], a follower yields what is there now and then `None`; it can be
+/// iterated again later (it is not fused).
+///
+/// What it yields is set by [`Visibility`]: by default only records the writer has made
+/// durable. A follower may start before the log exists (it waits for the first segment) or
+/// at any record boundary of an existing log (a record's `end_lsn` included).
+///
+/// Damage is reported as [`Error::Corrupt`] once it is certain: a valid page header whose
+/// durable hint lies past an unreadable record, still there after the record has been read
+/// again (see [`Reader`](crate::Reader)). Evidence in the record's own page or the next one is
+/// looked at every time; the rest of the log's page headers are read only after the follower
+/// has been stopped at the same record for a second (and then once a second), so a busy
+/// writer never makes it scan to the end of a segment at each new end.
+///
+/// The follower must stay ahead of [`Wal::purge_before`]: a segment purged before the
+/// follower reached it gives an I/O error naming the file.
+///
+/// ```
+/// use std::time::Duration;
+/// use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, Wal};
+///
+/// # fn main() -> walcrypt::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let keys = KeyRing::generate()?;
+/// // A replica may start following before the primary has created the log.
+/// let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())?;
+/// assert!(follower.poll()?.is_none());
+///
+/// let wal = Wal::open(dir.path(), Config::new(Mode::PerRecord).keys(keys))?;
+/// let first = wal.append(1, b"one")?;
+/// wal.flush(first)?;
+/// let second = wal.append(1, b"two")?;
+/// wal.flush(second)?; // its page header vouches that "one" is durable
+///
+/// let record = follower.next_timeout(Duration::from_secs(5))?.expect("durable by now");
+/// assert_eq!((record.lsn, record.payload), (first, b"one".to_vec()));
+/// # Ok(())
+/// # }
+/// ```
+pub struct Follower {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    ring: Option<KeyRing>,
+    shared_keys: Option<Arc<Keys>>,
+    wal: Option<Weak<Wal>>,
+    from: Lsn,
+    files: Option<LogFiles>,
+    parked: Parked,
+    /// Where the next record starts (meaningful once `files` is loaded).
+    pos: u64,
+    /// Everything before this position is known to be durable.
+    durable: u64,
+    visibility: Visibility,
+    poll_interval: Duration,
+    /// The invalid record last checked for damage, and when.
+    checked: Option<(u64, Instant)>,
+}
+
+impl std::fmt::Debug for Follower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follower")
+            .field("dir", &self.dir)
+            .field("position", &self.position())
+            .field("durable", &Lsn(self.durable))
+            .field("visibility", &self.visibility)
+            .finish()
+    }
+}
+
+impl Follower {
+    /// Follows the log in `dir` from `from`: a record boundary, or `Lsn::default()` for the
+    /// first record of the oldest segment. The directory need not hold a log yet. Keys as
+    /// for [`Reader::open`](crate::Reader::open).
+    pub fn open(dir: impl AsRef<Path>, keys: Option<KeyRing>, from: Lsn) -> Result<Follower> {
+        Self::open_with_storage(dir, keys, Arc::new(FsStorage), from)
+    }
+
+    /// Like [`Follower::open`] over another storage back end.
+    pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        keys: Option<KeyRing>,
+        storage: Arc<dyn Storage>,
+        from: Lsn,
+    ) -> Result<Follower> {
+        let mut follower = Follower::new(dir.as_ref(), keys, storage, from);
+        follower.load()?;
+        Ok(follower)
+    }
+
+    fn new(dir: &Path, ring: Option<KeyRing>, storage: Arc<dyn Storage>, from: Lsn) -> Follower {
+        Follower {
+            dir: dir.to_path_buf(),
+            storage,
+            ring,
+            shared_keys: None,
+            wal: None,
+            from,
+            files: None,
+            parked: Parked::default(),
+            pos: 0,
+            durable: 0,
+            visibility: Visibility::default(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            checked: None,
+        }
+    }
+
+    /// Follows the log that `wal` writes, in this process, with its keys and storage. The
+    /// follower asks the `Wal` how far the log is durable, so durable records show up as soon
+    /// as their `flush` has fdatasync'ed them. It holds only a weak reference: once the `Wal`
+    /// is closed or dropped, the page headers' durable hints take over.
+    pub fn attach(wal: &Arc<Wal>, from: Lsn) -> Result<Follower> {
+        let (storage, keys) = wal.follow_parts();
+        let mut follower = Follower::new(wal.dir(), None, storage, from);
+        follower.shared_keys = Some(keys);
+        follower.wal = Some(Arc::downgrade(wal));
+        follower.load()?;
+        Ok(follower)
+    }
+
+    /// Sets which records are yielded. Default [`Visibility::Durable`].
+    pub fn visibility(mut self, visibility: Visibility) -> Follower {
+        self.visibility = visibility;
+        self
+    }
+
+    /// Sets the longest pause between two looks at the files in [`Follower::next_timeout`]
+    /// (it starts at 1 ms after a record and doubles while nothing comes). Default 10 ms.
+    pub fn poll_interval(mut self, interval: Duration) -> Follower {
+        self.poll_interval = interval.max(Duration::from_micros(100));
+        self
+    }
+
+    /// Replaces the key ring, for example after the writer rotated to a key this follower did
+    /// not have: the follower goes on from where it is, and the new ring is checked against
+    /// every segment's key check values.
+    pub fn set_keys(&mut self, keys: Option<KeyRing>) -> Result<()> {
+        if let Some(old) = &self.files {
+            let files = LogFiles::open(&self.dir, self.storage.clone(), keys.as_ref())?;
+            if files.log_id != old.log_id {
+                let start = files.segments[0].header.start;
+                return Err(Error::corrupt(
+                    start,
+                    0,
+                    start,
+                    CorruptionKind::ForeignSegment {
+                        expected: old.log_id,
+                        got: files.log_id,
+                    },
+                ));
+            }
+            self.files = Some(files);
+            self.parked = Parked::default();
+        }
+        self.ring = keys;
+        self.shared_keys = None;
+        Ok(())
+    }
+
+    /// Where the next record starts (before the log exists: the position asked for).
+    pub fn position(&self) -> Lsn {
+        if self.files.is_some() {
+            Lsn(self.pos)
+        } else {
+            self.from
+        }
+    }
+
+    /// How far the follower knows the log to be durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.durable)
+    }
+
+    /// The log's mode, once the log exists.
+    pub fn mode(&self) -> Option<Mode> {
+        self.files.as_ref().map(|f| f.mode)
+    }
+
+    /// Page and segment sizes, once the log exists.
+    pub fn geometry(&self) -> Option<Geometry> {
+        self.files.as_ref().map(|f| f.geo)
+    }
+
+    /// The log's random id, once the log exists.
+    pub fn log_id(&self) -> Option<u64> {
+        self.files.as_ref().map(|f| f.log_id)
+    }
+
+    /// The segment files seen so far, oldest first.
+    pub fn segments(&self) -> &[SegmentInfo] {
+        self.files.as_ref().map_or(&[], |f| &f.segments)
+    }
+
+    /// The next record, decrypted, or `Ok(None)` when there is none yet.
+    pub fn poll(&mut self) -> Result<Option<Record>> {
+        self.poll_with(|stored, keys| stored.into_record(keys))
+    }
+
+    /// Like [`Follower::poll`], but the record as stored, with its header (see
+    /// [`Reader::raw_records_from`](crate::Reader::raw_records_from)).
+    pub fn poll_raw(&mut self) -> Result<Option<RawRecord>> {
+        self.poll_with(|stored, keys| Ok(raw_record(stored, keys)))
+    }
+
+    /// Waits up to `timeout` for the next record; `Ok(None)` when none came in time.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Record>> {
+        self.wait(timeout, Follower::poll)
+    }
+
+    /// Like [`Follower::next_timeout`], but the record as stored.
+    pub fn next_raw_timeout(&mut self, timeout: Duration) -> Result<Option<RawRecord>> {
+        self.wait(timeout, Follower::poll_raw)
+    }
+
+    fn wait<T>(
+        &mut self,
+        timeout: Duration,
+        mut poll: impl FnMut(&mut Follower) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1).min(self.poll_interval);
+        loop {
+            if let Some(item) = poll(self)? {
+                return Ok(Some(item));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(self.poll_interval);
+        }
+    }
+
+    /// Opens the log's files if that has not happened yet; `false` while there is no log.
+    fn load(&mut self) -> Result<bool> {
+        if self.files.is_some() {
+            return Ok(true);
+        }
+        let mut files = match LogFiles::open(&self.dir, self.storage.clone(), self.ring.as_ref()) {
+            Ok(files) => files,
+            Err(Error::NoLog(_)) => return Ok(false),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        if self.shared_keys.is_some() {
+            files.share_keys(self.shared_keys.clone())?;
+        }
+        self.pos = files.record_start(self.from)?;
+        self.files = Some(files);
+        Ok(true)
+    }
+
+    /// Reads the next record and, if it may be yielded, turns it into `T` and moves past it.
+    fn poll_with<T>(
+        &mut self,
+        convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        if !self.load()? {
+            return Ok(None);
+        }
+        // A few rounds: after new segments are found, or the durable position moved, or a
+        // second look found the record complete, the record is read again from fresh pages.
+        for _ in 0..4 {
+            let Some(files) = self.files.as_ref() else {
+                return Ok(None);
+            };
+            let mut cursor = Cursor::resume(files, self.pos, std::mem::take(&mut self.parked));
+            let step = cursor.next();
+            let step = match step {
+                Ok(step) => step,
+                Err(e) => {
+                    self.parked = cursor.park(false);
+                    return Err(e);
+                }
+            };
+            match step {
+                Step::Record(stored) => {
+                    let end = u64::from(stored.end_lsn);
+                    if self.visibility == Visibility::Written || end <= self.durable {
+                        let keep = cursor.park(true);
+                        let item = convert(stored, files.keys.as_deref());
+                        self.parked = keep;
+                        self.checked = None;
+                        let item = item?;
+                        self.pos = end;
+                        return Ok(Some(item));
+                    }
+                    // Not known to be durable yet. Pages read before the durable position is
+                    // learned are not trusted after it: a crash of the writer's machine could
+                    // have replaced them since.
+                    self.parked = cursor.park(false);
+                    let frontier = durable_frontier(files, self.wal.as_ref(), stored.lsn)?;
+                    if frontier > self.durable {
+                        self.durable = frontier;
+                        continue;
+                    }
+                    // The page vouching for it may lie in a segment not seen yet.
+                    match refresh(files, self.ring.as_ref())? {
+                        Some(newer) => {
+                            self.files = Some(newer);
+                            self.parked = Parked::default();
+                        }
+                        None => return Ok(None),
+                    }
+                }
+                Step::End(invalid) => {
+                    self.parked = cursor.park(false);
+                    if files.geo.segment_start(invalid.at) >= files.end_of_files() {
+                        match refresh(files, self.ring.as_ref())? {
+                            Some(newer) => {
+                                self.files = Some(newer);
+                                self.parked = Parked::default();
+                                continue;
+                            }
+                            None => return Ok(None),
+                        }
+                    }
+                    // Evidence nearby (the record's own page or the next one vouching for
+                    // it) is checked at once; a full check of every later page header only
+                    // when the follower has been stopped here for a while, so a busy writer
+                    // never makes it scan the rest of a segment at every new end.
+                    let near = files.hint_near(invalid.lsn)? > invalid.lsn;
+                    if !stalled(&mut self.checked, invalid.lsn) && !near {
+                        return Ok(None);
+                    }
+                    match settle(files, invalid)? {
+                        Settled::End(_) => return Ok(None),
+                        Settled::Resume(..) => {}
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The files with the segments that have appeared since, if any. A segment removed while
+/// the directory is read (the writer purging old ones) means: look again later.
+fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>> {
+    match files.refreshed(ring) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        other => other,
+    }
+}
+
+/// How far the log is known to be durable, looking from the record at `from`: the writer's
+/// own count when it is in this process, else the page headers' durable hints.
+fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Result<u64> {
+    if let Some(wal) = wal.and_then(Weak::upgrade) {
+        return Ok(wal.synced_lsn());
+    }
+    files.latest_hint(files.geo.page_start(u64::from(from)))
+}
+
+/// Whether the follower has been stopped at the invalid record at `lsn` for
+/// [`DAMAGE_CHECK_EVERY`] since it arrived there or last checked.
+fn stalled(checked: &mut Option<(u64, Instant)>, lsn: u64) -> bool {
+    match checked {
+        Some((at, when)) if *at == lsn => {
+            if when.elapsed() < DAMAGE_CHECK_EVERY {
+                return false;
+            }
+            *when = Instant::now();
+            true
+        }
+        _ => {
+            *checked = Some((lsn, Instant::now()));
+            false
+        }
+    }
+}
+
+impl Iterator for Follower {
+    type Item = Result<Record>;
+
+    /// The next record if there is one now; `None` means "nothing yet", not the end.
+    fn next(&mut self) -> Option<Result<Record>> {
+        self.poll().transpose()
+    }
+}

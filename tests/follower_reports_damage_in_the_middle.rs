@@ -1,0 +1,61 @@
+//! A follower that reaches damage in the middle of a log (a flipped bit in a record that later
+//! page headers vouch for) yields every record before it and then reports `Error::Corrupt`
+//! naming the record, instead of waiting at it as if it were the live end.
+
+use std::time::{Duration, Instant};
+
+use walcrypt::inspect::segment_file_name;
+use walcrypt::{Config, Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility, Wal};
+
+#[test]
+fn follower_reports_damage_in_the_middle() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = Config::new(mode)
+            .keys(keys.clone())
+            .page_size(1024)
+            .segment_size(8 * 1024);
+        let wal = Wal::open(dir.path(), config).unwrap();
+        for i in 0..100u32 {
+            let lsn = wal.append(1, &i.to_le_bytes().repeat(30)).unwrap();
+            wal.flush(lsn).unwrap();
+        }
+        wal.close().unwrap();
+        let records: Vec<_> = Reader::open(dir.path(), Some(keys.clone()))
+            .unwrap()
+            .records_from(Lsn::default())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let victim = &records[40];
+        let seg = victim.lsn.0 - victim.lsn.0 % (8 * 1024);
+        let path = dir.path().join(segment_file_name(Lsn(seg)));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(victim.end_lsn.0 - 1 - seg) as usize] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+
+        for visibility in [Visibility::Durable, Visibility::Written] {
+            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
+                .unwrap()
+                .visibility(visibility);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut seen = 0;
+            let err = loop {
+                assert!(Instant::now() < deadline, "{mode}: damage never reported");
+                match follower.next_timeout(Duration::from_millis(100)) {
+                    Ok(Some(r)) => {
+                        assert_eq!(r.payload, records[seen].payload);
+                        seen += 1;
+                    }
+                    Ok(None) => {}
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(seen, 40, "{mode} {visibility:?}");
+            match err {
+                Error::Corrupt { at, .. } => assert_eq!(at.lsn, victim.lsn, "{mode}"),
+                other => panic!("{mode}: {other}"),
+            }
+        }
+    }
+}

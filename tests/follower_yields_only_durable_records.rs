@@ -1,0 +1,84 @@
+//! A follower never yields a record beyond what the writer has made durable: under
+//! `SyncMode::Durable` every record it yields lies before the writer's fdatasync'ed end; under
+//! `SyncMode::Buffered` (flush without fdatasync) it yields nothing until the log is synced,
+//! while a follower asking for `Visibility::Written` sees the written records.
+
+use std::time::Duration;
+
+use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, SyncMode, Visibility, Wal};
+
+fn config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(sync)
+        .page_size(1024)
+        .segment_size(16 * 1024)
+}
+
+fn drain(follower: &mut Follower) -> Vec<walcrypt::Record> {
+    let mut out = Vec::new();
+    while let Some(r) = follower.poll().unwrap() {
+        out.push(r);
+    }
+    out
+}
+
+#[test]
+fn follower_yields_only_durable_records() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+
+        // Durable: after each flush, what the follower yields ends at or before it.
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
+        let mut durable = Follower::open(dir.path(), Some(keys.clone()), Lsn::default()).unwrap();
+        let mut yielded = 0;
+        for i in 0..120u32 {
+            let lsn = wal
+                .append(1, &i.to_le_bytes().repeat(1 + i as usize % 40))
+                .unwrap();
+            wal.flush(lsn).unwrap();
+            for r in drain(&mut durable) {
+                assert!(
+                    r.end_lsn <= wal.flushed_lsn(),
+                    "{mode}: yielded {} past",
+                    r.lsn
+                );
+                assert!(r.end_lsn <= durable.durable_lsn());
+                yielded += 1;
+            }
+        }
+        // From the files alone the follower trails by one flush.
+        assert_eq!(yielded, 119, "{mode}");
+        wal.close().unwrap();
+
+        // Buffered: flushed but never fdatasync'ed records are not yielded.
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Buffered)).unwrap();
+        let start = wal.end_lsn();
+        let mut written = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
+            .unwrap()
+            .visibility(Visibility::Written);
+        assert_eq!(drain(&mut written).len(), 120);
+        for i in 0..50u32 {
+            let lsn = wal.append(2, &i.to_le_bytes()).unwrap();
+            wal.flush(lsn).unwrap();
+        }
+        let late = drain(&mut durable);
+        assert_eq!(
+            late.len(),
+            1,
+            "{mode}: only the record synced when the log reopened"
+        );
+        assert!(late.iter().all(|r| r.end_lsn <= start));
+        assert_eq!(drain(&mut written).len(), 50, "{mode}: written records");
+        // Closing syncs; a later write's page header then vouches for the records.
+        wal.close().unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
+        let lsn = wal.append(3, b"after").unwrap();
+        wal.flush(lsn).unwrap();
+        let vouched = durable.next_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(vouched.map(|r| r.kind), Some(2), "{mode}");
+        assert_eq!(drain(&mut durable).len(), 49, "{mode}");
+        wal.close().unwrap();
+    }
+}
