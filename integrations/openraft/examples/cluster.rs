@@ -84,7 +84,11 @@ async fn wait_for_leader(nodes: &[&Node]) -> Res<NodeId> {
 async fn write(nodes: &[&Node], mut leader: NodeId, range: std::ops::Range<u64>) -> Res<NodeId> {
     for i in range {
         loop {
-            let raft = &nodes.iter().find(|n| n.id == leader).ok_or("no such node")?.raft;
+            let raft = &nodes
+                .iter()
+                .find(|n| n.id == leader)
+                .ok_or("no such node")?
+                .raft;
             let req = Request {
                 key: format!("account-{i:05}"),
                 value: value(i),
@@ -106,7 +110,12 @@ async fn write(nodes: &[&Node], mut leader: NodeId, range: std::ops::Range<u64>)
 
 /// What the library's reader shows of a log: headers without the key, then contents with it.
 fn show_log(node: &Node) -> Res<()> {
-    println!("node {} ({} mode): {}", node.id, node.mode, node.log_dir.display());
+    println!(
+        "node {} ({} mode): {}",
+        node.id,
+        node.mode,
+        node.log_dir.display()
+    );
     let reader = Reader::open(&node.log_dir, None)?;
     for seg in reader.segments() {
         let ids: Vec<u32> = seg.header.key_checks.iter().map(|(id, _)| *id).collect();
@@ -118,7 +127,11 @@ fn show_log(node: &Node) -> Res<()> {
         );
     }
     if node.mode == Mode::PageLevel {
-        let headers: Vec<_> = reader.page_headers()?.into_iter().filter_map(|p| p.header).collect();
+        let headers: Vec<_> = reader
+            .page_headers()?
+            .into_iter()
+            .filter_map(|p| p.header)
+            .collect();
         let key_ids: BTreeSet<u32> = headers.iter().map(|h| h.key_id).collect();
         println!(
             "  without the key: {} page headers (key ids {key_ids:?}); page bodies, record headers included, are ciphertext",
@@ -197,7 +210,8 @@ async fn main() -> Res<()> {
     for (id, mode) in (1..=3).zip(modes) {
         nodes.push(start_node(&base, id, mode, &router).await?);
     }
-    let members: BTreeMap<NodeId, BasicNode> = nodes.iter().map(|n| (n.id, BasicNode::default())).collect();
+    let members: BTreeMap<NodeId, BasicNode> =
+        nodes.iter().map(|n| (n.id, BasicNode::default())).collect();
     nodes[0].raft.initialize(members).await?;
 
     let all: Vec<&Node> = nodes.iter().collect();
@@ -208,7 +222,10 @@ async fn main() -> Res<()> {
 
     println!("stopping the leader, node {leader}");
     router.remove(leader);
-    let stopped = nodes.iter().find(|n| n.id == leader).ok_or("leader not found")?;
+    let stopped = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .ok_or("leader not found")?;
     stopped.raft.shutdown().await?;
 
     let rest: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
@@ -219,7 +236,10 @@ async fn main() -> Res<()> {
     for node in &rest {
         node.raft
             .wait(Some(Duration::from_secs(10)))
-            .metrics(|m| m.last_applied.is_some_and(|l| l.index >= 200), "all applied")
+            .metrics(
+                |m| m.last_applied.is_some_and(|l| l.index >= 200),
+                "all applied",
+            )
             .await?;
         if node.sm.len() != 200 || node.sm.get("account-00150") != Some(value(150)) {
             return Err(format!("node {} does not hold the 200 writes", node.id).into());

@@ -9,14 +9,13 @@ use std::sync::Arc;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
 use openraft::network::RPCOption;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
-    InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    AnyError, BasicNode, EntryPayload, LogId, OptionalSend, Raft, RaftNetwork,
-    RaftNetworkFactory, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
+    AnyError, BasicNode, EntryPayload, LogId, OptionalSend, Raft, RaftNetwork, RaftNetworkFactory,
+    RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -236,8 +235,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>
-    {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let raft = self.router.get(self.target)?;
         raft.append_entries(rpc)
             .await

@@ -74,12 +74,19 @@ impl<C: RaftTypeConfig> State<C> {
     }
 
     /// Applies one replayed record, by the same rules as the live store.
-    pub(crate) fn replay(&mut self, lsn: Lsn, record: LogRecord<C::Entry, C::NodeId>) -> Result<(), Error> {
+    pub(crate) fn replay(
+        &mut self,
+        lsn: Lsn,
+        record: LogRecord<C::Entry, C::NodeId>,
+    ) -> Result<(), Error> {
         match record {
             LogRecord::Entry(entry) => {
                 let index = entry.get_log_id().index;
-                self.check_entry(index)
-                    .map_err(|expected| Error::Hole { lsn, index, expected })?;
+                self.check_entry(index).map_err(|expected| Error::Hole {
+                    lsn,
+                    index,
+                    expected,
+                })?;
                 self.put_entry(lsn, index, entry);
                 return Ok(());
             }

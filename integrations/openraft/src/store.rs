@@ -52,11 +52,15 @@ struct Inner<C: RaftTypeConfig> {
 
 type StoreResult<T, C> = Result<T, StorageError<<C as RaftTypeConfig>::NodeId>>;
 
-fn write_error<C: RaftTypeConfig>(e: &(impl std::error::Error + 'static)) -> StorageError<C::NodeId> {
+fn write_error<C: RaftTypeConfig>(
+    e: &(impl std::error::Error + 'static),
+) -> StorageError<C::NodeId> {
     StorageIOError::write_logs(AnyError::new(e)).into()
 }
 
-fn vote_error<C: RaftTypeConfig>(e: &(impl std::error::Error + 'static)) -> StorageError<C::NodeId> {
+fn vote_error<C: RaftTypeConfig>(
+    e: &(impl std::error::Error + 'static),
+) -> StorageError<C::NodeId> {
     StorageIOError::write_vote(AnyError::new(e)).into()
 }
 
@@ -119,7 +123,12 @@ where
     }
 
     /// Appends one record under the state lock and returns its LSN.
-    fn append_record(&self, state: &mut State<C>, kind: u8, payload: &[u8]) -> walcrypt::Result<Lsn> {
+    fn append_record(
+        &self,
+        state: &mut State<C>,
+        kind: u8,
+        payload: &[u8],
+    ) -> walcrypt::Result<Lsn> {
         let lsn = self.inner.wal.append(kind, payload)?;
         state.last_lsn = Some(lsn);
         Ok(lsn)
@@ -145,7 +154,11 @@ where
         range: RB,
     ) -> StoreResult<Vec<C::Entry>, C> {
         let state = self.inner.state.lock();
-        Ok(state.log.range(range).map(|(_, slot)| slot.entry.clone()).collect())
+        Ok(state
+            .log
+            .range(range)
+            .map(|(_, slot)| slot.entry.clone())
+            .collect())
     }
 }
 
@@ -158,7 +171,10 @@ where
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<C>, C> {
         let state = self.inner.state.lock();
-        let last = state.log.last_key_value().map(|(_, s)| s.entry.get_log_id().clone());
+        let last = state
+            .log
+            .last_key_value()
+            .map(|(_, s)| s.entry.get_log_id().clone());
         Ok(LogState {
             last_log_id: last.or_else(|| state.last_purged.clone()),
             last_purged_log_id: state.last_purged.clone(),
@@ -220,16 +236,17 @@ where
             for (payload, entry) in encoded {
                 let log_id = entry.get_log_id().clone();
                 if let Err(expected) = state.check_entry(log_id.index) {
-                    let why = format!(
-                        "entry {log_id} would leave a hole: the next index is {expected}"
-                    );
-                    return Err(StorageIOError::write_log_entry(log_id.clone(), AnyError::error(why)).into());
+                    let why =
+                        format!("entry {log_id} would leave a hole: the next index is {expected}");
+                    return Err(StorageIOError::write_log_entry(
+                        log_id.clone(),
+                        AnyError::error(why),
+                    )
+                    .into());
                 }
-                let lsn = self
-                    .inner
-                    .wal
-                    .append(KIND_ENTRY, &payload)
-                    .map_err(|e| StorageIOError::write_log_entry(log_id.clone(), AnyError::new(&e)))?;
+                let lsn = self.inner.wal.append(KIND_ENTRY, &payload).map_err(|e| {
+                    StorageIOError::write_log_entry(log_id.clone(), AnyError::new(&e))
+                })?;
                 state.put_entry(lsn, log_id.index, entry);
             }
             state.last_lsn
@@ -267,7 +284,8 @@ where
                     .map_err(|e| write_error::<C>(&e))?;
             }
             if state.committed.is_some() {
-                let payload = record::encode(&state.committed.clone()).map_err(|e| write_error::<C>(&e))?;
+                let payload =
+                    record::encode(&state.committed.clone()).map_err(|e| write_error::<C>(&e))?;
                 self.append_record(&mut state, KIND_COMMITTED, &payload)
                     .map_err(|e| write_error::<C>(&e))?;
             }

@@ -14,11 +14,18 @@ use walcrypt_openraft::kv::TypeConfig;
 async fn an_append_after_a_gap_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let keys = KeyRing::generate().unwrap();
-    let mut store = WalLogStore::<TypeConfig>::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
-    store.blocking_append((1..=3).map(|i| entry(1, i))).await.unwrap();
+    let mut store =
+        WalLogStore::<TypeConfig>::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
+    store
+        .blocking_append((1..=3).map(|i| entry(1, i)))
+        .await
+        .unwrap();
 
     let refused = store.blocking_append([entry(1, 5)]).await;
-    let message = format!("{:?}", refused.expect_err("index 5 after 3 must be refused"));
+    let message = format!(
+        "{:?}",
+        refused.expect_err("index 5 after 3 must be refused")
+    );
     assert!(message.contains("hole"), "unexpected error: {message}");
 
     let want = LogState {

@@ -17,7 +17,12 @@ const APPENDS: u64 = 8;
 
 async fn wait_readable(store: &mut WalLogStore<TypeConfig>, index: u64) {
     for _ in 0..2000 {
-        if !store.try_get_log_entries(index..=index).await.unwrap().is_empty() {
+        if !store
+            .try_get_log_entries(index..=index)
+            .await
+            .unwrap()
+            .is_empty()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -37,7 +42,9 @@ async fn scenario(mode: Mode) {
     let mut waiting = Vec::new();
     for i in 0..APPENDS {
         let mut clone = store.clone();
-        waiting.push(tokio::spawn(async move { clone.blocking_append([entry(1, i)]).await }));
+        waiting.push(tokio::spawn(async move {
+            clone.blocking_append([entry(1, i)]).await
+        }));
         wait_readable(&mut store, i).await;
     }
     // The vote is written after the entries and waits for the same fdatasync.
@@ -45,14 +52,31 @@ async fn scenario(mode: Mode) {
     let vote = tokio::spawn(async move { voter.save_vote(&openraft::Vote::new(3, 1)).await });
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(gate.started() > synced_before, "{mode}: no fdatasync was even started");
-    assert_eq!(gate.finished(), synced_before, "{mode}: an fdatasync got past the gate");
+    assert!(
+        gate.started() > synced_before,
+        "{mode}: no fdatasync was even started"
+    );
+    assert_eq!(
+        gate.finished(),
+        synced_before,
+        "{mode}: an fdatasync got past the gate"
+    );
     for task in &waiting {
-        assert!(!task.is_finished(), "{mode}: a flush callback fired before fdatasync");
+        assert!(
+            !task.is_finished(),
+            "{mode}: a flush callback fired before fdatasync"
+        );
     }
-    assert!(!vote.is_finished(), "{mode}: save_vote returned before fdatasync");
+    assert!(
+        !vote.is_finished(),
+        "{mode}: save_vote returned before fdatasync"
+    );
     let all = store.try_get_log_entries(0..APPENDS).await.unwrap();
-    assert_eq!(all.len() as u64, APPENDS, "{mode}: appended entries are not all readable");
+    assert_eq!(
+        all.len() as u64,
+        APPENDS,
+        "{mode}: appended entries are not all readable"
+    );
     for (i, got) in all.iter().enumerate() {
         assert_entry(got, 1, i as u64);
     }

@@ -20,7 +20,9 @@ async fn snapshot(store: &mut Store) -> Vec<(u64, u64, Lsn)> {
     entries
         .iter()
         .map(|e| {
-            let lsn = store.lsn_of(e.log_id.index).expect("an LSN for every entry");
+            let lsn = store
+                .lsn_of(e.log_id.index)
+                .expect("an LSN for every entry");
             (e.log_id.leader_id.term, e.log_id.index, lsn)
         })
         .collect()
@@ -33,11 +35,17 @@ async fn scenario(mode: Mode) {
 
     // The vote is written once, into the first segment.
     store.save_vote(&Vote::new(1, 1)).await.unwrap();
-    store.blocking_append((0..200).map(|i| entry(1, i))).await.unwrap();
+    store
+        .blocking_append((0..200).map(|i| entry(1, i)))
+        .await
+        .unwrap();
     // A conflicting suffix from 150 on is replaced by term 2.
     store.truncate(log_id(1, 150)).await.unwrap();
     assert_eq!(store.try_get_log_entries(150..).await.unwrap().len(), 0);
-    store.blocking_append((150..260).map(|i| entry(2, i))).await.unwrap();
+    store
+        .blocking_append((150..260).map(|i| entry(2, i)))
+        .await
+        .unwrap();
     store.save_committed(Some(log_id(2, 255))).await.unwrap();
     // A truncation that nothing overwrites: 250.. is gone.
     store.truncate(log_id(2, 250)).await.unwrap();
@@ -52,8 +60,16 @@ async fn scenario(mode: Mode) {
         },
         "{mode}"
     );
-    assert_entry(&reopened.try_get_log_entries(149..=149).await.unwrap()[0], 1, 149);
-    assert_entry(&reopened.try_get_log_entries(150..=150).await.unwrap()[0], 2, 150);
+    assert_entry(
+        &reopened.try_get_log_entries(149..=149).await.unwrap()[0],
+        1,
+        149,
+    );
+    assert_entry(
+        &reopened.try_get_log_entries(150..=150).await.unwrap()[0],
+        2,
+        150,
+    );
 
     // Purge a prefix: whole segments before the first kept entry go away.
     let files_before = segment_files(dir.path());
@@ -63,7 +79,10 @@ async fn scenario(mode: Mode) {
         files_after < files_before,
         "{mode}: purge removed no segment file ({files_before} before)"
     );
-    assert_eq!(reopened.try_get_log_entries(0..=180).await.unwrap().len(), 0);
+    assert_eq!(
+        reopened.try_get_log_entries(0..=180).await.unwrap().len(),
+        0
+    );
     assert_eq!(reopened.try_get_log_entries(181..).await.unwrap().len(), 69);
 
     let mut again = reopen(reopened, dir.path(), mode, &keys).await;
@@ -74,12 +93,23 @@ async fn scenario(mode: Mode) {
     );
     // The first segment, holding the only vote record written by save_vote, is gone: the vote
     // came back from the copy purge wrote after its purge record.
-    assert_eq!(again.read_vote().await.unwrap(), Some(Vote::new(1, 1)), "{mode}");
-    assert_eq!(again.read_committed().await.unwrap(), Some(log_id(2, 255)), "{mode}");
+    assert_eq!(
+        again.read_vote().await.unwrap(),
+        Some(Vote::new(1, 1)),
+        "{mode}"
+    );
+    assert_eq!(
+        again.read_committed().await.unwrap(),
+        Some(log_id(2, 255)),
+        "{mode}"
+    );
 
     // Purge past the last entry (as after installing a snapshot), then append after it.
     again.purge(log_id(3, 300)).await.unwrap();
-    again.blocking_append((301..310).map(|i| entry(3, i))).await.unwrap();
+    again
+        .blocking_append((301..310).map(|i| entry(3, i)))
+        .await
+        .unwrap();
     let mut last = reopen(again, dir.path(), mode, &keys).await;
     assert_eq!(
         last.get_log_state().await.unwrap(),
@@ -89,7 +119,11 @@ async fn scenario(mode: Mode) {
         },
         "{mode}"
     );
-    assert_eq!(segment_files(dir.path()), 1, "{mode}: only the last segment is needed");
+    assert_eq!(
+        segment_files(dir.path()),
+        1,
+        "{mode}: only the last segment is needed"
+    );
 }
 
 /// Closes `store` (drops it, as a crash after its last flush would) and reopens the directory;
@@ -123,10 +157,19 @@ impl MemoryCopy {
 
     async fn compare(&mut self, after: &mut Store, mode: Mode) {
         let got = MemoryCopy::take(after).await;
-        assert_eq!(got.entries, self.entries, "{mode}: entries or their LSNs differ after reopen");
-        assert_eq!(got.state, self.state, "{mode}: log state differs after reopen");
+        assert_eq!(
+            got.entries, self.entries,
+            "{mode}: entries or their LSNs differ after reopen"
+        );
+        assert_eq!(
+            got.state, self.state,
+            "{mode}: log state differs after reopen"
+        );
         assert_eq!(got.vote, self.vote, "{mode}: vote differs after reopen");
-        assert_eq!(got.committed, self.committed, "{mode}: committed differs after reopen");
+        assert_eq!(
+            got.committed, self.committed,
+            "{mode}: committed differs after reopen"
+        );
         for e in after.try_get_log_entries(0..).await.unwrap() {
             assert_entry(&e, e.log_id.leader_id.term, e.log_id.index);
         }

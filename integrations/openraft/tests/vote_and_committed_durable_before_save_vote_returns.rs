@@ -19,7 +19,10 @@ async fn scenario(mode: Mode) {
     let gate = Arc::new(GatedFs::default());
     let cfg = config(mode, &keys).storage(Arc::new(Gated(gate.clone())));
     let mut store = WalLogStore::<TypeConfig>::open(dir.path(), cfg).unwrap();
-    store.blocking_append((0..5).map(|i| entry(1, i))).await.unwrap();
+    store
+        .blocking_append((0..5).map(|i| entry(1, i)))
+        .await
+        .unwrap();
 
     gate.close();
     let before = gate.finished();
@@ -28,10 +31,16 @@ async fn scenario(mode: Mode) {
     let mut voter = store.clone();
     let saving = tokio::spawn(async move { voter.save_vote(&Vote::new_committed(7, 2)).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!saving.is_finished(), "{mode}: save_vote returned before its fdatasync");
+    assert!(
+        !saving.is_finished(),
+        "{mode}: save_vote returned before its fdatasync"
+    );
     gate.open();
     saving.await.unwrap().unwrap();
-    assert!(gate.finished() > before, "{mode}: save_vote returned without an fdatasync");
+    assert!(
+        gate.finished() > before,
+        "{mode}: save_vote returned without an fdatasync"
+    );
 
     // A crash right after: nothing else is written, the store is dropped without closing.
     drop(store);

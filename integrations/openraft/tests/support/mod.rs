@@ -20,7 +20,9 @@ pub fn log_id(term: u64, index: u64) -> LogId<NodeId> {
 pub fn value_for(term: u64, index: u64) -> Vec<u8> {
     let seed = term.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
     let len = (seed % 3000) as usize;
-    (0..len).map(|i| (seed >> (i % 56)) as u8 ^ i as u8).collect()
+    (0..len)
+        .map(|i| (seed >> (i % 56)) as u8 ^ i as u8)
+        .collect()
 }
 
 /// A normal entry carrying `value_for(term, index)`.
@@ -40,7 +42,10 @@ pub fn assert_entry(got: &Entry<TypeConfig>, term: u64, index: u64) {
     match &got.payload {
         EntryPayload::Normal(req) => {
             assert_eq!(req.key, format!("k{index}"));
-            assert!(req.value == value_for(term, index), "payload of entry {index} differs");
+            assert!(
+                req.value == value_for(term, index),
+                "payload of entry {index} differs"
+            );
         }
         other => panic!("entry {index}: unexpected payload {other:?}"),
     }
@@ -60,7 +65,13 @@ pub fn config(mode: Mode, keys: &KeyRing) -> Config {
 pub fn segment_files(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".wal"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".wal")
+        })
         .count()
 }
 
