@@ -22,6 +22,8 @@ pub(crate) enum Waiter<C: RaftTypeConfig> {
     Log(LogFlushed<C>),
     /// An async caller (save_vote, purge) waiting for the result.
     Reply(oneshot::Sender<Result<(), String>>),
+    /// A caller's own callback (`WalLogStore::append_entries`).
+    Call(Box<dyn FnOnce(io::Result<()>) + Send>),
 }
 
 impl<C: RaftTypeConfig> Waiter<C> {
@@ -34,6 +36,7 @@ impl<C: RaftTypeConfig> Waiter<C> {
                 // The caller may have gone away (its task was cancelled): nothing to tell.
                 let _ = tx.send(result.clone());
             }
+            Waiter::Call(f) => f(result.clone().map_err(io::Error::other)),
         }
     }
 }

@@ -122,6 +122,55 @@ where
         self.inner.wal.stats()
     }
 
+    /// Appends entries like openraft's `append`, with a callback of the caller's own:
+    /// `on_durable` runs on the flush thread once an fdatasync covers the last entry (or with
+    /// the error that stopped it). For embedders that drive the store without openraft's
+    /// callback type, and for benchmarks.
+    pub fn append_entries<I>(
+        &self,
+        entries: I,
+        on_durable: impl FnOnce(std::io::Result<()>) + Send + 'static,
+    ) -> StoreResult<(), C>
+    where
+        I: IntoIterator<Item = C::Entry>,
+    {
+        self.append_inner(entries, Waiter::Call(Box::new(on_durable)))
+    }
+
+    fn append_inner<I>(&self, entries: I, waiter: Waiter<C>) -> StoreResult<(), C>
+    where
+        I: IntoIterator<Item = C::Entry>,
+    {
+        // Encoding happens before the state lock.
+        let mut encoded = Vec::new();
+        for entry in entries {
+            let payload = record::encode(&entry).map_err(|e| write_error::<C>(&e))?;
+            encoded.push((payload, entry));
+        }
+        let last = {
+            let mut state = self.inner.state.lock();
+            for (payload, entry) in encoded {
+                let log_id = entry.get_log_id().clone();
+                if let Err(expected) = state.check_entry(log_id.index) {
+                    let why =
+                        format!("entry {log_id} would leave a hole: the next index is {expected}");
+                    return Err(StorageIOError::write_log_entry(
+                        log_id.clone(),
+                        AnyError::error(why),
+                    )
+                    .into());
+                }
+                let lsn = self.inner.wal.append(KIND_ENTRY, &payload).map_err(|e| {
+                    StorageIOError::write_log_entry(log_id.clone(), AnyError::new(&e))
+                })?;
+                state.put_entry(lsn, log_id.index, entry);
+            }
+            state.last_lsn
+        };
+        self.inner.flusher.submit(last, waiter);
+        Ok(())
+    }
+
     /// Appends one record under the state lock and returns its LSN.
     fn append_record(
         &self,
@@ -225,34 +274,7 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Encoding happens before the state lock.
-        let mut encoded = Vec::new();
-        for entry in entries {
-            let payload = record::encode(&entry).map_err(|e| write_error::<C>(&e))?;
-            encoded.push((payload, entry));
-        }
-        let last = {
-            let mut state = self.inner.state.lock();
-            for (payload, entry) in encoded {
-                let log_id = entry.get_log_id().clone();
-                if let Err(expected) = state.check_entry(log_id.index) {
-                    let why =
-                        format!("entry {log_id} would leave a hole: the next index is {expected}");
-                    return Err(StorageIOError::write_log_entry(
-                        log_id.clone(),
-                        AnyError::error(why),
-                    )
-                    .into());
-                }
-                let lsn = self.inner.wal.append(KIND_ENTRY, &payload).map_err(|e| {
-                    StorageIOError::write_log_entry(log_id.clone(), AnyError::new(&e))
-                })?;
-                state.put_entry(lsn, log_id.index, entry);
-            }
-            state.last_lsn
-        };
-        self.inner.flusher.submit(last, Waiter::Log(callback));
-        Ok(())
+        self.append_inner(entries, Waiter::Log(callback))
     }
 
     /// Appends a truncate record and drops the entries from `log_id.index` on. It becomes
