@@ -199,6 +199,10 @@ impl Router {
         self.nodes.lock().remove(&id)
     }
 
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's RPCError, as the network trait returns it"
+    )]
     fn get<E: std::error::Error>(
         &self,
         target: NodeId,

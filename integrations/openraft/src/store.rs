@@ -126,6 +126,10 @@ where
     /// `on_durable` runs on the flush thread once an fdatasync covers the last entry (or with
     /// the error that stopped it). For embedders that drive the store without openraft's
     /// callback type, and for benchmarks.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's StorageError, as the trait returns it"
+    )]
     pub fn append_entries<I>(
         &self,
         entries: I,
@@ -137,6 +141,10 @@ where
         self.append_inner(entries, Waiter::Call(Box::new(on_durable)))
     }
 
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's StorageError, as the trait returns it"
+    )]
     fn append_inner<I>(&self, entries: I, waiter: Waiter<C>) -> StoreResult<(), C>
     where
         I: IntoIterator<Item = C::Entry>,
