@@ -84,8 +84,12 @@ impl<C: RaftTypeConfig> Drop for Flusher<C> {
     fn drop(&mut self) {
         drop(self.tx.take());
         if let Some(thread) = self.thread.take() {
-            // A panic in the thread has already been reported by the panic hook.
-            let _ = thread.join();
+            // The last clone of a store can be dropped by a callback running on the flush
+            // thread itself: that thread ends on its own once the queue is closed.
+            if thread.thread().id() != std::thread::current().id() {
+                // A panic in the thread has already been reported by the panic hook.
+                let _ = thread.join();
+            }
         }
     }
 }

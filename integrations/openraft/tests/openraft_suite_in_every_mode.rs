@@ -28,22 +28,21 @@ impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> 
     }
 }
 
-fn run(mode: Mode) {
-    let result = Suite::test_all(Builder { mode });
-    assert!(result.is_ok(), "{mode}: {result:?}");
-}
-
+/// The three modes run at once, each on its own thread: the suite's fixed sleeps (8 s per
+/// mode) then overlap whatever the test runner's thread count is.
 #[test]
-fn suite_plaintext() {
-    run(Mode::Plaintext);
-}
-
-#[test]
-fn suite_perrecord() {
-    run(Mode::PerRecord);
-}
-
-#[test]
-fn suite_pagelevel() {
-    run(Mode::PageLevel);
+fn suite_in_every_mode() {
+    let runs: Vec<_> = Mode::ALL
+        .into_iter()
+        .map(|mode| {
+            (
+                mode,
+                std::thread::spawn(move || Suite::test_all(Builder { mode })),
+            )
+        })
+        .collect();
+    for (mode, run) in runs {
+        let result = run.join().expect("suite thread");
+        assert!(result.is_ok(), "{mode}: {result:?}");
+    }
 }
