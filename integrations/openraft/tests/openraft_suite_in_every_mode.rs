@@ -37,7 +37,9 @@ fn suite_in_every_mode() {
         .map(|mode| {
             (
                 mode,
-                std::thread::spawn(move || Suite::test_all(Builder { mode })),
+                std::thread::spawn(move || {
+                    Suite::test_all(Builder { mode }).map_err(|e| format!("{e:?}"))
+                }),
             )
         })
         .collect();
