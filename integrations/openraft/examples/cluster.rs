@@ -1,0 +1,284 @@
+//! A three-node raft cluster in one process, each node on its own encrypted walcrypt log with
+//! its own key ring: writes are committed, the leader is stopped, a new leader is elected and
+//! writes continue. At the end it shows what walcrypt's reader (the library under `wal-dump`)
+//! sees of each node's log, without the key and with it, and checks that no value written
+//! appears in plaintext in any log file.
+//!
+//! Run: `cargo run -p walcrypt-openraft --example cluster [-- --keep DIR]`. With `--keep DIR`
+//! the logs and key files stay in DIR, for `wal-dump DIR/node-1/raft-log --key-file
+//! DIR/node-1/keys`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft, ServerState};
+use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode};
+use walcrypt_openraft::WalLogStore;
+use walcrypt_openraft::kv::{KvStateMachine, NodeId, Request, Router, TypeConfig};
+use walcrypt_openraft::record::{self, KIND_ENTRY, LogRecord};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The value of write `i`: easy to find in a file if it were stored in plaintext.
+fn value(i: u64) -> Vec<u8> {
+    format!("PLAINTEXT-MARKER account {i:05} balance {}", i * 1000).into_bytes()
+}
+
+struct Node {
+    id: NodeId,
+    mode: Mode,
+    log_dir: PathBuf,
+    key_file: PathBuf,
+    raft: Raft<TypeConfig>,
+    sm: KvStateMachine,
+}
+
+async fn start_node(base: &Path, id: NodeId, mode: Mode, router: &Router) -> Res<Node> {
+    let dir = base.join(format!("node-{id}"));
+    std::fs::create_dir_all(&dir)?;
+    // Each node generates its own key ring; it never leaves the node.
+    let keys = KeyRing::generate()?;
+    let key_file = dir.join("keys");
+    keys.save(&key_file)?;
+    let log_dir = dir.join("raft-log");
+    let config = Config::new(mode).keys(keys).sync(SyncMode::Durable);
+    let store = WalLogStore::<TypeConfig>::open(&log_dir, config)?;
+    let sm = KvStateMachine::default();
+    let raft_config = openraft::Config {
+        heartbeat_interval: 100,
+        election_timeout_min: 400,
+        election_timeout_max: 800,
+        ..Default::default()
+    }
+    .validate()?;
+    let raft = Raft::new(id, Arc::new(raft_config), router.clone(), store, sm.clone()).await?;
+    router.add(id, raft.clone());
+    Ok(Node {
+        id,
+        mode,
+        log_dir,
+        key_file,
+        raft,
+        sm,
+    })
+}
+
+/// Waits until one of `nodes` is leader and returns its id.
+async fn wait_for_leader(nodes: &[&Node]) -> Res<NodeId> {
+    for _ in 0..100 {
+        for node in nodes {
+            let m = node.raft.metrics().borrow().clone();
+            if m.state == ServerState::Leader {
+                return Ok(node.id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("no leader elected within 10 s".into())
+}
+
+/// Writes keys `range` through the leader, following a forward to a new leader.
+async fn write(nodes: &[&Node], mut leader: NodeId, range: std::ops::Range<u64>) -> Res<NodeId> {
+    for i in range {
+        loop {
+            let raft = &nodes
+                .iter()
+                .find(|n| n.id == leader)
+                .ok_or("no such node")?
+                .raft;
+            let req = Request {
+                key: format!("account-{i:05}"),
+                value: value(i),
+            };
+            match raft.client_write(req).await {
+                Ok(_) => break,
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    leader = match f.leader_id {
+                        Some(id) => id,
+                        None => wait_for_leader(nodes).await?,
+                    };
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(leader)
+}
+
+/// What the library's reader shows of a log: headers without the key, then contents with it.
+fn show_log(node: &Node) -> Res<()> {
+    println!(
+        "node {} ({} mode): {}",
+        node.id,
+        node.mode,
+        node.log_dir.display()
+    );
+    let reader = Reader::open(&node.log_dir, None)?;
+    for seg in reader.segments() {
+        let ids: Vec<u32> = seg.header.key_checks.iter().map(|(id, _)| *id).collect();
+        println!(
+            "  segment {:>10}  log id {:016x}  key ids {:?}",
+            seg.header.start.to_string(),
+            seg.header.log_id,
+            ids
+        );
+    }
+    if node.mode == Mode::PageLevel {
+        let headers: Vec<_> = reader
+            .page_headers()?
+            .into_iter()
+            .filter_map(|p| p.header)
+            .collect();
+        let key_ids: BTreeSet<u32> = headers.iter().map(|h| h.key_id).collect();
+        println!(
+            "  without the key: {} page headers (key ids {key_ids:?}); page bodies, record headers included, are ciphertext",
+            headers.len()
+        );
+    } else {
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut shown = 0;
+        for rec in reader.raw_records_from(reader.first_lsn()?) {
+            let rec = rec?;
+            *kinds.entry(record::kind_name(rec.header.kind)).or_default() += 1;
+            if shown < 4 {
+                let key = rec.header.encryption.map(|(id, _)| format!("key {id}"));
+                println!(
+                    "  without the key: LSN {:>10}  kind {:#04x} {:<9}  len {:>4}  {}",
+                    rec.lsn.to_string(),
+                    rec.header.kind,
+                    record::kind_name(rec.header.kind),
+                    rec.header.len,
+                    key.unwrap_or_else(|| "plaintext".into())
+                );
+                shown += 1;
+            }
+        }
+        println!("  without the key: record headers by kind {kinds:?}");
+    }
+    let keys = KeyRing::load(&node.key_file)?;
+    let reader = Reader::open(&node.log_dir, Some(keys))?;
+    let mut last_entry = None;
+    let mut records = 0;
+    for rec in reader.records_from(Lsn::default()) {
+        let rec = rec?;
+        records += 1;
+        if rec.kind == KIND_ENTRY
+            && let LogRecord::<openraft::Entry<TypeConfig>, NodeId>::Entry(entry) =
+                LogRecord::decode(rec.kind, &rec.payload)?
+        {
+            last_entry = Some(entry.log_id);
+        }
+    }
+    match last_entry {
+        Some(id) => println!("  with its key: {records} records, last entry {id}"),
+        None => println!("  with its key: {records} records, no entry"),
+    }
+    Ok(())
+}
+
+/// Fails if any file of the log holds a written value in plaintext.
+fn check_no_plaintext(node: &Node, writes: u64) -> Res<()> {
+    let needle = b"PLAINTEXT-MARKER";
+    for file in std::fs::read_dir(&node.log_dir)? {
+        let path = file?.path();
+        let bytes = std::fs::read(&path)?;
+        if bytes.windows(needle.len()).any(|w| w == needle) {
+            return Err(format!("{} holds plaintext", path.display()).into());
+        }
+    }
+    println!(
+        "  no plaintext: none of the {writes} values appears in {}",
+        node.log_dir.display()
+    );
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let temp = tempfile_dir()?;
+    let base = match args.iter().position(|a| a == "--keep") {
+        Some(i) => PathBuf::from(args.get(i + 1).ok_or("--keep needs a directory")?),
+        None => temp.clone(),
+    };
+    let router = Router::default();
+    let modes = [Mode::PerRecord, Mode::PerRecord, Mode::PageLevel];
+    let mut nodes = Vec::new();
+    for (id, mode) in (1..=3).zip(modes) {
+        nodes.push(start_node(&base, id, mode, &router).await?);
+    }
+    let members: BTreeMap<NodeId, BasicNode> =
+        nodes.iter().map(|n| (n.id, BasicNode::default())).collect();
+    nodes[0].raft.initialize(members).await?;
+
+    let all: Vec<&Node> = nodes.iter().collect();
+    let leader = wait_for_leader(&all).await?;
+    println!("leader elected: node {leader}");
+    let leader = write(&all, leader, 0..100).await?;
+    println!("100 writes committed through node {leader}");
+
+    println!("stopping the leader, node {leader}");
+    router.remove(leader);
+    let stopped = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .ok_or("leader not found")?;
+    stopped.raft.shutdown().await?;
+
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+    let new_leader = wait_for_leader(&rest).await?;
+    println!("new leader elected: node {new_leader}");
+    let new_leader = write(&rest, new_leader, 100..200).await?;
+    println!("100 more writes committed through node {new_leader}");
+    for node in &rest {
+        node.raft
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(
+                |m| m.last_applied.is_some_and(|l| l.index >= 200),
+                "all applied",
+            )
+            .await?;
+        if node.sm.len() != 200 || node.sm.get("account-00150") != Some(value(150)) {
+            return Err(format!("node {} does not hold the 200 writes", node.id).into());
+        }
+    }
+    println!("both running nodes applied all 200 writes");
+    for node in &rest {
+        node.raft.shutdown().await?;
+    }
+    drop(rest);
+
+    println!();
+    println!("what walcrypt's reader shows of each log:");
+    for node in &nodes {
+        show_log(node)?;
+        check_no_plaintext(node, 200)?;
+    }
+    // Each node generated its own ring: the key check values in the segment headers differ.
+    let mut checks = BTreeSet::new();
+    for node in &nodes {
+        let reader = Reader::open(&node.log_dir, None)?;
+        for seg in reader.segments() {
+            checks.extend(seg.header.key_checks.iter().map(|(_, kcv)| *kcv));
+        }
+    }
+    if checks.len() < nodes.len() {
+        return Err("two nodes share a data key".into());
+    }
+    println!("key rings: every node's key has its own check value; no node can read another's log");
+    drop(nodes);
+    if base == temp {
+        std::fs::remove_dir_all(&temp)?;
+    }
+    Ok(())
+}
+
+/// A fresh directory under the system's temporary directory.
+fn tempfile_dir() -> Res<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("walcrypt-raft-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

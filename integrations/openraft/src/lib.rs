@@ -1,0 +1,80 @@
+//! An openraft log store on walcrypt's encrypted write-ahead log.
+//!
+//! [`WalLogStore`] implements openraft 0.9's `RaftLogStorage` (feature `storage-v2`) on a
+//! walcrypt [`Wal`](walcrypt::Wal): every raft log entry, vote and committed log id is a record
+//! of the log, encrypted in the log's mode (`perrecord`, `pagelevel`, or `plaintext`) under the
+//! node's own key ring.
+//!
+//! ```no_run
+//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+//! use walcrypt::{Config, KeyRing, Mode, SyncMode};
+//! use walcrypt_openraft::WalLogStore;
+//! use walcrypt_openraft::kv::{KvStateMachine, Router, TypeConfig};
+//!
+//! let keys = KeyRing::load("/var/lib/node-1/keys")?; // this node's ring, no other node's
+//! let config = Config::new(Mode::PerRecord).keys(keys).sync(SyncMode::Durable);
+//! let log = WalLogStore::<TypeConfig>::open("/var/lib/node-1/raft-log", config)?;
+//! let raft_config = std::sync::Arc::new(openraft::Config::default().validate()?);
+//! let raft = openraft::Raft::new(1, raft_config, Router::default(), log, KvStateMachine::default()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How openraft's storage rules hold
+//!
+//! * **Readable at once, durable when told.** `append` encodes the entries, appends one record
+//!   each and updates the in-memory index (raft index → LSN and entry) before it returns, so a
+//!   log reader sees them at once. The flush callback goes to one flush thread, which takes
+//!   every callback waiting, calls `Wal::flush` once for the highest LSN (one fdatasync for
+//!   all: group commit) and fires the callbacks only after that returned. A failed flush fires
+//!   them with the error; the walcrypt log is then poisoned and the store fails every later
+//!   write until reopened.
+//! * **Vote.** `save_vote` appends a vote record and returns only after a flush covering it.
+//!   `save_committed` appends a committed record without a flush of its own; the next flush
+//!   (an append's callback, a vote) makes it durable, and it is always durable before a
+//!   `save_vote` that follows it returns. openraft allows a committed log id that lags.
+//! * **Order and no holes.** There is one record stream: log and vote writes reach the disk in
+//!   the order they were issued, and a flush of a later record covers every earlier one. An
+//!   entry whose index is beyond the last entry + 1 is refused.
+//! * **Truncate** (a conflicting suffix) appends a truncate record naming the first index
+//!   removed; an entry appended at an index already present also replaces it and everything
+//!   after it. A truncation becomes durable with the next flush; a crash before that brings
+//!   back the old suffix, which is the state before the truncation, acknowledged to no one.
+//! * **Purge** (a compacted prefix) appends a purge record, then a copy of the current vote and
+//!   committed log id, flushes, and calls `Wal::purge_before` with the LSN of the first entry
+//!   kept (or of the purge record when no entry is left): whole segment files before it are
+//!   removed. The copies keep the vote alive when the segment it was first written in goes.
+//! * **Reopen.** [`WalLogStore::open`] replays the log once from its oldest segment, through
+//!   walcrypt's `open_and_replay` (which cuts a torn tail first), applying the same rules as
+//!   the live store: the entries (with their LSNs), vote, committed log id and purge point come
+//!   back exactly as the durable records say. An unknown record kind, an undecodable payload
+//!   or a hole is an error naming the LSN.
+//!
+//! Entries are also kept in memory from the purge point to the end of the log, so reads never
+//! re-read the log being written; memory follows the unpurged log, as in openraft's in-memory
+//! stores. The record kinds are in [`record`].
+//!
+//! # Keys in a cluster
+//!
+//! Each node opens its log with its own key ring: replicas share the raft log, not keys, so a
+//! stolen disk of one node says nothing about another's data keys. Entries travel between
+//! nodes in plaintext as far as walcrypt is concerned: securing the network (TLS) and the
+//! state machine's snapshots is the embedder's job.
+//!
+//! Rotating a node's key: stop the node, run `wal-key rotate` on its key file (or
+//! `KeyRing::rotate` and save), start it again; new records are written under the new key id,
+//! older segments stay readable with the older keys in the ring. Do one node at a time; raft
+//! keeps serving with one node of three down. Keep an old key in the ring until every segment
+//! written under it has been purged (after a snapshot): `wal-dump` shows the key id in every
+//! record header (perrecord) or page header (pagelevel).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod flusher;
+pub mod kv;
+pub mod record;
+mod state;
+mod store;
+
+pub use error::Error;
+pub use store::WalLogStore;

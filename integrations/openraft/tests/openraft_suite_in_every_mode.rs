@@ -1,0 +1,50 @@
+//! openraft's own storage test suite (`openraft::testing::Suite::test_all`) against the log
+//! store, once per walcrypt mode, each test on a fresh log with its own key ring.
+
+use openraft::StorageError;
+use openraft::testing::{StoreBuilder, Suite};
+use tempfile::TempDir;
+use walcrypt::{Config, KeyRing, Mode, SyncMode};
+use walcrypt_openraft::WalLogStore;
+use walcrypt_openraft::kv::{KvStateMachine, NodeId, TypeConfig};
+
+struct Builder {
+    mode: Mode,
+}
+
+impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> for Builder {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, WalLogStore<TypeConfig>, KvStateMachine), StorageError<NodeId>> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let keys = KeyRing::generate().expect("key ring");
+        let config = Config::new(self.mode)
+            .keys(keys)
+            .sync(SyncMode::Durable)
+            .page_size(4096)
+            .segment_size(64 * 1024);
+        let store = WalLogStore::open(dir.path(), config).expect("open the log store");
+        Ok((dir, store, KvStateMachine::default()))
+    }
+}
+
+/// The three modes run at once, each on its own thread: the suite's fixed sleeps (8 s per
+/// mode) then overlap whatever the test runner's thread count is.
+#[test]
+fn suite_in_every_mode() {
+    let runs: Vec<_> = Mode::ALL
+        .into_iter()
+        .map(|mode| {
+            (
+                mode,
+                std::thread::spawn(move || {
+                    Suite::test_all(Builder { mode }).map_err(|e| format!("{e:?}"))
+                }),
+            )
+        })
+        .collect();
+    for (mode, run) in runs {
+        let result = run.join().expect("suite thread");
+        assert!(result.is_ok(), "{mode}: {result:?}");
+    }
+}
