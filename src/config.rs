@@ -250,6 +250,16 @@ impl Config {
         self.mode
     }
 
+    /// What `flush` guarantees under this configuration.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.sync
+    }
+
+    /// The key ring this configuration opens logs with.
+    pub fn key_ring(&self) -> &KeyRing {
+        &self.keys
+    }
+
     /// Page and segment size a new log gets.
     pub(crate) fn geometry(&self) -> Geometry {
         Geometry {

@@ -77,10 +77,10 @@ where
     /// `config.sync` must be [`SyncMode::Durable`]: openraft reports an entry as persisted
     /// when its flush callback fires, and the store fires it only after fdatasync.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<WalLogStore<C>, Error> {
-        if config.sync != SyncMode::Durable {
+        if config.sync_mode() != SyncMode::Durable {
             return Err(Error::Config(format!(
                 "sync mode {} does not make entries durable before openraft is told they are; use durable",
-                config.sync.name()
+                config.sync_mode().name()
             )));
         }
         let mut state = State::<C>::default();
