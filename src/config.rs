@@ -19,18 +19,31 @@ pub enum Mode {
     /// Each page body is encrypted with AES-256-CTR under a fresh IV kept in the page header,
     /// every time the page is written, inside the write lock.
     PageLevel,
+    /// Like [`Mode::PerRecord`], but authenticated: AES-256-GCM, whose tag also covers the
+    /// log id, the record's LSN, kind, flags, length and key id. A record that was altered,
+    /// moved, replayed or spliced in from another log fails with
+    /// [`Error::AuthenticationFailed`](crate::Error::AuthenticationFailed). Off unless chosen;
+    /// its cost against CTR is in docs/BENCHMARKS.md.
+    PerRecordGcm,
 }
 
 impl Mode {
     /// All modes, baseline first.
-    pub const ALL: [Mode; 3] = [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel];
+    pub const ALL: [Mode; 4] = [
+        Mode::Plaintext,
+        Mode::PerRecord,
+        Mode::PageLevel,
+        Mode::PerRecordGcm,
+    ];
 
-    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`.
+    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`,
+    /// `perrecord-gcm`.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Plaintext => "plaintext",
             Mode::PerRecord => "perrecord",
             Mode::PageLevel => "pagelevel",
+            Mode::PerRecordGcm => "perrecord-gcm",
         }
     }
 
@@ -39,11 +52,22 @@ impl Mode {
         self != Mode::Plaintext
     }
 
+    /// True for the modes that encrypt each record in the appending thread.
+    pub fn is_per_record(self) -> bool {
+        matches!(self, Mode::PerRecord | Mode::PerRecordGcm)
+    }
+
+    /// True for the mode whose records carry an authentication tag.
+    pub fn is_authenticated(self) -> bool {
+        self == Mode::PerRecordGcm
+    }
+
     pub(crate) fn code(self) -> u8 {
         match self {
             Mode::Plaintext => 0,
             Mode::PerRecord => 1,
             Mode::PageLevel => 2,
+            Mode::PerRecordGcm => 3,
         }
     }
 
@@ -65,7 +89,7 @@ impl std::str::FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown mode `{s}` (expected plaintext, perrecord or pagelevel)")
+                format!("unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)")
             })
     }
 }

@@ -65,6 +65,9 @@ pub enum CorruptionKind {
     Truncated,
     /// A segment file is missing from the middle of the log.
     MissingSegment,
+    /// A compressed payload cannot be decompressed: its length prefix is absurd or its stream
+    /// is damaged.
+    BadCompressedPayload(&'static str),
 }
 
 impl fmt::Display for CorruptionKind {
@@ -100,6 +103,7 @@ impl fmt::Display for CorruptionKind {
             ),
             Self::Truncated => write!(f, "log truncated inside durable data"),
             Self::MissingSegment => write!(f, "segment file missing from the middle of the log"),
+            Self::BadCompressedPayload(what) => write!(f, "compressed payload is damaged: {what}"),
         }
     }
 }
@@ -123,6 +127,15 @@ pub enum Error {
         at: Position,
         /// What is wrong.
         kind: CorruptionKind,
+    },
+    /// An authenticated record (mode `perrecord-gcm`) failed its tag check although its
+    /// checksum matched: it was altered, moved to another position, replayed from older log,
+    /// or copied from another log. Its payload is never returned.
+    AuthenticationFailed {
+        /// Where the record is.
+        at: Position,
+        /// The key id its header names.
+        key_id: u32,
     },
     /// A segment was written by a format version this build does not read.
     UnsupportedVersion {
@@ -189,6 +202,11 @@ impl fmt::Display for Error {
         match self {
             Self::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
             Self::Corrupt { at, kind } => write!(f, "{at}: {kind}"),
+            Self::AuthenticationFailed { at, key_id } => write!(
+                f,
+                "{at}: record failed authentication under key id {key_id} \
+                 (altered, moved, replayed or from another log; payload withheld)"
+            ),
             Self::UnsupportedVersion {
                 path,
                 found,

@@ -47,6 +47,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod aead;
 mod config;
 mod crypto;
 mod error;

@@ -239,13 +239,14 @@ impl Iterator for RawRecords<'_> {
             Ok(rec) => rec,
             Err(e) => return Some(Err(e)),
         };
-        let payload = match rec.header.encryption {
-            None => Some(rec.stored.clone()),
-            Some((key_id, iv)) => self.walk.files.keys.as_ref().and_then(|keys| {
-                let mut plain = rec.stored.clone();
-                keys.apply_keystream(key_id, &iv, &mut plain).ok()?;
-                Some(plain)
-            }),
+        let keys = self.walk.files.keys.as_deref();
+        let payload = match rec.plaintext(keys) {
+            Ok(plain) => Some(plain),
+            Err(Error::MissingKey(_)) => None,
+            Err(e) => {
+                self.walk.cursor = None;
+                return Some(Err(e));
+            }
         };
         Some(Ok(RawRecord {
             lsn: rec.lsn,

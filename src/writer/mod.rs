@@ -26,11 +26,12 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
 use crate::config::{Config, Mode, SyncMode};
+use crate::aead::{LsnBinder, NONCE_LEN};
 use crate::crypto::{IvSource, Keys};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH,
-    RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
+    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_ENCRYPTED,
+    RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -40,6 +41,26 @@ use flush::GroupCommit;
 pub(crate) use flush::{TMP_SUFFIX, create_segment};
 
 const NO_PAGE: u64 = u64::MAX;
+
+/// The part of sealing an authenticated record that needs its LSN: bind the LSN into the tag
+/// (one GF(2^128) multiplication) and extend the checksum over the 16 tag bytes. Done inside
+/// the insert lock; empty for every other record. The `u32` is the checksum of the header
+/// and ciphertext.
+#[must_use = "an authenticated record is unreadable until its LSN is bound"]
+pub(crate) struct LateBind(Option<(LsnBinder, u32)>);
+
+impl LateBind {
+    /// Finishes `sealed` (a record about to start at `lsn`): its tag and checksum fields.
+    fn finish(self, lsn: u64, sealed: &mut [u8]) {
+        let Some((binder, crc)) = self.0 else {
+            return;
+        };
+        let tag_at = sealed.len() - TAG_LEN;
+        binder.bind(lsn, &mut sealed[tag_at..]);
+        let crc = crc32c::crc32c_append(crc, &sealed[tag_at..]);
+        sealed[..4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
 
 /// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
 const SEAL_BUFFER_KEEP: usize = 256 << 10;
@@ -290,7 +311,7 @@ impl Wal {
             let mut sealed = buffer.take();
             let result = self
                 .seal(kind, 0, payload, &mut sealed)
-                .and_then(|()| self.insert_sealed(&sealed, payload.len()));
+                .and_then(|late| self.insert_sealed(&mut sealed, late, payload.len()));
             if sealed.capacity() <= SEAL_BUFFER_KEEP {
                 buffer.set(sealed);
             }
@@ -298,40 +319,81 @@ impl Wal {
         })
     }
 
-    /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`.
-    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<()> {
-        let encrypt = self.mode == Mode::PerRecord && flags & RECORD_FLAG_SWITCH == 0;
+    /// Encrypts (perrecord modes) and checksums a record into its stored form in `sealed`.
+    ///
+    /// For an authenticated record the tag and checksum are left one step short: the returned
+    /// [`LateBind`] finishes them inside the insert lock, once the LSN is known.
+    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<LateBind> {
+        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAG_SWITCH == 0;
+        let auth = encrypt && self.mode.is_authenticated();
         let hlen = if encrypt {
             RECORD_HEADER_ENCRYPTED
         } else {
             RECORD_HEADER_PLAIN
         };
+        let tag_len = if auth { TAG_LEN } else { 0 };
         sealed.clear();
         sealed.resize(hlen, 0);
         sealed.extend_from_slice(payload);
+        sealed.resize(hlen + payload.len() + tag_len, 0);
+        let body_end = sealed.len() - tag_len;
         let mut header = RecordHeader {
             crc: 0,
-            len: payload.len() as u32,
+            len: (payload.len() + tag_len) as u32,
             kind,
             flags,
             encryption: None,
         };
+        let mut late = LateBind(None);
         if encrypt {
             let iv = self.ivs.next_iv()?;
-            self.keys
-                .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
             header.flags |= RECORD_FLAG_ENCRYPTED;
             header.encryption = Some((self.active_key, iv));
+            if auth {
+                header.flags |= RECORD_FLAG_AUTHENTICATED;
+                late = self.seal_gcm(&header, &mut sealed[hlen..])?;
+            } else {
+                self.keys
+                    .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
+            }
         }
         header.encode(&mut sealed[..hlen]);
-        header.crc = format::record_crc(&sealed[..hlen], &sealed[hlen..]);
-        header.encode(&mut sealed[..hlen]);
-        Ok(())
+        let crc = format::record_crc(&sealed[..hlen], &sealed[hlen..body_end]);
+        if let LateBind(Some((_, crc_before_tag))) = &mut late {
+            *crc_before_tag = crc;
+        } else {
+            header.crc = crc;
+            header.encode(&mut sealed[..hlen]);
+        }
+        Ok(late)
     }
 
-    fn insert_sealed(&self, sealed: &[u8], payload_len: usize) -> Result<Lsn> {
+    /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
+    /// LSN left zero for [`LateBind`] to fill in.
+    fn seal_gcm(&self, header: &RecordHeader, stored: &mut [u8]) -> Result<LateBind> {
+        let Some((key_id, iv)) = header.encryption else {
+            return Ok(LateBind(None));
+        };
+        let aad = format::auth_aad(self.log_id, header, 0);
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&iv[..NONCE_LEN]);
+        let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
+        let (tag, binder) = self
+            .keys
+            .gcm(key_id)?
+            .seal(&nonce, &aad, body)
+            .ok_or(Error::RecordTooLarge {
+                len: body.len(),
+                max: format::MAX_PAYLOAD,
+            })?;
+        tag_room.copy_from_slice(&tag);
+        Ok(LateBind(Some((binder, 0))))
+    }
+
+    fn insert_sealed(&self, sealed: &mut [u8], late: LateBind, payload_len: usize) -> Result<Lsn> {
         let mut ins = self.insert.lock();
         let held_since = Instant::now();
+        late.finish(self.geo.skip_headers(ins.pos), sealed);
         let result = self.copy_in(&mut ins, sealed);
         if let Ok((_, end)) = &result {
             ins.pos = *end;

@@ -50,7 +50,7 @@ fn json_payload_round_trips() {
                 Mode::Plaintext => {
                     assert!(obj["key_id"].is_null() && obj["iv"].is_null());
                 }
-                Mode::PerRecord => {
+                Mode::PerRecord | Mode::PerRecordGcm => {
                     assert_eq!(obj["key_id"].as_u64(), Some(1));
                     assert_eq!(obj["iv"].as_str().unwrap().len(), 32);
                 }

@@ -31,7 +31,9 @@ fn lists_every_record_with_the_key() {
             assert!(line.starts_with(&want), "{mode}: {line} vs {want}");
             assert!(line.ends_with("crc: ok"), "{line}");
             match mode {
-                Mode::PerRecord => assert!(line.contains("key: 1  iv: "), "{line}"),
+                Mode::PerRecord | Mode::PerRecordGcm => {
+                    assert!(line.contains("key: 1  iv: "), "{line}")
+                }
                 Mode::PageLevel => assert!(line.contains("key: 1  iv: page"), "{line}"),
                 Mode::Plaintext => assert!(line.contains("key: -  iv: -"), "{line}"),
             }
