@@ -25,7 +25,7 @@ fn lists_every_record_with_the_key() {
                 "lsn: {:X}/{:08X}  len: {}  kind: {}",
                 lsn >> 32,
                 lsn & 0xFFFF_FFFF,
-                a.payload.len(),
+                a.payload.len() + if mode.is_authenticated() { 16 } else { 0 },
                 a.kind
             );
             assert!(line.starts_with(&want), "{mode}: {line} vs {want}");
