@@ -117,6 +117,26 @@ impl SyncMode {
     }
 }
 
+/// Compression of record payloads before they are encrypted and checksummed.
+///
+/// Off by default: in the encrypted modes the stored length of a compressed record reveals
+/// how well its plaintext compressed, which leaks secrets when attacker-influenced data and
+/// secrets share a record (the CRIME attack; docs/SECURITY.md). Readers and replay decompress
+/// whatever the log holds, whatever this setting says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Compression {
+    /// Payloads are stored as given.
+    #[default]
+    Off,
+    /// Payloads of at least `min_len` bytes are compressed with LZ4 and stored compressed when
+    /// that makes them shorter. Costs CPU in the appending thread (before the insert lock) and
+    /// in readers; saves WAL bytes on compressible records such as full-page images.
+    Lz4 {
+        /// Smallest payload worth trying, in bytes.
+        min_len: usize,
+    },
+}
+
 /// Settings for [`crate::Wal::open`]. Build with [`Config::new`] and the builder methods.
 #[derive(Clone)]
 pub struct Config {
@@ -138,6 +158,8 @@ pub struct Config {
     pub buffer_size: usize,
     /// Where the files live. Default: the real file system.
     pub storage: Arc<dyn Storage>,
+    /// Payload compression for records this `Wal` appends. Default [`Compression::Off`].
+    pub compression: Compression,
 }
 
 impl fmt::Debug for Config {
@@ -149,6 +171,7 @@ impl fmt::Debug for Config {
             .field("page_size", &self.page_size)
             .field("sync", &self.sync)
             .field("buffer_size", &self.buffer_size)
+            .field("compression", &self.compression)
             .finish_non_exhaustive()
     }
 }
@@ -171,7 +194,14 @@ impl Config {
             sync: SyncMode::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
             storage: Arc::new(FsStorage),
+            compression: Compression::Off,
         }
+    }
+
+    /// Sets payload compression (off by default; read docs/SECURITY.md first).
+    pub fn compression(mut self, compression: Compression) -> Config {
+        self.compression = compression;
+        self
     }
 
     /// Sets the key ring.

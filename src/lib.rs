@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod aead;
+mod compress;
 mod config;
 mod crypto;
 mod error;
@@ -60,7 +61,8 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
+    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode,
+    SyncMode,
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
 pub use error::{CorruptionKind, Error, Position, Result};

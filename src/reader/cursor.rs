@@ -7,11 +7,12 @@ use crate::Lsn;
 use crate::config::Mode;
 use crate::crypto::Keys;
 use crate::aead::NONCE_LEN;
+use crate::compress;
 use crate::crypto::IV_LEN;
 use crate::error::{CorruptionKind, Error, Position, Result};
 use crate::format::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
-    RECORD_FLAG_SWITCH, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
+    RECORD_FLAG_COMPRESSED, RECORD_FLAG_SWITCH, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
 };
 use crate::storage::StorageFile;
 
@@ -39,7 +40,8 @@ pub(crate) struct Stored {
 
 impl Stored {
     /// Decrypts the payload in place (perrecord modes), checking the tag of an authenticated
-    /// record first; afterwards it is plaintext.
+    /// record first, and decompresses it if it was stored compressed; afterwards it is the
+    /// payload as appended.
     pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
         if let Some((key_id, iv)) = self.header.encryption {
             let keys = keys.ok_or(Error::MissingKey(key_id))?;
@@ -49,6 +51,13 @@ impl Stored {
                 keys.apply_keystream(key_id, &iv, &mut self.stored)?;
             }
             self.header.encryption = None;
+        }
+        if self.header.flags & RECORD_FLAG_COMPRESSED != 0 {
+            self.stored = compress::decompress(&self.stored).map_err(|what| Error::Corrupt {
+                at: self.at,
+                kind: CorruptionKind::BadCompressedPayload(what),
+            })?;
+            self.header.flags &= !RECORD_FLAG_COMPRESSED;
         }
         Ok(())
     }

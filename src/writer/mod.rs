@@ -25,13 +25,14 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
-use crate::config::{Config, Mode, SyncMode};
+use crate::compress;
+use crate::config::{Compression, Config, Mode, SyncMode};
 use crate::aead::{LsnBinder, NONCE_LEN};
 use crate::crypto::{IvSource, Keys};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_ENCRYPTED,
-    RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
+    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
+    RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -67,6 +68,7 @@ const SEAL_BUFFER_KEEP: usize = 256 << 10;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static COMPRESS_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
@@ -154,6 +156,7 @@ pub struct Wal {
     geo: Geometry,
     log_id: u64,
     sync: SyncMode,
+    compression: Compression,
     keys: Arc<Keys>,
     active_key: u32,
     ivs: IvSource,
@@ -231,6 +234,7 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
+            compression: config.compression,
             keys,
             active_key,
             ivs: IvSource::new()?,
@@ -319,11 +323,40 @@ impl Wal {
         })
     }
 
-    /// Encrypts (perrecord modes) and checksums a record into its stored form in `sealed`.
+    /// Compresses (when configured and worth it), encrypts (perrecord modes) and checksums a
+    /// record into its stored form in `sealed`.
     ///
     /// For an authenticated record the tag and checksum are left one step short: the returned
     /// [`LateBind`] finishes them inside the insert lock, once the LSN is known.
     fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<LateBind> {
+        let Compression::Lz4 { min_len } = self.compression else {
+            return self.seal_stored(kind, flags, payload, sealed);
+        };
+        if flags & RECORD_FLAG_SWITCH != 0 || payload.len() < min_len.max(1) {
+            return self.seal_stored(kind, flags, payload, sealed);
+        }
+        COMPRESS_BUFFER.with(|buffer| {
+            let mut packed = buffer.take();
+            let result = if compress::compress(payload, &mut packed) {
+                self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, &packed, sealed)
+            } else {
+                self.seal_stored(kind, flags, payload, sealed)
+            };
+            if packed.capacity() <= SEAL_BUFFER_KEEP {
+                buffer.set(packed);
+            }
+            result
+        })
+    }
+
+    /// [`Wal::seal`] of the payload as it will be stored (compressed or not).
+    fn seal_stored(
+        &self,
+        kind: u8,
+        flags: u8,
+        payload: &[u8],
+        sealed: &mut Vec<u8>,
+    ) -> Result<LateBind> {
         let encrypt = self.mode.is_per_record() && flags & RECORD_FLAG_SWITCH == 0;
         let auth = encrypt && self.mode.is_authenticated();
         let hlen = if encrypt {
