@@ -66,7 +66,10 @@ impl GcmKey {
             .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
             .ok()?;
         let blocks = data.len().div_ceil(16) as u64;
-        Some((tag.into(), LsnBinder(GHash::new(&(*self.power(blocks + 2)).into()))))
+        Some((
+            tag.into(),
+            LsnBinder(GHash::new(&(*self.power(blocks + 2)).into())),
+        ))
     }
 
     /// Checks `tag` over `aad` and the ciphertext, then decrypts `data` in place. On failure
@@ -147,7 +150,10 @@ mod tests {
             let (mut tag, binder) = gcm.seal(&[9; NONCE_LEN], &aad, &mut data).unwrap();
             binder.bind(lsn, &mut tag);
             aad[AAD_LSN_AT..].copy_from_slice(&lsn.to_le_bytes());
-            assert!(gcm.open(&[9; NONCE_LEN], &aad, &mut data, &tag), "len {len}");
+            assert!(
+                gcm.open(&[9; NONCE_LEN], &aad, &mut data, &tag),
+                "len {len}"
+            );
             assert_eq!(data, plain);
         }
     }

@@ -74,7 +74,10 @@ mod tests {
                 (x >> 24) as u8
             })
             .collect();
-        assert!(!compress(&noise, &mut out), "incompressible data stays as it is");
+        assert!(
+            !compress(&noise, &mut out),
+            "incompressible data stays as it is"
+        );
     }
 
     #[test]

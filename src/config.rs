@@ -89,7 +89,9 @@ impl std::str::FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)")
+                format!(
+                    "unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)"
+                )
             })
     }
 }

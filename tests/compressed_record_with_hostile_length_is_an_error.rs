@@ -27,14 +27,22 @@ fn log() -> (tempfile::TempDir, Vec<Lsn>, Vec<u8>) {
     let raw = reader.raw_records_from(lsns[5]).next().unwrap().unwrap();
     let mut bytes = vec![0u8; RECORD_HEADER_PLAIN + raw.stored.len()];
     let start = u64::from(lsns[5]);
-    assert_eq!(start / 512, (start + bytes.len() as u64 - 1) / 512, "inside one page");
+    assert_eq!(
+        start / 512,
+        (start + bytes.len() as u64 - 1) / 512,
+        "inside one page"
+    );
     file(&dir).read_exact_at(&mut bytes, start).unwrap();
     (dir, lsns, bytes)
 }
 
 fn file(dir: &tempfile::TempDir) -> std::fs::File {
     let path = dir.path().join(segment_file_name(Lsn(0)));
-    std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap()
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
 }
 
 fn rewrite(dir: &tempfile::TempDir, lsn: Lsn, bytes: &mut [u8]) {
@@ -46,7 +54,11 @@ fn rewrite(dir: &tempfile::TempDir, lsn: Lsn, bytes: &mut [u8]) {
 fn expect_bad_compressed(dir: &tempfile::TempDir, lsns: &[Lsn], what: &str) {
     let reader = Reader::open(dir.path(), None).unwrap();
     let results: Vec<_> = reader.records_from(Lsn::default()).collect();
-    assert_eq!(results.len(), 6, "{what}: five good records, then the error");
+    assert_eq!(
+        results.len(),
+        6,
+        "{what}: five good records, then the error"
+    );
     match &results[5] {
         Err(Error::Corrupt {
             at,

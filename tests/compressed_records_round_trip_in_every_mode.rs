@@ -38,7 +38,7 @@ fn compressed_records_round_trip_in_every_mode() {
             assert_eq!(raw.lsn, *lsn);
             let i = raw.header.kind as u64;
             let compressed = raw.header.flags & RECORD_FLAG_COMPRESSED != 0;
-            assert_eq!(compressed, i % 3 == 0, "{mode}: record {i}");
+            assert_eq!(compressed, i.is_multiple_of(3), "{mode}: record {i}");
             if compressed {
                 assert!(raw.stored.len() < data.len() / 2, "{mode}: record {i}");
             }
@@ -55,6 +55,9 @@ fn compressed_records_round_trip_in_every_mode() {
         })
         .unwrap();
         wal.close().unwrap();
-        assert_eq!(replayed, written, "{mode}: replay without compression configured");
+        assert_eq!(
+            replayed, written,
+            "{mode}: replay without compression configured"
+        );
     }
 }

@@ -31,13 +31,19 @@ fn tamper(dir: &std::path::Path, lsns: &[Lsn], edit: impl Fn(&mut Vec<u8>)) -> u
     edit(&mut bytes);
     fix_crc(&mut bytes);
     write_at(dir, target.lsn, &bytes);
-    lsns.iter().position(|l| u64::from(*l) == target.lsn).unwrap()
+    lsns.iter()
+        .position(|l| u64::from(*l) == target.lsn)
+        .unwrap()
 }
 
 fn assert_fails_at(dir: &std::path::Path, keys: &KeyRing, lsns: &[Lsn], n: usize, what: &str) {
     let reader = Reader::open(dir, Some(keys.clone())).unwrap();
     let results: Vec<_> = reader.records_from(Lsn::default()).collect();
-    assert_eq!(results.len(), n + 1, "{what}: {n} good records, then one error");
+    assert_eq!(
+        results.len(),
+        n + 1,
+        "{what}: {n} good records, then one error"
+    );
     for (r, lsn) in results[..n].iter().zip(lsns) {
         assert_eq!(r.as_ref().unwrap().lsn, *lsn, "{what}");
     }
@@ -69,7 +75,9 @@ fn assert_fails_at(dir: &std::path::Path, keys: &KeyRing, lsns: &[Lsn], n: usize
 fn flipped_ciphertext_bit_with_recomputed_crc_fails_authentication() {
     let keys = KeyRing::generate().unwrap();
     let (dir, lsns) = log_with_records(Mode::PerRecordGcm, &keys);
-    let n = tamper(dir.path(), &lsns, |b| b[RECORD_HEADER_ENCRYPTED + 5] ^= 0x04);
+    let n = tamper(dir.path(), &lsns, |b| {
+        b[RECORD_HEADER_ENCRYPTED + 5] ^= 0x04
+    });
     assert_fails_at(dir.path(), &keys, &lsns, n, "ciphertext bit");
 }
 
@@ -89,7 +97,9 @@ fn flipped_tag_bit_or_kind_with_recomputed_crc_fails_authentication() {
 fn the_same_edit_in_a_ctr_log_changes_the_plaintext_unnoticed() {
     let keys = KeyRing::generate().unwrap();
     let (dir, lsns) = log_with_records(Mode::PerRecord, &keys);
-    let n = tamper(dir.path(), &lsns, |b| b[RECORD_HEADER_ENCRYPTED + 5] ^= 0x04);
+    let n = tamper(dir.path(), &lsns, |b| {
+        b[RECORD_HEADER_ENCRYPTED + 5] ^= 0x04
+    });
     let reader = Reader::open(dir.path(), Some(keys)).unwrap();
     let rec = reader
         .records_from(lsns[n])
@@ -98,5 +108,8 @@ fn the_same_edit_in_a_ctr_log_changes_the_plaintext_unnoticed() {
         .expect("CTR with CRC32C accepts the edit");
     let mut expected = payload(n as u64, 50);
     expected[5] ^= 0x04;
-    assert_eq!(rec.payload, expected, "the flipped bit lands in the plaintext");
+    assert_eq!(
+        rec.payload, expected,
+        "the flipped bit lands in the plaintext"
+    );
 }

@@ -22,7 +22,10 @@ fn record_spliced_from_another_log_with_the_same_key_fails_authentication() {
     let keys = KeyRing::generate().unwrap();
     let (victim, lsns) = make_log(&keys, 0);
     let (donor, donor_lsns) = make_log(&keys, 1000);
-    assert_eq!(lsns, donor_lsns, "same geometry and lengths: same positions");
+    assert_eq!(
+        lsns, donor_lsns,
+        "same geometry and lengths: same positions"
+    );
 
     let donated = single_page_records(donor.path())
         .into_iter()
@@ -30,7 +33,10 @@ fn record_spliced_from_another_log_with_the_same_key_fails_authentication() {
         .unwrap();
     // The donor record is genuine in its own log.
     let donor_reader = Reader::open(donor.path(), Some(keys.clone())).unwrap();
-    let n = lsns.iter().position(|l| u64::from(*l) == donated.lsn).unwrap();
+    let n = lsns
+        .iter()
+        .position(|l| u64::from(*l) == donated.lsn)
+        .unwrap();
     let genuine = donor_reader.records_from(lsns[n]).next().unwrap().unwrap();
     assert_eq!(genuine.payload, payload(1000 + n as u64, 80));
 

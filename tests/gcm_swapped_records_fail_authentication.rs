@@ -19,7 +19,11 @@ fn swapped(mode: Mode, keys: &KeyRing) -> (tempfile::TempDir, Vec<Lsn>, usize, u
     wal.close().unwrap();
     let singles = single_page_records(dir.path());
     let a = singles.iter().find(|r| r.lsn > u64::from(lsns[5])).unwrap();
-    let b = singles.iter().rev().find(|r| r.lsn < u64::from(lsns[35])).unwrap();
+    let b = singles
+        .iter()
+        .rev()
+        .find(|r| r.lsn < u64::from(lsns[35]))
+        .unwrap();
     assert_eq!(a.bytes.len(), b.bytes.len());
     write_at(dir.path(), a.lsn, &b.bytes);
     write_at(dir.path(), b.lsn, &a.bytes);
@@ -38,7 +42,11 @@ fn swapped_records_of_equal_length_fail_authentication() {
     let (dir, lsns, i, j) = swapped(Mode::PerRecordGcm, &keys);
     let reader = Reader::open(dir.path(), Some(keys)).unwrap();
     let all: Vec<_> = reader.records_from(Lsn::default()).collect();
-    assert_eq!(all.len(), i + 1, "reading stops at the first swapped record");
+    assert_eq!(
+        all.len(),
+        i + 1,
+        "reading stops at the first swapped record"
+    );
     for lsn in [lsns[i], lsns[j]] {
         match first_result(&reader, lsn) {
             Err(Error::AuthenticationFailed { at, .. }) => assert_eq!(at.lsn, lsn),
@@ -46,7 +54,10 @@ fn swapped_records_of_equal_length_fail_authentication() {
         }
     }
     // The records around them are untouched and still read.
-    assert_eq!(first_result(&reader, lsns[i + 1]).unwrap().payload, payload(i as u64 + 1, 64));
+    assert_eq!(
+        first_result(&reader, lsns[i + 1]).unwrap().payload,
+        payload(i as u64 + 1, 64)
+    );
 }
 
 #[test]
@@ -54,6 +65,12 @@ fn in_a_ctr_log_the_swap_goes_unnoticed() {
     let keys = KeyRing::generate().unwrap();
     let (dir, lsns, i, j) = swapped(Mode::PerRecord, &keys);
     let reader = Reader::open(dir.path(), Some(keys)).unwrap();
-    assert_eq!(first_result(&reader, lsns[i]).unwrap().payload, payload(j as u64, 64));
-    assert_eq!(first_result(&reader, lsns[j]).unwrap().payload, payload(i as u64, 64));
+    assert_eq!(
+        first_result(&reader, lsns[i]).unwrap().payload,
+        payload(j as u64, 64)
+    );
+    assert_eq!(
+        first_result(&reader, lsns[j]).unwrap().payload,
+        payload(i as u64, 64)
+    );
 }

@@ -31,7 +31,9 @@ fn rewrite(dir: &std::path::Path, lsns: &[Lsn], edit: impl Fn(&mut Vec<u8>)) -> 
     bytes.truncate(32 + len);
     fix_crc(&mut bytes);
     write_at(dir, target.lsn, &bytes);
-    lsns.iter().position(|l| u64::from(*l) == target.lsn).unwrap()
+    lsns.iter()
+        .position(|l| u64::from(*l) == target.lsn)
+        .unwrap()
 }
 
 fn error_at(dir: &std::path::Path, keys: &KeyRing, lsn: Lsn) -> Error {

@@ -4,11 +4,11 @@
 use super::Record;
 use super::files::{LogFiles, read_full};
 use crate::Lsn;
-use crate::config::Mode;
-use crate::crypto::Keys;
 use crate::aead::NONCE_LEN;
 use crate::compress;
+use crate::config::Mode;
 use crate::crypto::IV_LEN;
+use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Position, Result};
 use crate::format::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
@@ -225,8 +225,7 @@ impl<'a> Cursor<'a> {
         }
         // In a perrecord-gcm log every record but a segment switch carries a tag; a record
         // without one is rejected, never read unauthenticated.
-        if (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != (mode.is_authenticated() && !switch)
-        {
+        if (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != (mode.is_authenticated() && !switch) {
             return Ok(Err(invalid(
                 start,
                 start,

@@ -25,14 +25,15 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
+use crate::aead::{LsnBinder, NONCE_LEN};
 use crate::compress;
 use crate::config::{Compression, Config, Mode, SyncMode};
-use crate::aead::{LsnBinder, NONCE_LEN};
 use crate::crypto::{IvSource, Keys};
 use crate::error::{Error, Result};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
-    RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
+    RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
+    RecordHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -411,14 +412,14 @@ impl Wal {
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&iv[..NONCE_LEN]);
         let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
-        let (tag, binder) = self
-            .keys
-            .gcm(key_id)?
-            .seal(&nonce, &aad, body)
-            .ok_or(Error::RecordTooLarge {
-                len: body.len(),
-                max: format::MAX_PAYLOAD,
-            })?;
+        let (tag, binder) =
+            self.keys
+                .gcm(key_id)?
+                .seal(&nonce, &aad, body)
+                .ok_or(Error::RecordTooLarge {
+                    len: body.len(),
+                    max: format::MAX_PAYLOAD,
+                })?;
         tag_room.copy_from_slice(&tag);
         Ok(LateBind(Some((binder, 0))))
     }

@@ -79,7 +79,11 @@ fn json_payload_round_trips() {
         for (obj, a) in raw.iter().zip(&appended) {
             let stored = obj["payload"].as_str().unwrap();
             let tag = if mode.is_authenticated() { 16 } else { 0 };
-            assert_eq!(stored.len(), 2 * (a.payload.len() + tag), "{mode}: as stored");
+            assert_eq!(
+                stored.len(),
+                2 * (a.payload.len() + tag),
+                "{mode}: as stored"
+            );
             if mode.is_encrypted() && a.payload.len() >= 8 {
                 assert_ne!(stored, hex(&a.payload), "{mode}: --raw shows plaintext");
             } else if !mode.is_encrypted() {

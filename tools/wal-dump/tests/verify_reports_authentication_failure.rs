@@ -52,7 +52,14 @@ fn verify_reports_an_authentication_failure_with_its_position() {
 
     let o = wal_dump(&[&"--key-file", &key_file, &log]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("failed authentication"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("failed authentication"),
+        "{}",
+        stderr(&o)
+    );
     let shown = hex(&victim.payload);
-    assert!(!stdout(&o).contains(&shown), "the altered record's payload is never shown");
+    assert!(
+        !stdout(&o).contains(&shown),
+        "the altered record's payload is never shown"
+    );
 }

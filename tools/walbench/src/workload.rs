@@ -293,9 +293,15 @@ mod tests {
         let page = Workload::Fpw.data(7);
         assert_eq!(page.len(), Workload::Fpw.max_record());
         let zeros = page.iter().filter(|b| **b == 0).count() as f64 / page.len() as f64;
-        assert!(zeros < 0.5, "mostly tuples, not a hole: {zeros:.2} zero bytes");
+        assert!(
+            zeros < 0.5,
+            "mostly tuples, not a hole: {zeros:.2} zero bytes"
+        );
         let r = ratio(&page);
         assert!((0.3..0.8).contains(&r), "page image compresses to {r:.2}");
-        assert!(ratio(&payload(8192, 7)) > 1.0, "random bytes stay uncompressed");
+        assert!(
+            ratio(&payload(8192, 7)) > 1.0,
+            "random bytes stay uncompressed"
+        );
     }
 }
