@@ -8,6 +8,12 @@
 //! * [`Mode::PageLevel`]: whole pages are encrypted when they are written, inside the write
 //!   lock: the simple design, kept for comparison.
 //! * [`Mode::Plaintext`]: no encryption, the baseline.
+//! * [`Mode::PerRecordGcm`]: an option: perrecord with AES-256-GCM, whose tag binds each record
+//!   to its log and position, so tampering with the files is detected
+//!   ([`Error::AuthenticationFailed`]).
+//!
+//! Payloads can also be compressed before they are sealed ([`Compression`], off by default:
+//! compressed lengths leak information about the plaintext; see docs/SECURITY.md).
 //!
 //! ```
 //! use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
