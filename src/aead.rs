@@ -95,10 +95,7 @@ impl GcmKey {
             .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
             .ok()?;
         let blocks = data.len().div_ceil(16) as u64;
-        Some((
-            tag.into(),
-            LsnBinder(GHash::new(&(*self.power(blocks + 2)).into())),
-        ))
+        Some((tag.into(), self.binder(blocks)))
     }
 
     /// Checks `tag` over `aad` and the ciphertext, then decrypts `data` in place. On failure
