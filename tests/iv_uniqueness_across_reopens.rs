@@ -13,7 +13,7 @@ use walcrypt::{KeyRing, Lsn, Mode, Reader, Wal};
 
 #[test]
 fn no_iv_repeats_over_fifty_reopens() {
-    for mode in [Mode::PerRecord, Mode::PageLevel] {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
         let recorder = Arc::new(Recorder::default());
@@ -41,13 +41,18 @@ fn no_iv_repeats_over_fifty_reopens() {
             }
         };
         match mode {
-            Mode::PerRecord => {
+            // perrecord-gcm: the GCM nonce is the IV's first 12 bytes, the rest zero, so
+            // distinct IVs are distinct nonces.
+            Mode::PerRecord | Mode::PerRecordGcm => {
                 for r in reader.raw_records_from(Lsn::default()) {
                     let r = r.unwrap();
                     let (_, iv) = r
                         .header
                         .encryption
                         .expect("perrecord records are encrypted");
+                    if mode == Mode::PerRecordGcm {
+                        assert_eq!(iv[12..], [0; 4], "a 96-bit nonce, block field zero");
+                    }
                     note(iv, format!("record {}", r.lsn));
                 }
                 assert_eq!(count, 300);
