@@ -22,18 +22,31 @@ pub enum Mode {
     /// Each page body is encrypted with AES-256-CTR under a fresh IV kept in the page header,
     /// every time the page is written, inside the write lock.
     PageLevel,
+    /// Like [`Mode::PerRecord`], but authenticated: AES-256-GCM, whose tag also covers the
+    /// log id, the record's LSN, kind, flags, length and key id. A record that was altered,
+    /// moved, replayed or spliced in from another log fails with
+    /// [`Error::AuthenticationFailed`](crate::Error::AuthenticationFailed). Off unless chosen;
+    /// its cost against CTR is in docs/BENCHMARKS.md.
+    PerRecordGcm,
 }
 
 impl Mode {
     /// All modes, baseline first.
-    pub const ALL: [Mode; 3] = [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel];
+    pub const ALL: [Mode; 4] = [
+        Mode::Plaintext,
+        Mode::PerRecord,
+        Mode::PageLevel,
+        Mode::PerRecordGcm,
+    ];
 
-    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`.
+    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`,
+    /// `perrecord-gcm`.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Plaintext => "plaintext",
             Mode::PerRecord => "perrecord",
             Mode::PageLevel => "pagelevel",
+            Mode::PerRecordGcm => "perrecord-gcm",
         }
     }
 
@@ -42,11 +55,22 @@ impl Mode {
         self != Mode::Plaintext
     }
 
+    /// True for the modes that encrypt each record in the appending thread.
+    pub fn is_per_record(self) -> bool {
+        matches!(self, Mode::PerRecord | Mode::PerRecordGcm)
+    }
+
+    /// True for the mode whose records carry an authentication tag.
+    pub fn is_authenticated(self) -> bool {
+        self == Mode::PerRecordGcm
+    }
+
     pub(crate) fn code(self) -> u8 {
         match self {
             Mode::Plaintext => 0,
             Mode::PerRecord => 1,
             Mode::PageLevel => 2,
+            Mode::PerRecordGcm => 3,
         }
     }
 
@@ -68,7 +92,9 @@ impl std::str::FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!("unknown mode `{s}` (expected plaintext, perrecord or pagelevel)")
+                format!(
+                    "unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)"
+                )
             })
     }
 }
@@ -121,6 +147,26 @@ pub enum RecoveryMode {
     TruncateAtDamage,
 }
 
+/// Compression of record payloads before they are encrypted and checksummed.
+///
+/// Off by default: in the encrypted modes the stored length of a compressed record reveals
+/// how well its plaintext compressed, which leaks secrets when attacker-influenced data and
+/// secrets share a record (the CRIME attack; docs/SECURITY.md). Readers and replay decompress
+/// whatever the log holds, whatever this setting says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Compression {
+    /// Payloads are stored as given.
+    #[default]
+    Off,
+    /// Payloads of at least `min_len` bytes are compressed with LZ4 and stored compressed when
+    /// that makes them shorter. Costs CPU in the appending thread (before the insert lock) and
+    /// in readers; saves WAL bytes on compressible records such as full-page images.
+    Lz4 {
+        /// Smallest payload worth trying, in bytes.
+        min_len: usize,
+    },
+}
+
 /// Settings for [`crate::Wal::open`]. Build with [`Config::new`] and the builder methods; check
 /// with [`Config::validate`] (which `Wal::open` also calls).
 ///
@@ -143,6 +189,7 @@ pub struct Config {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) recovery: RecoveryMode,
     pub(crate) listener: Option<Arc<dyn EventListener>>,
+    pub(crate) compression: Compression,
 }
 
 impl fmt::Debug for Config {
@@ -156,6 +203,7 @@ impl fmt::Debug for Config {
             .field("buffer_size", &self.buffer_size)
             .field("recovery", &self.recovery)
             .field("listener", &self.listener.is_some())
+            .field("compression", &self.compression)
             .finish_non_exhaustive()
     }
 }
@@ -182,7 +230,14 @@ impl Config {
             storage: Arc::new(FsStorage),
             recovery: RecoveryMode::default(),
             listener: None,
+            compression: Compression::Off,
         }
+    }
+
+    /// Sets payload compression (off by default; read docs/SECURITY.md first).
+    pub fn compression(mut self, compression: Compression) -> Config {
+        self.compression = compression;
+        self
     }
 
     /// Sets the key ring; the active (last) key encrypts new data. Default: empty, which only

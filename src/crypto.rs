@@ -25,6 +25,7 @@ use cipher::{InnerIvInit, KeyInit, StreamCipher};
 use parking_lot::Mutex;
 use zeroize::{Zeroize, Zeroizing};
 
+use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 
 /// Length of an AES-256 key in bytes.
@@ -299,6 +300,8 @@ fn parse_hex_key(hex: &str) -> std::result::Result<Key, String> {
 /// A key ring with every key schedule expanded once, ready for many threads.
 pub(crate) struct Keys {
     expanded: Vec<(u32, Aes256, [u8; KCV_LEN])>,
+    /// The AES-256-GCM state of each key (perrecord-gcm), over the same key schedule.
+    gcm: Vec<(u32, GcmKey)>,
     active: Option<u32>,
 }
 
@@ -311,11 +314,25 @@ impl Keys {
                 let kcv = check_value(&aes);
                 (id, aes, kcv)
             })
+            .collect::<Vec<_>>();
+        let gcm = expanded
+            .iter()
+            .map(|(id, aes, _)| (*id, GcmKey::new(aes)))
             .collect();
         Keys {
             expanded,
+            gcm,
             active: ring.active_id(),
         }
+    }
+
+    /// The AES-256-GCM state of key `key_id`.
+    pub(crate) fn gcm(&self, key_id: u32) -> Result<&GcmKey> {
+        self.gcm
+            .iter()
+            .find(|(k, _)| *k == key_id)
+            .map(|(_, gcm)| gcm)
+            .ok_or(Error::MissingKey(key_id))
     }
 
     pub(crate) fn active(&self) -> Option<u32> {

@@ -67,6 +67,9 @@ pub enum CorruptionKind {
     MissingSegment,
     /// A record or page names a key id that its segment header does not list.
     UnlistedKey { key_id: u32 },
+    /// A compressed payload cannot be decompressed: its length prefix is absurd or its stream
+    /// is damaged.
+    BadCompressedPayload(&'static str),
 }
 
 impl fmt::Display for CorruptionKind {
@@ -106,6 +109,7 @@ impl fmt::Display for CorruptionKind {
                 f,
                 "uses key id {key_id}, which its segment header does not list"
             ),
+            Self::BadCompressedPayload(what) => write!(f, "compressed payload is damaged: {what}"),
         }
     }
 }
@@ -179,6 +183,15 @@ pub enum Error {
         at: Position,
         /// What is wrong.
         kind: CorruptionKind,
+    },
+    /// An authenticated record (mode `perrecord-gcm`) failed its tag check although its
+    /// checksum matched: it was altered, moved to another position, replayed from older log,
+    /// or copied from another log. Its payload is never returned.
+    AuthenticationFailed {
+        /// Where the record is.
+        at: Position,
+        /// The key id its header names.
+        key_id: u32,
     },
     /// A segment was written by a format version this build does not read.
     UnsupportedVersion {
@@ -254,6 +267,11 @@ impl fmt::Display for Error {
         match self {
             Self::Io { op, path, source } => write!(f, "{op} {}: {source}", path.display()),
             Self::Corrupt { at, kind } => write!(f, "{at}: {kind}"),
+            Self::AuthenticationFailed { at, key_id } => write!(
+                f,
+                "{at}: record failed authentication under key id {key_id} \
+                 (altered, moved, replayed or from another log; payload withheld)"
+            ),
             Self::UnsupportedVersion {
                 path,
                 found,

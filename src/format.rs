@@ -47,11 +47,30 @@ pub const RECORD_FLAG_SWITCH: u8 = 0x02;
 /// page end; a reader that finds no valid record there continues with this record. pagelevel
 /// writers emit one when they reopen a log whose last page is partly filled: that page's
 /// keystream may already have covered bytes recovery cut away, so it is never written again.
-pub const RECORD_FLAG_RESUME: u8 = 0x04;
+pub const RECORD_FLAG_RESUME: u8 = 0x10;
 /// Payload length of a resume record.
 pub const RESUME_PAYLOAD_LEN: usize = 8;
 /// Flags of records that steer the reader (switch, resume): never encrypted, never returned.
 pub const RECORD_FLAGS_CONTROL: u8 = RECORD_FLAG_SWITCH | RECORD_FLAG_RESUME;
+/// Record flag (with [`RECORD_FLAG_ENCRYPTED`]): the payload is AES-256-GCM ciphertext
+/// followed by a [`TAG_LEN`]-byte tag, both counted in `len`. The nonce is the IV's first 12
+/// bytes (its last 4 are zero) and the associated data is [`auth_aad`].
+pub const RECORD_FLAG_AUTHENTICATED: u8 = 0x04;
+/// Record flag: the plaintext payload is compressed: a little-endian u32 with the original
+/// length, then an LZ4 block. Applied before encryption; removed after decryption.
+pub const RECORD_FLAG_COMPRESSED: u8 = 0x08;
+/// Every record flag this build knows.
+pub const RECORD_FLAGS_KNOWN: u8 = RECORD_FLAG_ENCRYPTED
+    | RECORD_FLAGS_CONTROL
+    | RECORD_FLAG_AUTHENTICATED
+    | RECORD_FLAG_COMPRESSED;
+/// Length of the authentication tag after an authenticated record's ciphertext.
+pub const TAG_LEN: usize = 16;
+/// Length of the associated data an authenticated record's tag covers.
+pub const AAD_LEN: usize = 32;
+/// Offset of the LSN in the associated data: the whole last 8 bytes, so the writer can bind
+/// the position after sealing (see `aead.rs`).
+pub const AAD_LSN_AT: usize = 24;
 /// Largest payload one record may carry (1 GiB). Bounds every allocation a reader makes.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 
@@ -388,15 +407,32 @@ impl RecordHeader {
     /// fields. `bytes` must hold `header_len_for_flags(bytes[9])` bytes.
     pub fn decode(bytes: &[u8]) -> Result<RecordHeader, &'static str> {
         let flags = bytes[9];
-        if flags & !(RECORD_FLAG_ENCRYPTED | RECORD_FLAGS_CONTROL) != 0 {
+        if flags & !RECORD_FLAGS_KNOWN != 0 {
             return Err("unknown flags");
+        }
+        let authenticated = flags & RECORD_FLAG_AUTHENTICATED != 0;
+        if authenticated && flags & RECORD_FLAG_ENCRYPTED == 0 {
+            return Err("authenticated flag without the encrypted flag");
+        }
+        if flags & RECORD_FLAG_SWITCH != 0 && flags != RECORD_FLAG_SWITCH {
+            return Err("segment switch with other flags");
+        }
+        if flags & RECORD_FLAG_RESUME != 0 && flags != RECORD_FLAG_RESUME {
+            return Err("resume record with other flags");
         }
         if le_u16(bytes, 10) != 0 {
             return Err("reserved bytes are not zero");
         }
         let len = le_u32(bytes, 4);
-        if len as usize > MAX_PAYLOAD {
+        let tag = if authenticated { TAG_LEN } else { 0 };
+        if len as usize > MAX_PAYLOAD + tag {
             return Err("payload length beyond the 1 GiB limit");
+        }
+        if (len as usize) < tag {
+            return Err("authenticated record shorter than its tag");
+        }
+        if authenticated && le_u32(bytes, 28) != 0 {
+            return Err("nonce block counter is not zero");
         }
         let encryption = (flags & RECORD_FLAG_ENCRYPTED != 0).then(|| {
             let mut iv = [0u8; IV_LEN];
@@ -420,6 +456,21 @@ pub fn header_len_for_flags(flags: u8) -> usize {
     } else {
         RECORD_HEADER_PLAIN
     }
+}
+
+/// The associated data of an authenticated record at `lsn`: what the tag binds besides the
+/// ciphertext. Layout (little-endian): log id (8), key id (4), stored length with the tag
+/// (4), kind (1), flags (1), zero (6), LSN (8).
+pub fn auth_aad(log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
+    let mut aad = [0u8; AAD_LEN];
+    let key_id = header.encryption.map_or(0, |(id, _)| id);
+    aad[0..8].copy_from_slice(&log_id.to_le_bytes());
+    aad[8..12].copy_from_slice(&key_id.to_le_bytes());
+    aad[12..16].copy_from_slice(&header.len.to_le_bytes());
+    aad[16] = header.kind;
+    aad[17] = header.flags;
+    aad[AAD_LSN_AT..].copy_from_slice(&lsn.to_le_bytes());
+    aad
 }
 
 /// The record checksum over an encoded header and the stored payload.

@@ -8,6 +8,12 @@
 //! * [`Mode::PageLevel`]: whole pages are encrypted when they are written, inside the write
 //!   lock: the simple design, kept for comparison.
 //! * [`Mode::Plaintext`]: no encryption, the baseline.
+//! * [`Mode::PerRecordGcm`]: an option: perrecord with AES-256-GCM, whose tag binds each record
+//!   to its log and position, so tampering with the files is detected
+//!   ([`Error::AuthenticationFailed`]).
+//!
+//! Payloads can also be compressed before they are sealed ([`Compression`], off by default:
+//! compressed lengths leak information about the plaintext; see docs/SECURITY.md).
 //!
 //! ```
 //! use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
@@ -82,6 +88,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod aead;
+mod compress;
 mod config;
 mod crypto;
 mod error;
@@ -96,8 +104,8 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode,
-    SyncMode,
+    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode,
+    RecoveryMode, SyncMode,
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};

@@ -28,7 +28,8 @@ fn follower_reports_damage_in_the_middle() {
             .collect::<Result<_, _>>()
             .unwrap();
         let victim = &records[40];
-        let seg = victim.lsn.0 - victim.lsn.0 % (8 * 1024);
+        let last = victim.end_lsn.0 - 1;
+        let seg = last - last % (8 * 1024);
         let path = dir.path().join(segment_file_name(Lsn(seg)));
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[(victim.end_lsn.0 - 1 - seg) as usize] ^= 0x10;

@@ -15,7 +15,7 @@ use walcrypt::{KeyRing, Lsn, Mode, Reader, Wal};
 
 #[test]
 fn no_iv_repeats_over_fifty_reopens() {
-    for mode in [Mode::PerRecord, Mode::PageLevel] {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
         let recorder = Arc::new(Recorder::default());
@@ -37,7 +37,9 @@ fn no_iv_repeats_over_fifty_reopens() {
         let mut seen: HashMap<[u8; 16], String> = HashMap::new();
         let mut count = 0;
         match mode {
-            Mode::PerRecord => {
+            // perrecord-gcm: the GCM nonce is the IV's first 12 bytes, the rest zero, so
+            // distinct IVs are distinct nonces.
+            Mode::PerRecord | Mode::PerRecordGcm => {
                 let mut note = |iv: [u8; 16], at: String| {
                     count += 1;
                     if let Some(first) = seen.insert(iv, at.clone()) {
@@ -50,6 +52,9 @@ fn no_iv_repeats_over_fifty_reopens() {
                         .header
                         .encryption
                         .expect("perrecord records are encrypted");
+                    if mode == Mode::PerRecordGcm {
+                        assert_eq!(iv[12..], [0; 4], "a 96-bit nonce, block field zero");
+                    }
                     note(iv, format!("record {}", r.lsn));
                 }
                 assert_eq!(count, 300);

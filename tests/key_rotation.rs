@@ -8,7 +8,7 @@ use walcrypt::{Error, Key, KeyRing, Lsn, Mode, Reader, Wal};
 
 #[test]
 fn rotation_keeps_old_records_readable_and_names_missing_or_wrong_keys() {
-    for mode in [Mode::PerRecord, Mode::PageLevel] {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
         let dir = tempfile::tempdir().unwrap();
         let mut keys = KeyRing::generate().unwrap();
         let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
@@ -31,7 +31,7 @@ fn rotation_keeps_old_records_readable_and_names_missing_or_wrong_keys() {
             .collect();
         assert_eq!(all, expected, "{mode}");
 
-        if mode == Mode::PerRecord {
+        if mode.is_per_record() {
             let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
             let ids: Vec<u32> = reader
                 .raw_records_from(Lsn::default())

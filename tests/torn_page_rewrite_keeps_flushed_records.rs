@@ -32,7 +32,12 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
 
 /// Payload length of the flushed records: 112 bytes with the record header in every mode.
 fn small_len(mode: Mode) -> usize {
-    if mode == Mode::PerRecord { 80 } else { 100 }
+    match mode {
+        Mode::PerRecord => 80,
+        // 32-byte header and a 16-byte tag.
+        Mode::PerRecordGcm => 64,
+        _ => 100,
+    }
 }
 
 fn payload(id: u64, len: usize) -> Vec<u8> {

@@ -4,12 +4,16 @@
 use super::Record;
 use super::files::{LogFiles, read_full};
 use crate::Lsn;
+use crate::aead::NONCE_LEN;
+use crate::compress;
 use crate::config::Mode;
+use crate::crypto::IV_LEN;
 use crate::crypto::Keys;
-use crate::error::{CorruptionKind, Error, Result};
+use crate::error::{CorruptionKind, Error, Position, Result};
 use crate::format::{
-    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
-    RECORD_FLAGS_CONTROL, RECORD_HEADER_PLAIN, RecordHeader,
+    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
+    RECORD_FLAG_COMPRESSED, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
+    RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
 };
 use crate::storage::StorageFile;
 
@@ -29,19 +33,65 @@ pub(crate) struct Stored {
     pub(crate) end_lsn: Lsn,
     pub(crate) header: RecordHeader,
     pub(crate) stored: Vec<u8>,
+    /// The log id, part of an authenticated record's associated data.
+    pub(crate) log_id: u64,
+    /// Where the record is, for errors found while decoding its payload.
+    pub(crate) at: Position,
 }
 
 impl Stored {
-    /// Decrypts the payload in place (perrecord); afterwards it is plaintext.
+    /// Decrypts the payload in place (perrecord modes), checking the tag of an authenticated
+    /// record first, and decompresses it if it was stored compressed; afterwards it is the
+    /// payload as appended.
     pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
-        if let Some((key_id, iv)) = self.header.encryption.take() {
-            keys.ok_or(Error::MissingKey(key_id))?.apply_keystream(
-                key_id,
-                &iv,
-                &mut self.stored,
-            )?;
+        if let Some((key_id, iv)) = self.header.encryption {
+            let keys = keys.ok_or(Error::MissingKey(key_id))?;
+            if self.header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
+                self.open_authenticated(keys, key_id, &iv)?;
+            } else {
+                keys.apply_keystream(key_id, &iv, &mut self.stored)?;
+            }
+            self.header.encryption = None;
+        }
+        if self.header.flags & RECORD_FLAG_COMPRESSED != 0 {
+            self.stored = compress::decompress(&self.stored).map_err(|what| Error::Corrupt {
+                at: self.at,
+                kind: CorruptionKind::BadCompressedPayload(what),
+            })?;
+            self.header.flags &= !RECORD_FLAG_COMPRESSED;
         }
         Ok(())
+    }
+
+    /// Checks the GCM tag over the ciphertext and the associated data rebuilt from where the
+    /// record was found, then decrypts and drops the tag. A failed tag leaves no plaintext.
+    fn open_authenticated(&mut self, keys: &Keys, key_id: u32, iv: &[u8; IV_LEN]) -> Result<()> {
+        let aad = format::auth_aad(self.log_id, &self.header, u64::from(self.lsn));
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&iv[..NONCE_LEN]);
+        let body_len = self.stored.len() - TAG_LEN;
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&self.stored[body_len..]);
+        let (body, _) = self.stored.split_at_mut(body_len);
+        if !keys.gcm(key_id)?.open(&nonce, &aad, body, &tag) {
+            return Err(Error::AuthenticationFailed {
+                at: self.at,
+                key_id,
+            });
+        }
+        self.stored.truncate(body_len);
+        Ok(())
+    }
+
+    /// The decrypted payload, leaving the stored bytes as they are.
+    pub(crate) fn plaintext(&self, keys: Option<&Keys>) -> Result<Vec<u8>> {
+        let mut copy = Stored {
+            header: self.header,
+            stored: self.stored.clone(),
+            ..*self
+        };
+        copy.decrypt(keys)?;
+        Ok(copy.stored)
     }
 
     /// Decrypts the payload in place if needed and returns the record.
@@ -225,23 +275,42 @@ impl<'a> Cursor<'a> {
             };
             return Ok(Err(invalid(start, start, kind)));
         }
-        if header.encryption.is_some()
-            != (self.files.mode == Mode::PerRecord && header.flags & RECORD_FLAGS_CONTROL == 0)
-        {
+        let mode = self.files.mode;
+        let control = header.flags & RECORD_FLAGS_CONTROL != 0;
+        if header.encryption.is_some() != (mode.is_per_record() && !control) {
             return Ok(Err(invalid(
                 start,
                 start,
                 CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
             )));
         }
+        // In a perrecord-gcm log every record but a segment switch carries a tag; a record
+        // without one is rejected, never read unauthenticated.
+        if (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != (mode.is_authenticated() && !control)
+        {
+            return Ok(Err(invalid(
+                start,
+                start,
+                CorruptionKind::BadRecordHeader(
+                    "authentication flag does not match the log's mode",
+                ),
+            )));
+        }
         if let Some((key_id, _)) = header.encryption {
             self.files.check_key_listed(key_id, start)?;
         }
+        let segment = self.files.geo.segment_start(start);
         Ok(Ok(Stored {
             lsn: Lsn(start),
             end_lsn: Lsn(pos),
             header,
             stored,
+            log_id: self.files.log_id,
+            at: Position {
+                segment: Lsn(segment),
+                offset: start - segment,
+                lsn: Lsn(start),
+            },
         }))
     }
 

@@ -252,7 +252,7 @@ impl Follower {
     /// Like [`Follower::poll`], but the record as stored, with its header (see
     /// [`Reader::raw_records_from`](crate::Reader::raw_records_from)).
     pub fn poll_raw(&mut self) -> Result<Option<RawRecord>> {
-        self.poll_with(|stored, keys| Ok(raw_record(stored, keys)))
+        self.poll_with(raw_record)
     }
 
     /// Waits up to `timeout` for the next record; `Ok(None)` when none came in time.

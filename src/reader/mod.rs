@@ -260,23 +260,22 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
     }
 }
 
-/// The stored record as inspection tools see it, decrypted when the key is there.
-pub(crate) fn raw_record(rec: Stored, keys: Option<&crate::crypto::Keys>) -> RawRecord {
-    let payload = match rec.header.encryption {
-        None => Some(rec.stored.clone()),
-        Some((key_id, iv)) => keys.and_then(|keys| {
-            let mut plain = rec.stored.clone();
-            keys.apply_keystream(key_id, &iv, &mut plain).ok()?;
-            Some(plain)
-        }),
+/// The stored record as inspection tools see it, decrypted (and decompressed) when the key is
+/// there. A missing key leaves the payload out; a failed authentication tag or a damaged
+/// compressed payload is an error, never a payload.
+pub(crate) fn raw_record(rec: Stored, keys: Option<&crate::crypto::Keys>) -> Result<RawRecord> {
+    let payload = match rec.plaintext(keys) {
+        Ok(plain) => Some(plain),
+        Err(Error::MissingKey(_)) => None,
+        Err(e) => return Err(e),
     };
-    RawRecord {
+    Ok(RawRecord {
         lsn: rec.lsn,
         end_lsn: rec.end_lsn,
         header: rec.header,
         stored: rec.stored,
         payload,
-    }
+    })
 }
 
 /// Iterator over [`RawRecord`]s; see [`Reader::raw_records_from`].
@@ -299,7 +298,13 @@ impl Iterator for RawRecords<'_> {
             Ok(rec) => rec,
             Err(e) => return Some(Err(e)),
         };
-        Some(Ok(raw_record(rec, self.walk.files.keys.as_deref())))
+        match raw_record(rec, self.walk.files.keys.as_deref()) {
+            Ok(raw) => Some(Ok(raw)),
+            Err(e) => {
+                self.walk.cursor = None;
+                Some(Err(e))
+            }
+        }
     }
 }
 

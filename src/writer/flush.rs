@@ -353,7 +353,8 @@ impl Wal {
     /// next record starts in a new segment, whose header lists the current keys.
     pub(crate) fn switch_segment(&self) -> Result<()> {
         let mut sealed = Vec::new();
-        self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
+        // A switch record is never encrypted, so nothing is left to bind.
+        let _unauthenticated = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
@@ -392,7 +393,7 @@ impl Wal {
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
         let end = self.complete_to.load(Ordering::Acquire);
         let mut sealed = Vec::new();
-        self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
+        let _unauthenticated = self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
         let mut ins = self.insert.lock();
         let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
         {

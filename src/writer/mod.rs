@@ -26,13 +26,16 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
-use crate::config::{Config, Mode, SyncMode};
+use crate::aead::{LsnBinder, NONCE_LEN};
+use crate::compress;
+use crate::config::{Compression, Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH,
-    RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
+    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
+    RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
+    RecordHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -43,11 +46,32 @@ pub(crate) use flush::{TMP_SUFFIX, create_segment};
 
 const NO_PAGE: u64 = u64::MAX;
 
+/// The part of sealing an authenticated record that needs its LSN: bind the LSN into the tag
+/// (one GF(2^128) multiplication) and extend the checksum over the 16 tag bytes. Done inside
+/// the insert lock; empty for every other record. The `u32` is the checksum of the header
+/// and ciphertext.
+#[must_use = "an authenticated record is unreadable until its LSN is bound"]
+pub(crate) struct LateBind(Option<(LsnBinder, u32)>);
+
+impl LateBind {
+    /// Finishes `sealed` (a record about to start at `lsn`): its tag and checksum fields.
+    fn finish(self, lsn: u64, sealed: &mut [u8]) {
+        let Some((binder, crc)) = self.0 else {
+            return;
+        };
+        let tag_at = sealed.len() - TAG_LEN;
+        binder.bind(lsn, &mut sealed[tag_at..]);
+        let crc = crc32c::crc32c_append(crc, &sealed[tag_at..]);
+        sealed[..4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 /// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
 const SEAL_BUFFER_KEEP: usize = 256 << 10;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static COMPRESS_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
@@ -159,6 +183,7 @@ pub struct Wal {
     geo: Geometry,
     log_id: u64,
     sync: SyncMode,
+    compression: Compression,
     keys: Arc<Keys>,
     active_key: u32,
     ivs: IvSource,
@@ -249,6 +274,7 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
+            compression: config.compression,
             keys,
             active_key,
             ivs: IvSource::new()?,
@@ -325,9 +351,10 @@ impl Wal {
         check_len(payload)?;
         let result = SEAL_BUFFER.with(|buffer| {
             let mut sealed = buffer.take();
-            let result = self
-                .seal(kind, 0, payload, &mut sealed)
-                .and_then(|()| self.insert_sealed(&sealed, &[sealed.len()], payload.len()));
+            let result = self.seal(kind, 0, payload, &mut sealed).and_then(|late| {
+                let ends = [sealed.len()];
+                self.insert_sealed(&mut sealed, &ends, std::iter::once(late), payload.len())
+            });
             if sealed.capacity() <= SEAL_BUFFER_KEEP {
                 buffer.set(sealed);
             }
@@ -363,11 +390,12 @@ impl Wal {
         self.check_poison()?;
         let mut sealed = Vec::new();
         let mut ends = Vec::new();
+        let mut lates = Vec::new();
         let mut record = Vec::new();
         let mut payload_bytes = 0;
         for (kind, payload) in records {
             check_len(payload)?;
-            self.seal(kind, 0, payload, &mut record)?;
+            lates.push(self.seal(kind, 0, payload, &mut record)?);
             sealed.extend_from_slice(&record);
             ends.push(sealed.len());
             payload_bytes += payload.len();
@@ -375,41 +403,110 @@ impl Wal {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
-        let result = self.insert_sealed(&sealed, &ends, payload_bytes);
+        let result = self.insert_sealed(&mut sealed, &ends, lates, payload_bytes);
         self.deliver_events();
         let (_, lsns) = result?;
         Ok(lsns)
     }
 
-    /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`.
-    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<()> {
-        let encrypt = self.mode == Mode::PerRecord && flags & RECORD_FLAG_SWITCH == 0;
+    /// Compresses (when configured and worth it), encrypts (perrecord modes) and checksums a
+    /// record into its stored form in `sealed`.
+    ///
+    /// For an authenticated record the tag and checksum are left one step short: the returned
+    /// [`LateBind`] finishes them inside the insert lock, once the LSN is known.
+    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<LateBind> {
+        let Compression::Lz4 { min_len } = self.compression else {
+            return self.seal_stored(kind, flags, payload, sealed);
+        };
+        if flags & RECORD_FLAG_SWITCH != 0 || payload.len() < min_len.max(1) {
+            return self.seal_stored(kind, flags, payload, sealed);
+        }
+        COMPRESS_BUFFER.with(|buffer| {
+            let mut packed = buffer.take();
+            let result = if compress::compress(payload, &mut packed) {
+                self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, &packed, sealed)
+            } else {
+                self.seal_stored(kind, flags, payload, sealed)
+            };
+            if packed.capacity() <= SEAL_BUFFER_KEEP {
+                buffer.set(packed);
+            }
+            result
+        })
+    }
+
+    /// [`Wal::seal`] of the payload as it will be stored (compressed or not).
+    fn seal_stored(
+        &self,
+        kind: u8,
+        flags: u8,
+        payload: &[u8],
+        sealed: &mut Vec<u8>,
+    ) -> Result<LateBind> {
+        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAG_SWITCH == 0;
+        let auth = encrypt && self.mode.is_authenticated();
         let hlen = if encrypt {
             RECORD_HEADER_ENCRYPTED
         } else {
             RECORD_HEADER_PLAIN
         };
+        let tag_len = if auth { TAG_LEN } else { 0 };
         sealed.clear();
         sealed.resize(hlen, 0);
         sealed.extend_from_slice(payload);
+        sealed.resize(hlen + payload.len() + tag_len, 0);
+        let body_end = sealed.len() - tag_len;
         let mut header = RecordHeader {
             crc: 0,
-            len: payload.len() as u32,
+            len: (payload.len() + tag_len) as u32,
             kind,
             flags,
             encryption: None,
         };
+        let mut late = LateBind(None);
         if encrypt {
             let iv = self.ivs.next_iv()?;
-            self.keys
-                .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
             header.flags |= RECORD_FLAG_ENCRYPTED;
             header.encryption = Some((self.active_key, iv));
+            if auth {
+                header.flags |= RECORD_FLAG_AUTHENTICATED;
+                late = self.seal_gcm(&header, &mut sealed[hlen..])?;
+            } else {
+                self.keys
+                    .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
+            }
         }
         header.encode(&mut sealed[..hlen]);
-        header.crc = format::record_crc(&sealed[..hlen], &sealed[hlen..]);
-        header.encode(&mut sealed[..hlen]);
-        Ok(())
+        let crc = format::record_crc(&sealed[..hlen], &sealed[hlen..body_end]);
+        if let LateBind(Some((_, crc_before_tag))) = &mut late {
+            *crc_before_tag = crc;
+        } else {
+            header.crc = crc;
+            header.encode(&mut sealed[..hlen]);
+        }
+        Ok(late)
+    }
+
+    /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
+    /// LSN left zero for [`LateBind`] to fill in.
+    fn seal_gcm(&self, header: &RecordHeader, stored: &mut [u8]) -> Result<LateBind> {
+        let Some((key_id, iv)) = header.encryption else {
+            return Ok(LateBind(None));
+        };
+        let aad = format::auth_aad(self.log_id, header, 0);
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&iv[..NONCE_LEN]);
+        let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
+        let (tag, binder) =
+            self.keys
+                .gcm(key_id)?
+                .seal(&nonce, &aad, body)
+                .ok_or(Error::RecordTooLarge {
+                    len: body.len(),
+                    max: format::MAX_PAYLOAD,
+                })?;
+        tag_room.copy_from_slice(&tag);
+        Ok(LateBind(Some((binder, 0))))
     }
 
     /// Places sealed records (the one or more records of `sealed`, record `i` ending at
@@ -418,10 +515,14 @@ impl Wal {
     ///
     /// A failure once copying has begun (a write-out to make room failed) poisons the log: the
     /// buffer may hold part of the records, and the log must not resume from that.
+    ///
+    /// `lates` finishes each record's tag and checksum once its LSN is known (authenticated
+    /// records; a no-op for the others).
     fn insert_sealed(
         &self,
-        sealed: &[u8],
+        sealed: &mut [u8],
         ends: &[usize],
+        lates: impl IntoIterator<Item = LateBind>,
         payload_bytes: usize,
     ) -> Result<(Lsn, Vec<Lsn>)> {
         // Allocated before the lock: the lock only ever copies.
@@ -431,7 +532,8 @@ impl Wal {
         let held_since = Instant::now();
         let mut result = Ok(());
         let mut begin = 0;
-        for (i, &end) in ends.iter().enumerate() {
+        for ((i, &end), late) in ends.iter().enumerate().zip(lates) {
+            late.finish(self.geo.skip_headers(ins.pos), &mut sealed[begin..end]);
             match self.copy_in(&mut ins, &sealed[begin..end]) {
                 Ok((start, record_end)) => {
                     ins.pos = record_end;

@@ -5,6 +5,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod tamper;
+
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 

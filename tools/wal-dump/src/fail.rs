@@ -39,7 +39,9 @@ impl Fail {
     /// missing logs) is trouble.
     pub fn from_wal(e: &walcrypt::Error) -> Fail {
         match e {
-            walcrypt::Error::Corrupt { .. } => Fail::damage(one_line(&e.to_string())),
+            walcrypt::Error::Corrupt { .. } | walcrypt::Error::AuthenticationFailed { .. } => {
+                Fail::damage(one_line(&e.to_string()))
+            }
             _ => Fail::trouble(one_line(&e.to_string())),
         }
     }

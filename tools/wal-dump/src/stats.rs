@@ -70,7 +70,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         fmt_lsn(last_end)
     )?;
     let used_keys = match reader.mode() {
-        Mode::PerRecord => record_keys.into_iter().collect(),
+        Mode::PerRecord | Mode::PerRecordGcm => record_keys.into_iter().collect(),
         Mode::PageLevel => page_key_ids(&reader, first, last_end)?,
         Mode::Plaintext => Vec::new(),
     };
@@ -225,6 +225,14 @@ fn write_breakdown(
     }
     let extra = (RECORD_HEADER_ENCRYPTED - RECORD_HEADER_PLAIN) as u64;
     let (overhead, why) = match reader.mode() {
+        Mode::PerRecordGcm => (
+            total.count * (extra + walcrypt::inspect::TAG_LEN as u64),
+            format!(
+                "{extra} B more per record header ({RECORD_HEADER_ENCRYPTED} B instead of \
+                 {RECORD_HEADER_PLAIN} B) and a {} B tag per record",
+                walcrypt::inspect::TAG_LEN
+            ),
+        ),
         Mode::PerRecord => (
             total.count * extra,
             format!(

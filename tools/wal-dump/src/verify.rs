@@ -1,7 +1,8 @@
 //! `--verify`: read the whole log and report every problem with its position.
 //!
 //! Checks: segment continuity and file sizes, every page header (magic, checksum, address,
-//! encryption flag, listed key id), record checksums and LSN continuity, key check values of a
+//! encryption flag, listed key id), record checksums, authentication tags (perrecord-gcm, with
+//! a key file) and LSN continuity, key check values of a
 //! given key file against the segment headers, the clean end of the log, and that no counter
 //! block is used twice under one key (record IVs in perrecord, page IVs in pagelevel).
 //! The reader stops at the first damage; verify then resumes at the next page where a record
@@ -291,6 +292,13 @@ impl Verify<'_> {
                         if let walcrypt::Error::Corrupt { at, .. } = &e {
                             damage_at =
                                 Some((u64::from(at.segment) + at.offset).max(u64::from(at.lsn)));
+                        }
+                        self.found.damage.push(one_line(&e.to_string()));
+                        break;
+                    }
+                    Err(e @ walcrypt::Error::AuthenticationFailed { .. }) => {
+                        if let walcrypt::Error::AuthenticationFailed { at, .. } = &e {
+                            damage_at = Some(u64::from(at.lsn));
                         }
                         self.found.damage.push(one_line(&e.to_string()));
                         break;

@@ -41,7 +41,9 @@ fn json_payload_round_trips() {
                 a.lsn
             );
             assert_eq!(obj["kind"].as_u64(), Some(a.kind as u64));
-            assert_eq!(obj["len"].as_u64(), Some(a.payload.len() as u64));
+            // `len` is the header's stored length: an authenticated record adds its tag.
+            let tag = if mode.is_authenticated() { 16 } else { 0 };
+            assert_eq!(obj["len"].as_u64(), Some(a.payload.len() as u64 + tag));
             assert_eq!(obj["payload"].as_str(), Some(hex(&a.payload).as_str()));
             assert_eq!(obj["crc_ok"], Value::Bool(true));
             assert_eq!(obj["encrypted"], Value::Bool(mode.is_encrypted()));
@@ -50,7 +52,7 @@ fn json_payload_round_trips() {
                 Mode::Plaintext => {
                     assert!(obj["key_id"].is_null() && obj["iv"].is_null());
                 }
-                Mode::PerRecord => {
+                Mode::PerRecord | Mode::PerRecordGcm => {
                     assert_eq!(obj["key_id"].as_u64(), Some(1));
                     assert_eq!(obj["iv"].as_str().unwrap().len(), 32);
                 }
@@ -76,7 +78,12 @@ fn json_payload_round_trips() {
         assert_eq!(raw.len(), appended.len());
         for (obj, a) in raw.iter().zip(&appended) {
             let stored = obj["payload"].as_str().unwrap();
-            assert_eq!(stored.len(), 2 * a.payload.len());
+            let tag = if mode.is_authenticated() { 16 } else { 0 };
+            assert_eq!(
+                stored.len(),
+                2 * (a.payload.len() + tag),
+                "{mode}: as stored"
+            );
             if mode.is_encrypted() && a.payload.len() >= 8 {
                 assert_ne!(stored, hex(&a.payload), "{mode}: --raw shows plaintext");
             } else if !mode.is_encrypted() {

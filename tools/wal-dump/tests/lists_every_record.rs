@@ -25,13 +25,15 @@ fn lists_every_record_with_the_key() {
                 "lsn: {:X}/{:08X}  len: {}  kind: {}",
                 lsn >> 32,
                 lsn & 0xFFFF_FFFF,
-                a.payload.len(),
+                a.payload.len() + if mode.is_authenticated() { 16 } else { 0 },
                 a.kind
             );
             assert!(line.starts_with(&want), "{mode}: {line} vs {want}");
             assert!(line.ends_with("crc: ok"), "{line}");
             match mode {
-                Mode::PerRecord => assert!(line.contains("key: 1  iv: "), "{line}"),
+                Mode::PerRecord | Mode::PerRecordGcm => {
+                    assert!(line.contains("key: 1  iv: "), "{line}")
+                }
                 Mode::PageLevel => assert!(line.contains("key: 1  iv: page"), "{line}"),
                 Mode::Plaintext => assert!(line.contains("key: -  iv: -"), "{line}"),
             }

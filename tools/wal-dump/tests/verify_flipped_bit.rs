@@ -13,7 +13,7 @@ fn verify_flags_a_flipped_bit() {
     for mode in Mode::ALL {
         let tmp = tempfile::tempdir().unwrap();
         let (log, key_file, _, appended) = make_log(tmp.path(), mode, 150);
-        let hlen = if mode == Mode::PerRecord { 32 } else { 12 };
+        let hlen = if mode.is_per_record() { 32 } else { 12 };
         let victim = appended[60..]
             .iter()
             .find(|a| {

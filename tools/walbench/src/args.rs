@@ -26,12 +26,12 @@ pub struct Args {
     )]
     pub workloads: ::std::vec::Vec<Workload>,
 
-    /// Modes: plaintext, perrecord, pagelevel
+    /// Modes: plaintext, perrecord, pagelevel, perrecord-gcm
     #[arg(
         long = "mode",
         visible_alias = "modes",
         value_name = "LIST",
-        default_value = "plaintext,perrecord,pagelevel",
+        default_value = "plaintext,perrecord,pagelevel,perrecord-gcm",
         value_parser = mode_list
     )]
     pub modes: ::std::vec::Vec<Mode>,
@@ -118,6 +118,20 @@ pub struct Args {
     /// No progress bar
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Compress payloads of at least BYTES with LZ4 before sealing (off by default)
+    #[arg(long, value_name = "BYTES")]
+    pub compress: Option<usize>,
+}
+
+impl Args {
+    /// The compression setting every log of the run uses.
+    pub fn compression(&self) -> walcrypt::Compression {
+        match self.compress {
+            Some(min_len) => walcrypt::Compression::Lz4 { min_len },
+            None => walcrypt::Compression::Off,
+        }
+    }
 }
 
 /// Comma-separated items, blanks skipped, each kept once in first-seen order.

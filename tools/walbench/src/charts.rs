@@ -12,6 +12,7 @@ fn mode_color(mode: Mode) -> RGBColor {
         Mode::Plaintext => RGBColor(40, 40, 40),
         Mode::PerRecord => RGBColor(31, 119, 180),
         Mode::PageLevel => RGBColor(214, 39, 40),
+        Mode::PerRecordGcm => RGBColor(44, 160, 44),
     }
 }
 

@@ -5,10 +5,10 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
+use walcrypt::{Compression, Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
 
 use crate::cpu::CpuTime;
-use crate::workload::{EngineWork, RedoApply, Workload, payload};
+use crate::workload::{EngineWork, RedoApply, Workload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -62,13 +62,15 @@ pub struct CellSpec<'a> {
     pub sync: SyncMode,
     pub duration: Duration,
     pub work: EngineWork,
+    pub compression: Compression,
 }
 
 /// Runs `threads` transaction loops against a fresh log for `duration`.
 pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
     let config = Config::new(spec.mode)
         .keys(spec.keys.clone())
-        .sync(spec.sync);
+        .sync(spec.sync)
+        .compression(spec.compression);
     let wal = Wal::open(spec.dir, config)?;
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(spec.threads + 1);
@@ -79,7 +81,7 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
                 let (wal, stop, barrier) = (&wal, &stop, &barrier);
                 let work = spec.work;
                 s.spawn(move || {
-                    let data = payload(spec.workload.max_record(), 0x5eed + t as u64);
+                    let data = spec.workload.data(0x5eed + t as u64);
                     barrier.wait();
                     txn_loop(wal, stop, work, records, &data, t as u64)
                 })
@@ -194,12 +196,14 @@ pub fn write_recovery_log(
     workload: Workload,
     mode: Mode,
     bytes: u64,
+    compression: Compression,
 ) -> Result<u64, BoxError> {
     let config = Config::new(mode)
         .keys(keys.clone())
-        .sync(SyncMode::Buffered);
+        .sync(SyncMode::Buffered)
+        .compression(compression);
     let wal = Wal::open(dir, config)?;
-    let data = payload(workload.max_record(), 0xfeed);
+    let data = workload.data(0xfeed);
     let mut last = Lsn::default();
     while wal.stats().payload_bytes < bytes {
         for _ in 0..64 {

@@ -58,6 +58,15 @@ impl Workload {
         self.records().iter().map(|(_, len)| len).sum()
     }
 
+    /// The bytes one thread's records are cut from (each record takes a prefix): random bytes,
+    /// except for fpw, whose page images compress like real heap pages ([`page_image`]).
+    pub fn data(self, seed: u64) -> Vec<u8> {
+        match self {
+            Workload::Fpw => page_image(self.max_record(), seed),
+            _ => payload(self.max_record(), seed),
+        }
+    }
+
     pub fn max_record(self) -> usize {
         self.records()
             .iter()
@@ -88,6 +97,72 @@ pub fn payload(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A page image shaped like a PostgreSQL heap page at about 90% fill: a 24-byte page header,
+/// 4-byte line pointers, a zeroed hole, and tuples packed from the end. Each tuple has a
+/// 23-byte header with increasing transaction ids, an int4 key counting up, an int8 amount
+/// drawn from a small range, a name from a 16-word dictionary plus a number, an int8
+/// timestamp advancing by small random steps, and 16 random bytes (a hash or UUID column),
+/// so the page has repeating structure and some entropy, as real pages do. LZ4 shrinks
+/// these to roughly half; see docs/BENCHMARKS.md.
+pub fn page_image(len: usize, seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliet", "kilo", "lima", "mike", "november", "oscar", "papa",
+    ];
+    let mut x = seed | 1;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut page = vec![0u8; len];
+    let fill_to = len / 10;
+    let mut upper = len;
+    let mut lower = 24;
+    let xid = (rand() % 1_000_000) as u32;
+    let mut ts = 700_000_000_000_000u64 + rand() % 1_000_000;
+    let mut n = 0u32;
+    loop {
+        let mut tuple = Vec::with_capacity(96);
+        tuple.extend_from_slice(&(xid + n / 4).to_le_bytes()); // xmin
+        tuple.extend_from_slice(&0u32.to_le_bytes()); // xmax
+        tuple.extend_from_slice(&0u32.to_le_bytes()); // cid
+        tuple.extend_from_slice(&[0, 0, 0, 7, 0, n as u8 + 1]); // ctid
+        tuple.extend_from_slice(&[5, 0, 2, 9, 24]); // natts, infomask, hoff
+        tuple.push(0); // padding to 24
+        tuple.extend_from_slice(&(seed as u32).wrapping_add(n).to_le_bytes());
+        tuple.extend_from_slice(&[0; 4]);
+        tuple.extend_from_slice(&(rand() % 100_000).to_le_bytes());
+        let word = WORDS[(rand() % 16) as usize];
+        let name = format!("{word}-{}", rand() % 1000);
+        tuple.push((name.len() as u8) << 1 | 1);
+        tuple.extend_from_slice(name.as_bytes());
+        while tuple.len() % 8 != 0 {
+            tuple.push(0);
+        }
+        ts += rand() % 5_000_000;
+        tuple.extend_from_slice(&ts.to_le_bytes());
+        tuple.extend_from_slice(&rand().to_le_bytes());
+        tuple.extend_from_slice(&rand().to_le_bytes());
+        if upper < tuple.len() + fill_to || upper - tuple.len() < lower + 4 + fill_to {
+            break;
+        }
+        upper -= tuple.len();
+        page[upper..upper + tuple.len()].copy_from_slice(&tuple);
+        let lp = (upper as u32) | 1 << 15 | (tuple.len() as u32) << 17;
+        page[lower..lower + 4].copy_from_slice(&lp.to_le_bytes());
+        lower += 4;
+        n += 1;
+    }
+    page[..8].copy_from_slice(&rand().to_le_bytes()); // page LSN
+    page[12..14].copy_from_slice(&(lower as u16).to_le_bytes());
+    page[14..16].copy_from_slice(&(upper as u16).to_le_bytes());
+    page[16..18].copy_from_slice(&(len as u16).to_le_bytes());
+    page[18..20].copy_from_slice(&0x2004u16.to_le_bytes());
+    page
 }
 
 /// CPU work standing in for what the engine does per transaction outside the WAL (parsing,
@@ -200,5 +275,33 @@ mod tests {
         assert_eq!(&redo.page()[20..25], last);
         assert_eq!(&redo.page()[25..], &c[APPLY_PAGE + 5..2 * APPLY_PAGE - 20]);
         assert_eq!(redo.offset, 25);
+    }
+
+    #[test]
+    fn page_images_compress_like_real_pages_and_random_data_does_not() {
+        use walcrypt::{Compression, Config, Mode, SyncMode, Wal};
+        let ratio = |data: &[u8]| {
+            let dir = tempfile::tempdir().unwrap();
+            let config = Config::new(Mode::Plaintext)
+                .sync(SyncMode::Buffered)
+                .compression(Compression::Lz4 { min_len: 1024 });
+            let wal = Wal::open(dir.path(), config).unwrap();
+            wal.append(1, data).unwrap();
+            let st = wal.stats();
+            st.record_bytes as f64 / st.payload_bytes as f64
+        };
+        let page = Workload::Fpw.data(7);
+        assert_eq!(page.len(), Workload::Fpw.max_record());
+        let zeros = page.iter().filter(|b| **b == 0).count() as f64 / page.len() as f64;
+        assert!(
+            zeros < 0.5,
+            "mostly tuples, not a hole: {zeros:.2} zero bytes"
+        );
+        let r = ratio(&page);
+        assert!((0.3..0.8).contains(&r), "page image compresses to {r:.2}");
+        assert!(
+            ratio(&payload(8192, 7)) > 1.0,
+            "random bytes stay uncompressed"
+        );
     }
 }

@@ -1,0 +1,65 @@
+//! Helpers for the tampering scenarios: read and rewrite a record's bytes in place and
+//! recompute its CRC32C, as someone with write access to the files (but not the key) can.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use walcrypt::inspect::{RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name};
+use walcrypt::{Lsn, Reader};
+
+/// A record as it sits in the files: its position and stored bytes (header and payload).
+#[derive(Clone, Debug)]
+pub struct OnDisk {
+    pub lsn: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// Every record of the log that lies inside one page, with its stored bytes.
+pub fn single_page_records(dir: &Path) -> Vec<OnDisk> {
+    let reader = Reader::open(dir, None).expect("open reader");
+    let page = reader.geometry().page_size;
+    let mut out = Vec::new();
+    for rec in reader.raw_records_from(Lsn::default()) {
+        let rec = rec.expect("raw record");
+        let lsn = u64::from(rec.lsn);
+        let len = rec.header.len_bytes() + rec.stored.len();
+        if lsn / page == (lsn + len as u64 - 1) / page {
+            out.push(OnDisk {
+                lsn,
+                bytes: read_at(dir, &reader, lsn, len),
+            });
+        }
+    }
+    out
+}
+
+fn file_and_offset(reader: &Reader, dir: &Path, lsn: u64) -> (std::path::PathBuf, u64) {
+    let seg = reader.geometry().segment_start(lsn);
+    (dir.join(segment_file_name(Lsn(seg))), lsn - seg)
+}
+
+fn read_at(dir: &Path, reader: &Reader, lsn: u64, len: usize) -> Vec<u8> {
+    let (path, offset) = file_and_offset(reader, dir, lsn);
+    let file = std::fs::File::open(path).expect("open segment");
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, offset).expect("read record");
+    bytes
+}
+
+/// Writes `bytes` at log position `lsn` (inside one page).
+pub fn write_at(dir: &Path, lsn: u64, bytes: &[u8]) {
+    let reader = Reader::open(dir, None).expect("open reader");
+    let (path, offset) = file_and_offset(&reader, dir, lsn);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open segment for writing");
+    file.write_all_at(bytes, offset).expect("write record");
+}
+
+/// Recomputes the CRC32C of a stored perrecord record (32-byte header, then the payload).
+pub fn fix_crc(record: &mut [u8]) {
+    let (header, payload) = record.split_at(RECORD_HEADER_ENCRYPTED);
+    let crc = record_crc(header, payload);
+    record[..4].copy_from_slice(&crc.to_le_bytes());
+}
