@@ -206,7 +206,7 @@ impl Walk<'_> {
                     }
                     Ok(Settled::Resume(cursor, stored)) => {
                         self.cursor = Some(cursor);
-                        Some(Ok(stored))
+                        Some(Ok(*stored))
                     }
                     Err(e) => Some(Err(e)),
                 }
@@ -224,7 +224,7 @@ pub(crate) enum Settled<'a> {
     /// The end of the valid log, at this position.
     End(u64),
     /// The record was read in full on a second look: the writer had moved on.
-    Resume(Cursor<'a>, Stored),
+    Resume(Cursor<'a>, Box<Stored>),
 }
 
 /// Pauses before each further look at a record that the page headers say was complete; the
@@ -250,7 +250,7 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
         std::thread::sleep(pause);
         let mut cursor = Cursor::new(files, invalid.lsn);
         match cursor.next()? {
-            Step::Record(stored) => return Ok(Settled::Resume(cursor, stored)),
+            Step::Record(stored) => return Ok(Settled::Resume(cursor, Box::new(stored))),
             Step::End(again) => invalid = again,
         }
     }
