@@ -114,6 +114,12 @@ pub struct Config {
     pub buffer_size: usize,
     /// Where the files live. Default: the real file system.
     pub storage: Arc<dyn Storage>,
+    /// Prepare the next segment ahead, on a thread of the `Wal`'s own, while the writer fills
+    /// the current one. Default true. Off, the writer creates each segment when it first
+    /// needs it, inside a commit (a segment's worth of zeros and three syncs), unless the
+    /// embedder calls `Wal::prepare_next_segment` itself; tests that count I/O operations turn
+    /// it off to stay deterministic.
+    pub prepare_segments: bool,
 }
 
 impl fmt::Debug for Config {
@@ -125,6 +131,7 @@ impl fmt::Debug for Config {
             .field("page_size", &self.page_size)
             .field("sync", &self.sync)
             .field("buffer_size", &self.buffer_size)
+            .field("prepare_segments", &self.prepare_segments)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +154,7 @@ impl Config {
             sync: SyncMode::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
             storage: Arc::new(FsStorage),
+            prepare_segments: true,
         }
     }
 
@@ -177,6 +185,12 @@ impl Config {
     /// Sets the WAL buffer size in bytes.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
+        self
+    }
+
+    /// Turns preparing segments ahead on or off (see [`Config::prepare_segments`](#structfield.prepare_segments)).
+    pub fn prepare_segments(mut self, on: bool) -> Config {
+        self.prepare_segments = on;
         self
     }
 

@@ -1,10 +1,10 @@
 //! The write side of the log: writing pages out (and, in pagelevel mode, encrypting them) under
 //! the write lock, group-commit flushes, fdatasync, segment creation, switch and purge.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::prepare::create_segment;
 use super::{Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
@@ -13,7 +13,7 @@ use crate::format::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
     SegmentHeader,
 };
-use crate::storage::{Storage, StorageFile};
+use crate::storage::StorageFile;
 
 #[derive(Default)]
 pub(super) struct GroupCommit {
@@ -172,22 +172,31 @@ impl Wal {
             return Ok(w.files[i].1.as_ref());
         }
         self.retire_files(w)?;
+        let file = match self.take_prepared(segment) {
+            Some(file) => file,
+            None => self.open_or_create(segment)?,
+        };
+        w.files.push((segment, file));
+        self.want_prepared(segment + self.geo.segment_size);
+        Ok(w.files
+            .last()
+            .map(|(_, f)| f.as_ref())
+            .expect("pushed just above"))
+    }
+
+    /// Opens the segment at `segment`, creating it here if it does not exist.
+    fn open_or_create(&self, segment: u64) -> Result<Box<dyn StorageFile>> {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
-        let file = match self.storage.open(&path, true) {
-            Ok(file) => file,
+        match self.storage.open(&path, true) {
+            Ok(file) => Ok(file),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
                 self.storage.as_ref(),
                 &self.dir,
                 &self.segment_header(segment),
             )
-            .map_err(|e| self.poison_error(e))?,
-            Err(e) => return Err(self.poison("open segment", segment, e)),
-        };
-        w.files.push((segment, file));
-        Ok(w.files
-            .last()
-            .map(|(_, f)| f.as_ref())
-            .expect("pushed just above"))
+            .map_err(|e| self.poison_error(e)),
+            Err(e) => Err(self.poison("open segment", segment, e)),
+        }
     }
 
     /// fdatasyncs every open segment still dirty and closes every open handle.
@@ -197,7 +206,7 @@ impl Wal {
         Ok(())
     }
 
-    fn segment_header(&self, start: u64) -> SegmentHeader {
+    pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
         SegmentHeader {
             mode: self.mode,
             geometry: self.geo,
@@ -310,24 +319,34 @@ impl Wal {
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
     /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
     /// the log ends in is always kept. Returns how many files were removed.
+    ///
+    /// The write lock is held only to drop the writer's handles of those segments; listing,
+    /// unlinking and the directory sync happen outside it, so commits do not wait for them.
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
         let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
-        let mut w = self.write.lock();
-        let starts = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?;
+        let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+            .into_iter()
+            .map(u64::from)
+            .take_while(|start| start.saturating_add(self.geo.segment_size) < limit)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        {
+            let mut w = self.write.lock();
+            w.files.retain(|(s, _)| !doomed.contains(s));
+            w.dirty.retain(|s| !doomed.contains(s));
+        }
         let mut removed = 0;
-        for start in starts {
-            let start = u64::from(start);
-            if start.saturating_add(self.geo.segment_size) >= limit {
-                break;
-            }
+        for start in doomed {
             let path = self.dir.join(format::segment_file_name(Lsn(start)));
-            self.storage
-                .remove(&path)
-                .map_err(|e| Error::io("remove segment", &path, e))?;
-            w.files.retain(|(s, _)| *s != start);
-            w.dirty.retain(|s| *s != start);
-            removed += 1;
+            match self.storage.remove(&path) {
+                Ok(()) => removed += 1,
+                // A purge running beside this one removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove segment", &path, e)),
+            }
         }
         if removed > 0 {
             self.storage
@@ -411,37 +430,6 @@ impl Wal {
             })
     }
 }
-
-/// Creates a segment file: header page written and fdatasync'ed under a temporary name, the
-/// file extended to its full size (zeros), then renamed into place and the directory synced,
-/// so a crash never leaves a half-made segment under a segment name.
-pub(crate) fn create_segment(
-    storage: &dyn Storage,
-    dir: &Path,
-    header: &SegmentHeader,
-) -> Result<Box<dyn StorageFile>> {
-    let name = format::segment_file_name(header.start);
-    let path = dir.join(&name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let mut page = vec![0u8; header.geometry.page_size as usize];
-    header.encode(&mut page);
-    let made = (|| -> std::io::Result<Box<dyn StorageFile>> {
-        let file = storage.create_new(&tmp)?;
-        file.write_all_at(&page, 0)?;
-        file.set_len(header.geometry.segment_size)?;
-        file.sync_data()?;
-        storage.rename(&tmp, &path)?;
-        storage.sync_dir(dir)?;
-        Ok(file)
-    })();
-    made.map_err(|e| {
-        let _ = storage.remove(&tmp);
-        Error::io("create segment", &path, e)
-    })
-}
-
-/// Suffix of a segment file still being created.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
 
 #[cfg(test)]
 mod tests {
