@@ -6,7 +6,7 @@
 mod common;
 
 use common::{check_payload, payload_for};
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+use walcrypt::{Config, KeyRing, Mode, Reader, SyncMode, Wal};
 
 const SEGMENT: u64 = 16 * 1024;
 
