@@ -162,16 +162,18 @@ impl Wal {
 
     /// The open file of the segment starting at `segment`, creating the segment if needed.
     ///
-    /// When the writer moves on to another segment, the segments it wrote before are complete:
-    /// those not yet fdatasync'ed are synced now, on the handle that wrote them (so a write-back
-    /// error cannot slip past on a fresh handle), and every older handle is closed. The writer
-    /// thus holds one or two handles in every sync mode; a Buffered writer pays one fdatasync
-    /// per segment for it.
+    /// The writer keeps the handles of the segment it writes and the one before (a flush may
+    /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
+    /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
+    /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
+    /// writer holds two handles, not one per segment since its last sync.
     fn file_for<'w>(&self, w: &'w mut WriteState, segment: u64) -> Result<&'w dyn StorageFile> {
         if let Some(i) = w.files.iter().position(|(s, _)| *s == segment) {
             return Ok(w.files[i].1.as_ref());
         }
-        self.retire_files(w)?;
+        while w.files.len() >= 2 {
+            w.files.remove(0);
+        }
         let file = match self.take_prepared(segment) {
             Some(file) => file,
             None => self.open_or_create(segment)?,
@@ -199,13 +201,6 @@ impl Wal {
         }
     }
 
-    /// fdatasyncs every open segment still dirty and closes every open handle.
-    fn retire_files(&self, w: &mut WriteState) -> Result<()> {
-        self.sync_locked(w)?;
-        w.files.clear();
-        Ok(())
-    }
-
     pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
         SegmentHeader {
             mode: self.mode,
@@ -220,16 +215,23 @@ impl Wal {
         }
     }
 
-    /// fdatasyncs every segment written since the last sync. A dirty segment always has its
-    /// handle open (handles are closed only after their sync), so none is skipped.
+    /// fdatasyncs every segment written since the last sync. A segment whose handle the writer
+    /// has closed since is reopened for it: Linux reports a write-back error that no one has
+    /// seen yet to a descriptor opened after it, so the sync still learns of a failure.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         let dirty = std::mem::take(&mut w.dirty);
         for segment in &dirty {
-            let Some((_, file)) = w.files.iter().find(|(s, _)| s == segment) else {
-                return Err(self.poison_error(Error::Poisoned(format!(
-                    "segment {} awaits fdatasync but its handle is closed",
-                    format::segment_file_name(Lsn(*segment))
-                ))));
+            let reopened;
+            let file = match w.files.iter().find(|(s, _)| s == segment) {
+                Some((_, file)) => file.as_ref(),
+                None => {
+                    let path = self.dir.join(format::segment_file_name(Lsn(*segment)));
+                    reopened = self
+                        .storage
+                        .open(&path, true)
+                        .map_err(|e| self.poison("open segment to fdatasync", *segment, e))?;
+                    reopened.as_ref()
+                }
             };
             let started = Instant::now();
             let synced = file.sync_data();
