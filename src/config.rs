@@ -190,6 +190,7 @@ pub struct Config {
     pub(crate) recovery: RecoveryMode,
     pub(crate) listener: Option<Arc<dyn EventListener>>,
     pub(crate) compression: Compression,
+    pub(crate) prepare_segments: bool,
 }
 
 impl fmt::Debug for Config {
@@ -204,6 +205,7 @@ impl fmt::Debug for Config {
             .field("recovery", &self.recovery)
             .field("listener", &self.listener.is_some())
             .field("compression", &self.compression)
+            .field("prepare_segments", &self.prepare_segments)
             .finish_non_exhaustive()
     }
 }
@@ -231,6 +233,7 @@ impl Config {
             recovery: RecoveryMode::default(),
             listener: None,
             compression: Compression::Off,
+            prepare_segments: true,
         }
     }
 
@@ -276,6 +279,17 @@ impl Config {
     /// stays bounded.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
+        self
+    }
+
+    /// Turns preparing segments ahead on or off. Default on: the next segment is created,
+    /// zero-filled, fdatasync'ed and renamed into place by a thread of the `Wal`'s own while
+    /// the writer fills the current one. Off, the writer creates each segment when it first
+    /// needs it, inside a commit (a segment's worth of zeros and three syncs), unless the
+    /// embedder calls `Wal::prepare_next_segment` itself; tests that count I/O operations turn
+    /// it off to stay deterministic.
+    pub fn prepare_segments(mut self, on: bool) -> Config {
+        self.prepare_segments = on;
         self
     }
 

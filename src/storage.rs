@@ -21,6 +21,20 @@ pub trait StorageFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Current file length.
     fn file_len(&self) -> io::Result<u64>;
+    /// Writes `len` zero bytes at `offset`, so the file system allocates those blocks now (a
+    /// later fdatasync that reaches them then commits no allocation, and a full disk shows
+    /// here). The default writes them through [`StorageFile::write_all_at`] in 1 MiB pieces.
+    fn fill_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
+        const PIECE: u64 = 1 << 20;
+        let zeros = vec![0u8; PIECE.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = PIECE.min(len - done);
+            self.write_all_at(&zeros[..n as usize], offset + done)?;
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 /// A directory of segment files.

@@ -3,7 +3,8 @@
 //! descriptors). Handles of finished segments are closed as the writer moves on — counted here
 //! through the Storage the Wal was given, so tests running beside it do not disturb the count —
 //! and no fdatasync a segment needs is skipped: when the log is closed, every segment file
-//! written to has been fdatasync'ed after its last write.
+//! written to has been fdatasync'ed after its last write (through a reopened handle where the
+//! writer had closed its own).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,24 @@ struct Watch {
     most_open: AtomicI64,
     /// Per file: whether it was written to since its last fdatasync.
     unsynced: Mutex<HashMap<PathBuf, bool>>,
+    /// Files renamed (a segment made under a temporary name): old name to new.
+    renamed: Mutex<HashMap<PathBuf, PathBuf>>,
+}
+
+impl Watch {
+    /// The name the file a handle was opened under has now.
+    fn name(&self, opened_as: &Path) -> PathBuf {
+        let renamed = self.renamed.lock().unwrap();
+        renamed
+            .get(opened_as)
+            .cloned()
+            .unwrap_or_else(|| opened_as.to_path_buf())
+    }
+
+    fn mark(&self, opened_as: &Path, dirty: bool) {
+        let name = self.name(opened_as);
+        self.unsynced.lock().unwrap().insert(name, dirty);
+    }
 }
 
 struct Watched(Arc<Watch>);
@@ -43,16 +62,12 @@ impl StorageFile for WatchedFile {
         self.0.read_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.1.unsynced.lock().unwrap().insert(self.2.clone(), true);
+        self.1.mark(&self.2, true);
         self.0.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()?;
-        self.1
-            .unsynced
-            .lock()
-            .unwrap()
-            .insert(self.2.clone(), false);
+        self.1.mark(&self.2, false);
         Ok(())
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
@@ -83,6 +98,11 @@ impl Storage for Watched {
     }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         FsStorage.rename(from, to)?;
+        self.0
+            .renamed
+            .lock()
+            .unwrap()
+            .insert(from.to_path_buf(), to.to_path_buf());
         let mut unsynced = self.0.unsynced.lock().unwrap();
         if let Some(state) = unsynced.remove(from) {
             unsynced.insert(to.to_path_buf(), state);

@@ -30,6 +30,7 @@ fn config(mode: Mode, keys: &KeyRing, sync: SyncMode, page: u64) -> Config {
         .page_size(page)
         .segment_size(16 * page)
         .buffer_size(4 * page as usize)
+        .prepare_segments(false)
 }
 
 /// Id of the record appended after each reopen.

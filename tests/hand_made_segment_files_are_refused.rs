@@ -13,6 +13,8 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
         .keys(keys.clone())
         .page_size(512)
         .segment_size(1024)
+        // Only the one segment moved below may exist.
+        .prepare_segments(false)
 }
 
 /// A one-segment log (one data page) whose segment is moved to `start`: file name, segment

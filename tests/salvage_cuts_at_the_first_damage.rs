@@ -123,7 +123,8 @@ fn salvage_finds_damage_before_the_tail_an_ordinary_open_reads() {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
-        let config = small_config(mode, &keys);
+        // No segment prepared ahead, so the count of segment files below is exact.
+        let config = small_config(mode, &keys).prepare_segments(false);
         let wal = Wal::open(dir.path(), config.clone()).unwrap();
         let records: Vec<_> = (0..300).map(|i| (1u8, payload(i, 70))).collect();
         let lsns = support::append_all(&wal, &records);

@@ -15,6 +15,7 @@ fn config(mode: Mode, keys: &KeyRing, page: u64) -> Config {
         .sync(SyncMode::Durable)
         .page_size(page)
         .segment_size(16 * page)
+        .prepare_segments(false)
 }
 
 fn payload(id: u64) -> Vec<u8> {

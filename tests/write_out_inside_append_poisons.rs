@@ -16,6 +16,7 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
         .page_size(4096)
         .segment_size(64 * 1024)
         .buffer_size(16 * 1024)
+        .prepare_segments(false)
 }
 
 #[test]

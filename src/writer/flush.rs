@@ -1,10 +1,10 @@
 //! The write side of the log: writing pages out (and, in pagelevel mode, encrypting them) under
 //! the write lock, group-commit flushes, fdatasync, segment creation, switch and purge.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::prepare::create_segment;
 use super::{Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
@@ -13,7 +13,7 @@ use crate::format::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
     SegmentHeader,
 };
-use crate::storage::{Storage, StorageFile};
+use crate::storage::StorageFile;
 
 #[derive(Default)]
 pub(super) struct GroupCommit {
@@ -170,42 +170,46 @@ impl Wal {
 
     /// The open file of the segment starting at `segment`, creating the segment if needed.
     ///
-    /// When the writer moves on to another segment, the segments it wrote before are complete:
-    /// those not yet fdatasync'ed are synced now, on the handle that wrote them (so a write-back
-    /// error cannot slip past on a fresh handle), and every older handle is closed. The writer
-    /// thus holds one or two handles in every sync mode; a Buffered writer pays one fdatasync
-    /// per segment for it.
+    /// The writer keeps the handles of the segment it writes and the one before (a flush may
+    /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
+    /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
+    /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
+    /// writer holds two handles, not one per segment since its last sync.
     fn file_for<'w>(&self, w: &'w mut WriteState, segment: u64) -> Result<&'w dyn StorageFile> {
         if let Some(i) = w.files.iter().position(|(s, _)| *s == segment) {
             return Ok(w.files[i].1.as_ref());
         }
-        self.retire_files(w)?;
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
-        let file = match self.storage.open(&path, true) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
-                self.storage.as_ref(),
-                &self.dir,
-                &self.segment_header(segment),
-            )
-            .map_err(|e| self.poison_error(e))?,
-            Err(e) => return Err(self.poison("open segment", segment, e)),
+        while w.files.len() >= 2 {
+            w.files.remove(0);
+        }
+        let file = match self.take_prepared(segment) {
+            Some(file) => file,
+            None => self.open_or_create(segment)?,
         };
         w.files.push((segment, file));
+        self.want_prepared(segment + self.geo.segment_size);
         Ok(w.files
             .last()
             .map(|(_, f)| f.as_ref())
             .expect("pushed just above"))
     }
 
-    /// fdatasyncs every open segment still dirty and closes every open handle.
-    fn retire_files(&self, w: &mut WriteState) -> Result<()> {
-        self.sync_locked(w)?;
-        w.files.clear();
-        Ok(())
+    /// Opens the segment at `segment`, creating it here if it does not exist.
+    fn open_or_create(&self, segment: u64) -> Result<Box<dyn StorageFile>> {
+        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+        match self.storage.open(&path, true) {
+            Ok(file) => Ok(file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
+                self.storage.as_ref(),
+                &self.dir,
+                &self.segment_header(segment),
+            )
+            .map_err(|e| self.poison_error(e)),
+            Err(e) => Err(self.poison("open segment", segment, e)),
+        }
     }
 
-    fn segment_header(&self, start: u64) -> SegmentHeader {
+    pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
         SegmentHeader {
             mode: self.mode,
             geometry: self.geo,
@@ -219,17 +223,23 @@ impl Wal {
         }
     }
 
-    /// fdatasyncs every segment written since the last sync. A dirty segment always has its
-    /// handle open (handles are closed only after their sync), so none is skipped.
+    /// fdatasyncs every segment written since the last sync. A segment whose handle the writer
+    /// has closed since is reopened for it: Linux reports a write-back error that no one has
+    /// seen yet to a descriptor opened after it, so the sync still learns of a failure.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         let dirty = std::mem::take(&mut w.dirty);
         for segment in &dirty {
-            let Some((_, file)) = w.files.iter().find(|(s, _)| s == segment) else {
-                return Err(self.poison_error(self.broken_invariant(
-                    "fdatasync segment",
-                    *segment,
-                    "the segment awaits fdatasync but its handle is closed".into(),
-                )));
+            let reopened;
+            let file = match w.files.iter().find(|(s, _)| s == segment) {
+                Some((_, file)) => file.as_ref(),
+                None => {
+                    let path = self.dir.join(format::segment_file_name(Lsn(*segment)));
+                    reopened = self
+                        .storage
+                        .open(&path, true)
+                        .map_err(|e| self.poison("open segment to fdatasync", *segment, e))?;
+                    reopened.as_ref()
+                }
             };
             let started = Instant::now();
             let synced = file.sync_data();
@@ -322,24 +332,34 @@ impl Wal {
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
     /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
     /// the log ends in is always kept. Returns how many files were removed.
+    ///
+    /// The write lock is held only to drop the writer's handles of those segments; listing,
+    /// unlinking and the directory sync happen outside it, so commits do not wait for them.
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
         let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
-        let mut w = self.write.lock();
-        let starts = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?;
+        let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+            .into_iter()
+            .map(u64::from)
+            .take_while(|start| start.saturating_add(self.geo.segment_size) < limit)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        {
+            let mut w = self.write.lock();
+            w.files.retain(|(s, _)| !doomed.contains(s));
+            w.dirty.retain(|s| !doomed.contains(s));
+        }
         let mut removed = 0;
-        for start in starts {
-            let start = u64::from(start);
-            if start.saturating_add(self.geo.segment_size) >= limit {
-                break;
-            }
+        for start in doomed {
             let path = self.dir.join(format::segment_file_name(Lsn(start)));
-            self.storage
-                .remove(&path)
-                .map_err(|e| Error::io("remove segment", &path, e))?;
-            w.files.retain(|(s, _)| *s != start);
-            w.dirty.retain(|s| *s != start);
-            removed += 1;
+            match self.storage.remove(&path) {
+                Ok(()) => removed += 1,
+                // A purge running beside this one removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove segment", &path, e)),
+            }
         }
         if removed > 0 {
             self.storage
@@ -424,37 +444,6 @@ impl Wal {
             })
     }
 }
-
-/// Creates a segment file: header page written and fdatasync'ed under a temporary name, the
-/// file extended to its full size (zeros), then renamed into place and the directory synced,
-/// so a crash never leaves a half-made segment under a segment name.
-pub(crate) fn create_segment(
-    storage: &dyn Storage,
-    dir: &Path,
-    header: &SegmentHeader,
-) -> Result<Box<dyn StorageFile>> {
-    let name = format::segment_file_name(header.start);
-    let path = dir.join(&name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let mut page = vec![0u8; header.geometry.page_size as usize];
-    header.encode(&mut page);
-    let made = (|| -> std::io::Result<Box<dyn StorageFile>> {
-        let file = storage.create_new(&tmp)?;
-        file.write_all_at(&page, 0)?;
-        file.set_len(header.geometry.segment_size)?;
-        file.sync_data()?;
-        storage.rename(&tmp, &path)?;
-        storage.sync_dir(dir)?;
-        Ok(file)
-    })();
-    made.map_err(|e| {
-        let _ = storage.remove(&tmp);
-        Error::io("create segment", &path, e)
-    })
-}
-
-/// Suffix of a segment file still being created.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
 
 #[cfg(test)]
 mod tests {

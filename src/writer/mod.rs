@@ -35,14 +35,16 @@ use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
     RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
-    RecordHeader, TAG_LEN,
+    RecordHeader, SegmentHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
 mod flush;
+mod prepare;
 
 use flush::GroupCommit;
-pub(crate) use flush::{TMP_SUFFIX, create_segment};
+use prepare::{Maker, Preparer};
+pub(crate) use prepare::{TMP_SUFFIX, create_segment};
 
 const NO_PAGE: u64 = u64::MAX;
 
@@ -219,6 +221,9 @@ pub struct Wal {
     poison_reported: AtomicBool,
     /// What the open that made this `Wal` found.
     recovery: OnceLock<RecoverySummary>,
+    /// Segments prepared ahead (see `prepare`), and the thread that prepares them.
+    preparer: Arc<Preparer>,
+    preparer_thread: Option<std::thread::JoinHandle<()>>,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -267,6 +272,27 @@ impl Wal {
         } else {
             0
         };
+        let preparer = Arc::new(Preparer::default());
+        let preparer_thread = if config.prepare_segments {
+            let maker = Maker {
+                storage: config.storage.clone(),
+                dir: dir.to_path_buf(),
+                header: SegmentHeader {
+                    mode: config.mode,
+                    geometry: geo,
+                    log_id: resume.log_id,
+                    start: Lsn(0),
+                    key_checks: if config.mode.is_encrypted() {
+                        keys.check_values()
+                    } else {
+                        Vec::new()
+                    },
+                },
+            };
+            Some(Preparer::spawn(&preparer, maker)?)
+        } else {
+            None
+        };
         Ok(Wal {
             dir: dir.to_path_buf(),
             storage: config.storage.clone(),
@@ -300,6 +326,8 @@ impl Wal {
             reported_segment: AtomicU64::new(geo.segment_start(end)),
             poison_reported: AtomicBool::new(false),
             recovery: OnceLock::new(),
+            preparer,
+            preparer_thread,
             _dir_lock: dir_lock,
         })
     }
@@ -815,6 +843,11 @@ fn check_len(payload: &[u8]) -> Result<()> {
 
 impl Drop for Wal {
     fn drop(&mut self) {
+        // The preparer finishes the segment it may be making before the directory lock goes.
+        self.preparer.close();
+        if let Some(thread) = self.preparer_thread.take() {
+            let _ = thread.join();
+        }
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }

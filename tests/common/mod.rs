@@ -118,6 +118,7 @@ pub fn small_config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
         .page_size(4096)
         .segment_size(64 * 1024)
         .buffer_size(32 * 1024)
+        .prepare_segments(false)
 }
 
 /// Every record of the log in `dir`, or the first error.
@@ -155,6 +156,8 @@ pub enum Op {
     Rename,
     /// `Storage::sync_dir`.
     SyncDir,
+    /// `StorageFile::fill_zeros` (allocating a new segment's blocks).
+    FillZeros,
 }
 
 /// What an injected fault does.
@@ -459,6 +462,15 @@ impl StorageFile for FaultFile {
 
     fn file_len(&self) -> io::Result<u64> {
         self.inner.file_len()
+    }
+
+    fn fill_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut state = self.state.lock().unwrap();
+        if let Some(Effect::Errno(e) | Effect::ShortWrite(e)) = state.tick(Op::FillZeros) {
+            return Err(errno(e));
+        }
+        // Zeros over bytes that read as zeros already: nothing for a crash image to tear.
+        self.inner.fill_zeros(offset, len)
     }
 }
 
