@@ -8,6 +8,11 @@
 //! - [`design`]: the write path (sealing, the insert lock, the WAL buffer, page write-out,
 //!   group commit, segments) and recovery, with the lock order.
 //! - [`reliability`]: what survives which crash, and the tests that show it.
+//!
+//! The documents name each other by file name, as in the repository's `docs/` directory:
+//! FORMAT.md is [`on_disk_format`], SECURITY.md [`security`], DESIGN.md [`design`] and
+//! RELIABILITY.md [`reliability`]. Paths such as `src/writer/mod.rs` or `tests/torn_tail.rs`
+//! are files of the source package.
 
 #[doc = include_str!("../docs/FORMAT.md")]
 pub mod on_disk_format {}
