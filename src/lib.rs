@@ -83,7 +83,10 @@
 //! # }
 //! ```
 //!
-//! The on-disk format is in docs/FORMAT.md, the IV and key argument in docs/SECURITY.md.
+//! The documents behind the API are in [`docs`]: the on-disk format
+//! ([`docs::on_disk_format`]), the IV and key argument ([`docs::security`]), the design of the
+//! write path and of recovery ([`docs::design`]), and the guarantees with their tests
+//! ([`docs::reliability`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -92,6 +95,9 @@ mod aead;
 mod compress;
 mod config;
 mod crypto;
+// Text only; left out when doctests are collected, since the documents hold no Rust examples.
+#[cfg(not(doctest))]
+pub mod docs;
 mod error;
 mod events;
 mod format;

@@ -1,14 +1,60 @@
 //! The writer: append and the WAL buffer (this file); writing out, group commit, fdatasync,
-//! segment creation and purge (`flush`).
+//! segment creation and purge (`flush`). docs/DESIGN.md walks through the whole write path.
 //!
-//! Three locks, always taken in this order, never the other way:
+//! Locks, always taken in this order, never the other way (a lock may be skipped, never
+//! taken after one that comes later in the list):
 //!
+//! 0. the **group-commit lock** (`group`, with the condition variable `group_done`): whether
+//!    a flush round is under way. Taken only with no other lock of the log held, and released
+//!    before the round's leader takes the write lock: it orders flushers, never data.
 //! 1. the **insert lock** (`insert`): reserves the LSN and copies already-sealed bytes into the
 //!    WAL buffer. Nothing else happens inside it: sealing (encryption and CRC) is done before.
 //! 2. the **write lock** (`write`): copies finished bytes out of the buffer, encrypts pages
 //!    (pagelevel), writes them and calls fdatasync. Flushers take it without the insert lock; an
-//!    appender takes it only when the buffer is full and it must make room.
-//! 3. a **slot lock** per buffer page, held only for a memcpy.
+//!    appender takes it only when the buffer is full and it must make room, and the open takes
+//!    it under the insert lock when it moves the log on past a segment switch or to a fresh
+//!    page (`switch_segment`, `resume_on_fresh_page`).
+//! 3. a **slot lock** per buffer page (`slots`), held only for a memcpy (and, in pagelevel,
+//!    to draw the page's IV at its first write-out).
+//! 4. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
+//!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
+//!    (perrecord sealing).
+//! 5. the **poison cause** (`poison_reason`): set or cloned, under any of the above or none;
+//!    nothing is taken while it is held.
+//!
+//! The event listener is called with none of these held.
+//!
+//! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position) say how far
+//! the log has come. Whenever neither the insert nor the write lock is held, and the log is
+//! not poisoned, they satisfy
+//!
+//! ```text
+//! synced_to <= flushed_to <= complete_to <= insert.pos
+//!              flushed_to <= written_to  <= insert.pos
+//! ```
+//!
+//! - `complete_to`: end of the last record (or batch) copied in full; stored under the insert
+//!   lock. A record boundary. `end_lsn` returns it.
+//! - `written_to`: everything before it has been written to the files; stored under the write
+//!   lock (which keeps its own copy in `WriteState`). Not a record boundary: an appender
+//!   making room writes out whole pages before the page it enters, so while it still holds the
+//!   insert lock with a record (or batch) partly copied, `written_to` may run ahead of
+//!   `complete_to` (and of `insert.pos`, which moves per record) into that unfinished record.
+//!   On disk that is a torn record, which recovery cuts; it is never acknowledged.
+//! - `flushed_to`: the record boundary through which `flush` guarantees hold (written for
+//!   `Buffered`, fdatasync'ed for `Durable`); stored under the write lock after the write-out
+//!   (and the fdatasync) it vouches for.
+//! - `synced_to`: the record boundary through which the log is fdatasync'ed; stored under the
+//!   write lock right after the fdatasync and before `flushed_to`, so a thread reading both
+//!   while the lock is held may see it one round ahead. Stamped into page headers as the
+//!   durable hint, so it never exceeds what the files hold durably. `Durable`: equal to
+//!   `flushed_to` once the write lock is free. `Buffered`: moves only at open, `sync` and
+//!   `close`.
+//!
+//! All four only grow (`restamp_tail` moves back only `WriteState`'s copy of `written_to`, to
+//! rewrite the tail page at open). At open, before the `Wal` is shared, they jump over the
+//! part of the log left unused: `switch_segment` moves all four to the next segment's start,
+//! `resume_on_fresh_page` moves `written_to` and `complete_to` past the rest of the tail page.
 //!
 //! Group commit sits in front of the write lock: one flusher at a time leads a round (write
 //! and fdatasync everything appended so far); the others wait for the round to end and then
