@@ -36,8 +36,12 @@ fn keystream(iv: u128, len: usize) -> Vec<u8> {
 
 /// Lengths around every batch size a backend uses, in bytes, with partial last blocks.
 fn lengths() -> Vec<usize> {
-    let mut lens = vec![0, 1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 1000, 8192, 8216, 32768];
-    for blocks in [4usize, 7, 8, 9, 16, 29, 30, 31, 32, 60, 63, 64, 65, 120, 128, 129] {
+    let mut lens = vec![
+        0, 1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 1000, 8192, 8216, 32768,
+    ];
+    for blocks in [
+        4usize, 7, 8, 9, 16, 29, 30, 31, 32, 60, 63, 64, 65, 120, 128, 129,
+    ] {
         lens.extend([blocks * 16 - 1, blocks * 16, blocks * 16 + 5]);
     }
     lens
@@ -47,7 +51,11 @@ fn lengths() -> Vec<usize> {
 fn keystream_matches_the_block_cipher_at_every_length() {
     let iv = 0x0123_4567_89ab_cdef_0000_0007_0000_0000u128;
     for len in lengths() {
-        assert_eq!(keystream(iv, len), reference_keystream(iv, len), "len {len}");
+        assert_eq!(
+            keystream(iv, len),
+            reference_keystream(iv, len),
+            "len {len}"
+        );
     }
 }
 

@@ -7,6 +7,7 @@ use clap::Parser;
 use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use walcrypt::{Mode, SyncMode};
 
+use crate::peers::Shape;
 use crate::workload::Workload;
 
 /// walbench: per-record vs page-level WAL encryption, measured side by side.
@@ -118,6 +119,30 @@ pub struct Args {
     /// No progress bar
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Instead of the study: walcrypt's modes beside okaywal and raft-engine (built with
+    /// `--features peers`) on one commit workload, durable and not (docs/BENCHMARKS.md, "Peers")
+    #[arg(long)]
+    pub peers: bool,
+
+    /// Transaction shapes of the peer run: SIZExCOUNT, COUNT records of SIZE bytes per commit
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "100x5,8192x1,32768x1",
+        value_parser = shape_list
+    )]
+    pub shapes: ::std::vec::Vec<Shape>,
+
+    /// Commit durability of the peer run: `data` (fdatasync before the commit returns) and/or
+    /// `none` (handed to the OS)
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "data,none",
+        value_parser = durability_list
+    )]
+    pub peer_sync: ::std::vec::Vec<bool>,
 }
 
 /// Comma-separated items, blanks skipped, each kept once in first-seen order.
@@ -141,6 +166,18 @@ fn list<T: PartialEq>(
 
 fn workload_list(v: &str) -> Result<Vec<Workload>, String> {
     list(v, "workload", str::parse)
+}
+
+fn shape_list(v: &str) -> Result<Vec<Shape>, String> {
+    list(v, "shape", str::parse)
+}
+
+fn durability_list(v: &str) -> Result<Vec<bool>, String> {
+    list(v, "sync", |s| match s {
+        "data" => Ok(true),
+        "none" => Ok(false),
+        _ => Err(format!("`{s}` is not `data` or `none`")),
+    })
 }
 
 fn mode_list(v: &str) -> Result<Vec<Mode>, String> {
