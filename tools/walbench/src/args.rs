@@ -97,6 +97,17 @@ pub struct Args {
     )]
     pub recovery_mib: u64,
 
+    /// Each timed recovery measurement replays its log again and again until this much wall
+    /// time has passed and reports the mean per replay (a 32 MiB log replays in tens of ms)
+    #[arg(
+        long,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        default_value = "1",
+        value_parser = seconds
+    )]
+    pub recovery_secs: Duration,
+
     /// Where the CSV files and SVG charts go
     #[arg(long, value_name = "DIR", default_value = "walbench-results")]
     pub out: PathBuf,
@@ -242,6 +253,7 @@ mod tests {
         assert_eq!(a.work_us, 5.0);
         assert_eq!(a.apply_us, 1.0);
         assert_eq!(a.recovery_mib, 32);
+        assert_eq!(a.recovery_secs, Duration::from_secs(1));
         assert_eq!(a.out, PathBuf::from("walbench-results"));
         assert!(!a.keep && !a.no_progress);
         assert_eq!(a.model_cores, 32);

@@ -143,8 +143,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let rec_summary = report::summarize_recovery(&recoveries);
     if !rec_summary.is_empty() {
         println!(
-            "RECOVERY (open_and_replay of a log of {} MiB payload, the same records in every mode, written without checkpoints and dropped without close; medians of {RECOVERY_REPEATS}; apply = simulated redo per record (none = decode only; else an 8 KiB page copy + that much CPU); x_ = ratio to plaintext, same apply)",
-            args.recovery_mib
+            "RECOVERY (open_and_replay of a log of {} MiB payload, the same records in every mode, written without checkpoints and dropped without close; each measurement replays the log reps times, at least {:.1} s, and gives the mean per replay; medians of {RECOVERY_REPEATS} measurements; cpu ns/B = user+system CPU per log byte; apply = simulated redo per record (none = decode only; else an 8 KiB page copy + that much CPU); x_ = ratio to plaintext, same apply)",
+            args.recovery_mib,
+            args.recovery_secs.as_secs_f64()
         );
         println!("{}", report::recovery_table(&rec_summary));
     }
@@ -345,7 +346,7 @@ fn recovery(
                     report::apply_label(apply.us)
                 ));
                 let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-                let r = run::replay(&dir, keys, mode, apply.work).map_err(|e| {
+                let r = run::replay_for(&dir, keys, mode, apply.work, args.recovery_secs).map_err(|e| {
                     format!(
                         "replay {} {} apply {}: {e}",
                         workload.name(),

@@ -256,6 +256,10 @@ pub struct RecoverySummary {
     pub user_s: f64,
     pub sys_s: f64,
     pub mb_per_s: f64,
+    /// User + system CPU nanoseconds per byte of log, per replay.
+    pub cpu_ns_per_byte: f64,
+    /// Replays per timed measurement (the figures are means per replay).
+    pub replays: u32,
     pub wall_ratio: f64,
     pub user_ratio: f64,
 }
@@ -281,6 +285,7 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                 )
             };
             let wall_s = median(r.runs.iter().map(|x| x.wall).collect());
+            let cpu_s = median(r.runs.iter().map(|x| x.cpu.user + x.cpu.sys).collect());
             RecoverySummary {
                 workload: r.workload,
                 mode: r.mode,
@@ -291,6 +296,8 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                 user_s: median(r.runs.iter().map(|x| x.cpu.user).collect()),
                 sys_s: median(r.runs.iter().map(|x| x.cpu.sys).collect()),
                 mb_per_s: r.log_bytes as f64 / wall_s / 1e6,
+                cpu_ns_per_byte: cpu_s * 1e9 / r.log_bytes.max(1) as f64,
+                replays: r.runs.iter().map(|x| x.replays).min().unwrap_or(0),
                 wall_ratio: per_run(&|x| x.wall),
                 user_ratio: per_run(&|x| x.cpu.user),
             }
@@ -302,32 +309,36 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7}",
+        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
         "load",
         "apply",
         "mode",
         "log MiB",
         "records",
+        "reps",
         "wall s",
         "usr s",
         "sys s",
         "MB/s",
+        "cpu ns/B",
         "x_wall",
         "x_usr"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>8.3} {:>7.3} {:>7.3} {:>8.0} {:>7} {:>7}",
+            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>5} {:>8.4} {:>7.4} {:>7.4} {:>8.0} {:>8.3} {:>7} {:>7}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.mode.name(),
             r.log_mib,
             r.records,
+            r.replays,
             r.wall_s,
             r.user_s,
             r.sys_s,
             r.mb_per_s,
+            r.cpu_ns_per_byte,
             ratio(r.wall_ratio),
             ratio(r.user_ratio)
         );
@@ -338,12 +349,12 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
 pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
     let mut s = String::from(
         "workload,apply,apply_us_per_record,mode,log_mib,records,wall_s,user_cpu_s,sys_cpu_s,\
-         mb_per_s,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
+         mb_per_s,cpu_ns_per_byte,replays,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{:.4}",
+            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{},{:.4},{:.4}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.apply_us,
@@ -354,6 +365,8 @@ pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
             r.user_s,
             r.sys_s,
             r.mb_per_s,
+            r.cpu_ns_per_byte,
+            r.replays,
             r.wall_ratio,
             r.user_ratio
         );
