@@ -346,14 +346,16 @@ fn recovery(
                     report::apply_label(apply.us)
                 ));
                 let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-                let r = run::replay_for(&dir, keys, mode, apply.work, args.recovery_secs).map_err(|e| {
-                    format!(
-                        "replay {} {} apply {}: {e}",
-                        workload.name(),
-                        mode,
-                        report::apply_label(apply.us)
-                    )
-                })?;
+                let r = run::replay_for(&dir, keys, mode, apply.work, args.recovery_secs).map_err(
+                    |e| {
+                        format!(
+                            "replay {} {} apply {}: {e}",
+                            workload.name(),
+                            mode,
+                            report::apply_label(apply.us)
+                        )
+                    },
+                )?;
                 if let Some(slot) = runs
                     .iter_mut()
                     .find(|x| x.mode == mode && x.apply_us == apply.us)
