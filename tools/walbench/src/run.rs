@@ -46,6 +46,12 @@ impl Cell {
     pub fn encrypt_ns_per_txn(&self) -> f64 {
         self.per_txn(self.stats.write_lock_encrypt_ns)
     }
+    /// User + system CPU microseconds of the whole process per transaction. On a machine
+    /// whose cores the cell saturates, txn/s is cores ÷ this; it is also what a busy machine's
+    /// other load distorts least.
+    pub fn cpu_us_per_txn(&self) -> f64 {
+        (self.cpu.user + self.cpu.sys) * 1e6 / self.txns.max(1) as f64
+    }
     /// Both critical sections: the serial part of a transaction.
     pub fn serial_ns_per_txn(&self) -> f64 {
         self.insert_ns_per_txn() + self.write_ns_per_txn()
