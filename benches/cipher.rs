@@ -1,5 +1,6 @@
-//! AES-256-CTR throughput by record size: the key schedule shared (what the log does), expanded
-//! per record (the pitfall), and the whole perrecord seal path (IV, copy, keystream, CRC32C).
+//! AES-256-CTR throughput by record size: the key schedule shared (what the log does), the same
+//! through `cipher`'s `StreamCipherCoreWrapper` (what it did before), expanded per record (the
+//! pitfall), and the whole perrecord seal path (IV, copy, keystream, CRC32C).
 //!
 //! After the criterion groups, a side-by-side table puts the keystream and the seal beside
 //! `openssl speed -evp aes-256-ctr -bytes N` at the same sizes, measured in the same run, one
@@ -15,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use aes::Aes256;
-use cipher::{InnerIvInit, KeyInit, StreamCipher};
+use cipher::{InnerIvInit, KeyInit, StreamCipher, StreamCipherCore};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use walcrypt::format::{RECORD_HEADER_ENCRYPTED as HLEN, record_crc};
 use walcrypt::{IV_LEN, Key, ctr_apply_keystream};
@@ -24,7 +25,14 @@ type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 
 const SIZES: [usize; 7] = [16, 64, 256, 1024, 4096, 8192, 16384];
 
+/// The log's keystream (`crypto::apply_keystream`): the CTR core over a shared key schedule.
 fn shared(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
+    CtrCore::inner_iv_init(aes, iv.into()).apply_keystream_partial(data.into());
+}
+
+/// The same through `StreamCipherCoreWrapper`, as the log did before: a keystream buffer set
+/// up and wiped on every call.
+fn wrapped(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
     let core = CtrCore::inner_iv_init(aes, iv.into());
     cipher::StreamCipherCoreWrapper::from_core(core).apply_keystream(data);
 }
@@ -66,6 +74,12 @@ fn cipher(c: &mut Criterion) {
             b.iter(|| {
                 n += 1;
                 shared(&aes, &iv(n), black_box(&mut buf));
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("wrapper", size), &size, |b, _| {
+            b.iter(|| {
+                n += 1;
+                wrapped(&aes, &iv(n), black_box(&mut buf));
             })
         });
         group.bench_with_input(
@@ -159,8 +173,8 @@ fn openssl_side_by_side() {
         aes_version()
     );
     println!(
-        "{:>6} {:>9} {:>10} {:>6} {:>10} {:>6}",
-        "bytes", "openssl", "keystream", "x_ossl", "seal", "x_ossl"
+        "{:>6} {:>9} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6}",
+        "bytes", "openssl", "keystream", "x_ossl", "seal", "x_ossl", "wrapper", "x_ossl"
     );
     let mut missing = None;
     for size in [16usize, 64, 256, 1024, 8192, 16384] {
@@ -175,6 +189,9 @@ fn openssl_side_by_side() {
         let ks = rate(size, Duration::from_millis(600), |n| {
             shared(&aes, &iv(n), black_box(&mut buf))
         });
+        let wr = rate(size, Duration::from_millis(600), |n| {
+            wrapped(&aes, &iv(n), black_box(&mut buf))
+        });
         let payload = common::payload(size);
         let mut sealed = Vec::with_capacity(HLEN + size);
         let sl = rate(size, Duration::from_millis(600), |n| {
@@ -183,12 +200,14 @@ fn openssl_side_by_side() {
         let gb = |r: f64| format!("{:.2}", r / 1e9);
         let ratio = |r: f64| ossl.map_or("-".into(), |o| format!("{:.2}", r / o));
         println!(
-            "{size:>6} {:>9} {:>10} {:>6} {:>10} {:>6}",
+            "{size:>6} {:>9} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6}",
             ossl.map_or("-".into(), gb),
             gb(ks),
             ratio(ks),
             gb(sl),
-            ratio(sl)
+            ratio(sl),
+            gb(wr),
+            ratio(wr)
         );
     }
     if let Some(why) = missing {
