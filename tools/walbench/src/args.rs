@@ -7,6 +7,7 @@ use clap::Parser;
 use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use walcrypt::{Mode, SyncMode};
 
+use crate::peers::Shape;
 use crate::workload::Workload;
 
 /// walbench: per-record vs page-level WAL encryption, measured side by side.
@@ -96,6 +97,17 @@ pub struct Args {
     )]
     pub recovery_mib: u64,
 
+    /// Each timed recovery measurement replays its log again and again until this much wall
+    /// time has passed and reports the mean per replay (a 32 MiB log replays in tens of ms)
+    #[arg(
+        long,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        default_value = "1",
+        value_parser = seconds
+    )]
+    pub recovery_secs: Duration,
+
     /// Where the CSV files and SVG charts go
     #[arg(long, value_name = "DIR", default_value = "walbench-results")]
     pub out: PathBuf,
@@ -118,6 +130,30 @@ pub struct Args {
     /// No progress bar
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Instead of the study: walcrypt's modes beside okaywal and raft-engine (built with
+    /// `--features peers`) on one commit workload, durable and not (docs/BENCHMARKS.md, "Peers")
+    #[arg(long)]
+    pub peers: bool,
+
+    /// Transaction shapes of the peer run: SIZExCOUNT, COUNT records of SIZE bytes per commit
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "100x5,8192x1,32768x1",
+        value_parser = shape_list
+    )]
+    pub shapes: ::std::vec::Vec<Shape>,
+
+    /// Commit durability of the peer run: `data` (fdatasync before the commit returns) and/or
+    /// `none` (handed to the OS)
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "data,none",
+        value_parser = durability_list
+    )]
+    pub peer_sync: ::std::vec::Vec<bool>,
 
     /// Compress payloads of at least BYTES with LZ4 before sealing (off by default)
     #[arg(long, value_name = "BYTES")]
@@ -155,6 +191,18 @@ fn list<T: PartialEq>(
 
 fn workload_list(v: &str) -> Result<Vec<Workload>, String> {
     list(v, "workload", str::parse)
+}
+
+fn shape_list(v: &str) -> Result<Vec<Shape>, String> {
+    list(v, "shape", str::parse)
+}
+
+fn durability_list(v: &str) -> Result<Vec<bool>, String> {
+    list(v, "sync", |s| match s {
+        "data" => Ok(true),
+        "none" => Ok(false),
+        _ => Err(format!("`{s}` is not `data` or `none`")),
+    })
 }
 
 fn mode_list(v: &str) -> Result<Vec<Mode>, String> {
@@ -219,6 +267,7 @@ mod tests {
         assert_eq!(a.work_us, 5.0);
         assert_eq!(a.apply_us, 1.0);
         assert_eq!(a.recovery_mib, 32);
+        assert_eq!(a.recovery_secs, Duration::from_secs(1));
         assert_eq!(a.out, PathBuf::from("walbench-results"));
         assert!(!a.keep && !a.no_progress);
         assert_eq!(a.model_cores, 32);

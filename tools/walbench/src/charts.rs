@@ -5,6 +5,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use walcrypt::Mode;
 
+use crate::peers::System;
 use crate::run::BoxError;
 
 fn mode_color(mode: Mode) -> RGBColor {
@@ -16,18 +17,46 @@ fn mode_color(mode: Mode) -> RGBColor {
     }
 }
 
-/// One panel: a title and one (mode, points) line per mode.
-pub struct Panel {
+/// What names and colours a line: a walcrypt mode, or a system of the peer run.
+pub trait SeriesKey {
+    fn label(&self) -> String;
+    fn color(&self) -> RGBColor;
+}
+
+impl SeriesKey for Mode {
+    fn label(&self) -> String {
+        self.name().to_string()
+    }
+    fn color(&self) -> RGBColor {
+        mode_color(*self)
+    }
+}
+
+impl SeriesKey for System {
+    fn label(&self) -> String {
+        self.name()
+    }
+    fn color(&self) -> RGBColor {
+        match self {
+            System::Walcrypt(mode) => mode_color(*mode),
+            System::Okaywal => RGBColor(44, 160, 44),
+            System::RaftEngine => RGBColor(255, 127, 14),
+        }
+    }
+}
+
+/// One panel: a title and one (key, points) line per mode or system.
+pub struct Panel<K = Mode> {
     pub title: String,
-    pub lines: Vec<(Mode, Vec<(f64, f64)>)>,
+    pub lines: Vec<(K, Vec<(f64, f64)>)>,
 }
 
 /// Panels side by side, x = threads (log 2 scale), y from zero.
-pub fn line_panels(
+pub fn line_panels<K: SeriesKey>(
     path: &Path,
     title: &str,
     y_label: &str,
-    panels: &[Panel],
+    panels: &[Panel<K>],
 ) -> Result<(), BoxError> {
     let width = 420 * panels.len().max(1) as u32;
     let root = SVGBackend::new(path, (width, 400)).into_drawing_area();
@@ -57,11 +86,11 @@ pub fn line_panels(
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| short(*y))
             .draw()?;
-        for (mode, points) in &panel.lines {
-            let color = mode_color(*mode);
+        for (key, points) in &panel.lines {
+            let color = key.color();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-                .label(mode.name())
+                .label(key.label())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
                 });

@@ -10,6 +10,7 @@ mod args;
 mod charts;
 mod cpu;
 mod model;
+mod peers;
 mod report;
 mod run;
 mod workload;
@@ -59,6 +60,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
         temp.path().to_path_buf()
     };
     let keys = KeyRing::generate()?;
+    if args.peers {
+        return run_peers(args, &keys, &log_base);
+    }
     let work = EngineWork::calibrate(args.work_us);
     // Recovery is timed decode-only and, unless --apply-us is 0, with simulated redo.
     let mut applies = vec![Apply::DECODE_ONLY];
@@ -140,8 +144,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let rec_summary = report::summarize_recovery(&recoveries);
     if !rec_summary.is_empty() {
         println!(
-            "RECOVERY (open_and_replay of a log of {} MiB payload, the same records in every mode, written without checkpoints and dropped without close; medians of {RECOVERY_REPEATS}; apply = simulated redo per record (none = decode only; else an 8 KiB page copy + that much CPU); x_ = ratio to plaintext, same apply)",
-            args.recovery_mib
+            "RECOVERY (open_and_replay of a log of {} MiB payload, the same records in every mode, written without checkpoints and dropped without close; each measurement replays the log reps times, at least {:.1} s, and gives the mean per replay; medians of {RECOVERY_REPEATS} measurements; cpu ns/B = user+system CPU per log byte; apply = simulated redo per record (none = decode only; else an 8 KiB page copy + that much CPU); x_ = ratio to plaintext, same apply)",
+            args.recovery_mib,
+            args.recovery_secs.as_secs_f64()
         );
         println!("{}", report::recovery_table(&rec_summary));
     }
@@ -164,6 +169,116 @@ fn run(args: &Args) -> Result<(), BoxError> {
     if args.keep {
         println!("kept the logs under {}", log_base.display());
     }
+    Ok(())
+}
+
+/// The peer run: every (shape, sync, threads) cell for each system, interleaved by round.
+fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxError> {
+    let systems = peers::System::available(&args.modes);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cmd: Vec<String> = std::env::args().collect();
+    println!("walbench {} (UTC)  {}", utc_now(), cmd.join(" "));
+    println!(
+        "peers: {} cores; {:.2} s per cell x {} rounds; threads {:?}; systems {}",
+        cores,
+        args.duration.as_secs_f64(),
+        args.rounds,
+        args.threads,
+        systems
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !cfg!(feature = "peers") {
+        println!(
+            "okaywal and raft-engine are not compiled in: cargo run --release -p walbench --features peers -- --peers"
+        );
+    }
+    println!();
+    let cells_total =
+        args.rounds * args.shapes.len() * args.peer_sync.len() * args.threads.len() * systems.len();
+    let bar = progress_bar(!args.no_progress, cells_total as u64);
+    let mut cells = Vec::new();
+    for round in 0..args.rounds {
+        for &shape in &args.shapes {
+            for &durable in &args.peer_sync {
+                for (ti, &threads) in args.threads.iter().enumerate() {
+                    for system in rotated(&systems, round + ti) {
+                        let label = format!(
+                            "{} {} sync {} x{threads}",
+                            system.name(),
+                            shape.name(),
+                            peers::sync_name(durable)
+                        );
+                        bar.set_message(format!("round {}/{} {label}", round + 1, args.rounds));
+                        let dir = log_base.join(format!("peer-{}", system.name()));
+                        fresh_dir(&dir)?;
+                        let cell = peers::run_peer_cell(&peers::PeerSpec {
+                            dir: &dir,
+                            keys,
+                            system,
+                            shape,
+                            durable,
+                            threads,
+                            duration: args.duration,
+                        })
+                        .map_err(|e| format!("{label}: {e}"))?;
+                        cells.extend(cell);
+                        remove_dir(&dir);
+                        bar.inc(1);
+                    }
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let summary = peers::summarize(&cells);
+    println!(
+        "PEERS (txn/s, medians over {} rounds; a txn appends COUNT records of SIZE bytes, then commits; sync data = durable commit, none = handed to the OS; X/best = ratio to the best peer of the row)",
+        args.rounds
+    );
+    println!("{}", peers::table(&summary, &systems));
+    write(&args.out.join("peers.csv"), &peers::csv(&summary))?;
+    for &durable in &args.peer_sync {
+        let panels: Vec<charts::Panel<peers::System>> = args
+            .shapes
+            .iter()
+            .map(|&shape| charts::Panel {
+                title: shape.name(),
+                lines: systems
+                    .iter()
+                    .map(|&s| {
+                        let pts = summary
+                            .iter()
+                            .filter(|r| r.shape == shape && r.durable == durable && r.system == s)
+                            .map(|r| (r.threads as f64, r.txn_per_s))
+                            .collect::<Vec<_>>();
+                        (s, pts)
+                    })
+                    .filter(|(_, pts)| !pts.is_empty())
+                    .collect(),
+            })
+            .collect();
+        let sync = peers::sync_name(durable);
+        charts::line_panels(
+            &args.out.join(format!("peers-sync-{sync}.svg")),
+            &format!(
+                "walbench --peers: commits/s vs threads, sync {sync} ({}), {cores} cores",
+                if durable {
+                    "durable commit"
+                } else {
+                    "handed to the OS"
+                }
+            ),
+            "txn/s",
+            &panels,
+        )?;
+    }
+    println!(
+        "wrote peers.csv and peers-sync-*.svg to {}",
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -233,14 +348,16 @@ fn recovery(
                     report::apply_label(apply.us)
                 ));
                 let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-                let r = run::replay(&dir, keys, mode, apply.work).map_err(|e| {
-                    format!(
-                        "replay {} {} apply {}: {e}",
-                        workload.name(),
-                        mode,
-                        report::apply_label(apply.us)
-                    )
-                })?;
+                let r = run::replay_for(&dir, keys, mode, apply.work, args.recovery_secs).map_err(
+                    |e| {
+                        format!(
+                            "replay {} {} apply {}: {e}",
+                            workload.name(),
+                            mode,
+                            report::apply_label(apply.us)
+                        )
+                    },
+                )?;
                 if let Some(slot) = runs
                     .iter_mut()
                     .find(|x| x.mode == mode && x.apply_us == apply.us)

@@ -35,6 +35,7 @@ pub struct Summary {
     pub p99_us: f64,
     pub user_s: f64,
     pub sys_s: f64,
+    pub cpu_us: f64,
     pub insert_ns: f64,
     pub write_ns: f64,
     pub encrypt_ns: f64,
@@ -42,6 +43,7 @@ pub struct Summary {
     /// Per-round ratio to plaintext (same workload, threads and round), median; NaN without
     /// a plaintext cell.
     pub txn_ratio: f64,
+    pub cpu_ratio: f64,
     pub insert_ratio: f64,
     pub write_ratio: f64,
 }
@@ -88,11 +90,13 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 p99_us: med(&|c| c.lat_p99_us),
                 user_s: med(&|c| c.cpu.user),
                 sys_s: med(&|c| c.cpu.sys),
+                cpu_us: med(&|c| c.cpu_us_per_txn()),
                 insert_ns: med(&|c| c.insert_ns_per_txn()),
                 write_ns: med(&|c| c.write_ns_per_txn()),
                 encrypt_ns: med(&|c| c.encrypt_ns_per_txn()),
                 serial_ns: med(&|c| c.serial_ns_per_txn()),
                 txn_ratio: ratio(&|c| c.txn_per_s()),
+                cpu_ratio: ratio(&|c| c.cpu_us_per_txn()),
                 insert_ratio: ratio(&|c| c.insert_ns_per_txn()),
                 write_ratio: ratio(&|c| c.write_ns_per_txn()),
             }
@@ -112,7 +116,7 @@ pub fn throughput_table(rows: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<13} {:>3} {:>9} {:>6} {:>7} {:>8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>8} {:>6} {:>8}",
+        "{:<5} {:<13} {:>3} {:>9} {:>6} {:>7} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8} {:>6} {:>8} {:>6} {:>8}",
         "load",
         "mode",
         "thr",
@@ -123,6 +127,8 @@ pub fn throughput_table(rows: &[Summary]) -> String {
         "p99 us",
         "usr s",
         "sys s",
+        "cpu us",
+        "x_pt",
         "ins ns",
         "x_pt",
         "wr ns",
@@ -132,7 +138,7 @@ pub fn throughput_table(rows: &[Summary]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<13} {:>3} {:>9.0} {:>6} {:>7.1} {:>8.1} {:>8.1} {:>6.2} {:>6.2} {:>8.0} {:>6} {:>8.0} {:>6} {:>8.0}",
+            "{:<5} {:<13} {:>3} {:>9.0} {:>6} {:>7.1} {:>8.1} {:>8.1} {:>6.2} {:>6.2} {:>7.2} {:>6} {:>8.0} {:>6} {:>8.0} {:>6} {:>8.0}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -143,6 +149,8 @@ pub fn throughput_table(rows: &[Summary]) -> String {
             r.p99_us,
             r.user_s,
             r.sys_s,
+            r.cpu_us,
+            ratio(r.cpu_ratio),
             r.insert_ns,
             ratio(r.insert_ratio),
             r.write_ns,
@@ -158,12 +166,12 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
         "workload,mode,threads,rounds,txn_per_s,txn_ratio_to_plaintext,wal_mb_per_s,\
          commit_p50_us,commit_p99_us,user_cpu_s,sys_cpu_s,insert_lock_ns_per_txn,\
          insert_ratio_to_plaintext,write_lock_ns_per_txn,write_ratio_to_plaintext,\
-         write_lock_encrypt_ns_per_txn,serial_ns_per_txn\n",
+         write_lock_encrypt_ns_per_txn,serial_ns_per_txn,cpu_us_per_txn,cpu_ratio_to_plaintext\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1}",
+            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -180,7 +188,9 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             r.write_ns,
             r.write_ratio,
             r.encrypt_ns,
-            r.serial_ns
+            r.serial_ns,
+            r.cpu_us,
+            r.cpu_ratio
         );
     }
     s
@@ -256,6 +266,10 @@ pub struct RecoverySummary {
     pub user_s: f64,
     pub sys_s: f64,
     pub mb_per_s: f64,
+    /// User + system CPU nanoseconds per byte of log, per replay.
+    pub cpu_ns_per_byte: f64,
+    /// Replays per timed measurement (the figures are means per replay).
+    pub replays: u32,
     pub wall_ratio: f64,
     pub user_ratio: f64,
 }
@@ -281,6 +295,7 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                 )
             };
             let wall_s = median(r.runs.iter().map(|x| x.wall).collect());
+            let cpu_s = median(r.runs.iter().map(|x| x.cpu.user + x.cpu.sys).collect());
             RecoverySummary {
                 workload: r.workload,
                 mode: r.mode,
@@ -291,6 +306,8 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                 user_s: median(r.runs.iter().map(|x| x.cpu.user).collect()),
                 sys_s: median(r.runs.iter().map(|x| x.cpu.sys).collect()),
                 mb_per_s: r.log_bytes as f64 / wall_s / 1e6,
+                cpu_ns_per_byte: cpu_s * 1e9 / r.log_bytes.max(1) as f64,
+                replays: r.runs.iter().map(|x| x.replays).min().unwrap_or(0),
                 wall_ratio: per_run(&|x| x.wall),
                 user_ratio: per_run(&|x| x.cpu.user),
             }
@@ -302,32 +319,36 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7}",
+        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
         "load",
         "apply",
         "mode",
         "log MiB",
         "records",
+        "reps",
         "wall s",
         "usr s",
         "sys s",
         "MB/s",
+        "cpu ns/B",
         "x_wall",
         "x_usr"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>8.3} {:>7.3} {:>7.3} {:>8.0} {:>7} {:>7}",
+            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>5} {:>8.4} {:>7.4} {:>7.4} {:>8.0} {:>8.3} {:>7} {:>7}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.mode.name(),
             r.log_mib,
             r.records,
+            r.replays,
             r.wall_s,
             r.user_s,
             r.sys_s,
             r.mb_per_s,
+            r.cpu_ns_per_byte,
             ratio(r.wall_ratio),
             ratio(r.user_ratio)
         );
@@ -338,12 +359,12 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
 pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
     let mut s = String::from(
         "workload,apply,apply_us_per_record,mode,log_mib,records,wall_s,user_cpu_s,sys_cpu_s,\
-         mb_per_s,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
+         mb_per_s,cpu_ns_per_byte,replays,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{:.4}",
+            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{},{:.4},{:.4}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.apply_us,
@@ -354,6 +375,8 @@ pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
             r.user_s,
             r.sys_s,
             r.mb_per_s,
+            r.cpu_ns_per_byte,
+            r.replays,
             r.wall_ratio,
             r.user_ratio
         );
