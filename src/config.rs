@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::crypto::KeyRing;
+use crate::keys::{KeyRing, KeyStore, RotationPolicy};
 use crate::storage::{FsStorage, Storage};
 
 /// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
@@ -114,6 +114,11 @@ pub struct Config {
     pub buffer_size: usize,
     /// Where the files live. Default: the real file system.
     pub storage: Arc<dyn Storage>,
+    /// A key store to take the keys from (its ring replaces `keys` when the log opens) and to
+    /// record rotations and retirements in. Default: none (the raw ring in `keys`).
+    pub key_store: Option<Arc<KeyStore>>,
+    /// Automatic data-key rotation of a live log (needs `key_store`). Default: off.
+    pub rotation: RotationPolicy,
 }
 
 impl fmt::Debug for Config {
@@ -147,6 +152,8 @@ impl Config {
             sync: SyncMode::default(),
             buffer_size: DEFAULT_BUFFER_SIZE,
             storage: Arc::new(FsStorage),
+            key_store: None,
+            rotation: RotationPolicy::default(),
         }
     }
 
@@ -177,6 +184,22 @@ impl Config {
     /// Sets the WAL buffer size in bytes.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
+        self
+    }
+
+    /// Takes the keys from `store` (data keys wrapped under a KEK; see [`KeyStore`]). The log
+    /// rotates data keys into it and retires keys from it when `purge_before` removed the last
+    /// segment that lists them.
+    pub fn key_store(mut self, store: Arc<KeyStore>) -> Config {
+        self.keys = store.ring();
+        self.key_store = Some(store);
+        self
+    }
+
+    /// Rotates the data key of a live log by itself, after `policy`'s bytes or time (needs
+    /// [`Config::key_store`]).
+    pub fn rotation(mut self, policy: RotationPolicy) -> Config {
+        self.rotation = policy;
         self
     }
 

@@ -51,6 +51,7 @@ mod config;
 mod crypto;
 mod error;
 pub mod format;
+mod keys;
 mod reader;
 mod recovery;
 pub mod storage;
@@ -61,7 +62,12 @@ use std::fmt;
 pub use config::{
     Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
 };
-pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing, ctr_apply_keystream};
+pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, ctr_apply_keystream};
+pub use keys::{
+    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
+    KeyState, KeyStore, LOCAL_WRAP_LEN, ProviderSpec, RotationPolicy, STORE_MAGIC,
+    STORE_VERSION,
+};
 pub use error::{CorruptionKind, Error, Position, Result};
 pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
 pub use writer::{Wal, WalStats};

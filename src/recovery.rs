@@ -78,6 +78,11 @@ fn validate(config: &Config) -> Result<()> {
 }
 
 fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
+    let mut config = config;
+    if let Some(store) = &config.key_store {
+        // The store's current keys, even if it was rotated since the configuration was made.
+        config.keys = store.ring();
+    }
     validate(&config)?;
     let storage = config.storage.clone();
     storage
@@ -88,20 +93,21 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         .map_err(|e| Error::io("lock log directory", dir, e))?
         .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
     remove_unfinished_segments(&config, dir)?;
-    let keys = Arc::new(Keys::new(&config.keys));
 
     if list_segments(storage.as_ref(), dir)?.is_empty() {
         let geo = Geometry {
             page_size: config.page_size,
             segment_size: config.segment_size,
         };
+        let log_id = random_u64()?;
+        let keys = Arc::new(Keys::new(&config.keys, log_id));
         let header = SegmentHeader {
             mode: config.mode,
             geometry: geo,
-            log_id: random_u64()?,
+            log_id,
             start: Lsn(0),
             key_checks: if config.mode.is_encrypted() {
-                keys.check_values()
+                keys.active_check_values()
             } else {
                 Vec::new()
             },
@@ -117,6 +123,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
+    let keys = Arc::new(Keys::new(&config.keys, files.log_id));
     if files.mode != config.mode {
         return Err(Error::Mismatch {
             what: "mode",
@@ -389,8 +396,8 @@ fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> 
         .map_err(|e| Error::io("sync directory", &files.dir, e))
 }
 
-/// True when the segment the log ends in does not list every key of the ring with the same
-/// check value: new data must then go to a new segment whose header does.
+/// True when the segment the log ends in does not list the active key with its check value:
+/// new data must then go to a new segment whose header does.
 fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     if !files.mode.is_encrypted() || end.is_multiple_of(files.geo.segment_size) {
         return false;
@@ -398,7 +405,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     let Some(seg) = files.segment(files.geo.segment_start(end)) else {
         return false;
     };
-    keys.check_values()
+    keys.active_check_values()
         .iter()
         .any(|kc| !seg.header.key_checks.contains(kc))
 }

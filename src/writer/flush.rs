@@ -114,13 +114,13 @@ impl Wal {
         };
         if self.mode == Mode::PageLevel {
             let started = Instant::now();
+            let keys = self.keys.load();
             let key_id = match w.segment_key {
                 Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
-                _ => self.active_key,
+                _ => keys.active().unwrap_or(0),
             };
             let iv = self.ivs.next_iv()?;
-            self.keys
-                .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..])?;
+            keys.apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..])?;
             w.encrypt_ns += started.elapsed().as_nanos() as u64;
             header.flags = PAGE_FLAG_ENCRYPTED;
             header.key_id = key_id;
@@ -162,8 +162,9 @@ impl Wal {
             geometry: self.geo,
             log_id: self.log_id,
             start: Lsn(start),
+            // Only the active key: a segment's records and pages use no other.
             key_checks: if self.mode.is_encrypted() {
-                self.keys.check_values()
+                self.keys.load().active_check_values()
             } else {
                 Vec::new()
             },
@@ -289,12 +290,25 @@ impl Wal {
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;
         }
+        drop(w);
+        // Only now, with the removals durable, may keys no remaining segment lists leave.
+        self.retire_unused_keys()?;
         Ok(removed)
     }
 
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
     /// next record starts in a new segment, whose header lists the current keys.
     pub(crate) fn switch_segment(&self) -> Result<()> {
+        self.switch_segment_installing(None)
+    }
+
+    /// [`Wal::switch_segment`], installing `keys` (a new active key) once the next segment is
+    /// the insert position, before any lock is released: records sealed under the old key that
+    /// have not been placed yet are sealed again, and the next segment's header lists the new key.
+    pub(super) fn switch_segment_installing(
+        &self,
+        keys: Option<std::sync::Arc<crate::crypto::Keys>>,
+    ) -> Result<()> {
         let mut sealed = Vec::new();
         self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
         // The insert lock is held throughout (insert, then write: the documented order), so no
@@ -319,6 +333,10 @@ impl Wal {
         self.flushed_to.store(next, Ordering::Release);
         ins.pos = next;
         self.complete_to.store(next, Ordering::Release);
+        if let Some(keys) = keys {
+            self.keys.store(keys);
+            self.key_epoch.fetch_add(1, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -331,7 +349,7 @@ impl Wal {
             .key_checks
             .iter()
             .rev()
-            .find(|(id, kcv)| self.keys.check_value(*id) == Some(*kcv))
+            .find(|(id, kcv)| self.keys.load().check_value(*id) == Some(*kcv))
             .map(|(id, _)| *id)
             .ok_or_else(|| {
                 Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))

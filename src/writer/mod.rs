@@ -35,6 +35,7 @@ use crate::format::{
 use crate::storage::{Storage, StorageFile};
 
 mod flush;
+mod rotate;
 
 use flush::GroupCommit;
 pub(crate) use flush::{TMP_SUFFIX, create_segment};
@@ -133,8 +134,15 @@ pub struct Wal {
     geo: Geometry,
     log_id: u64,
     sync: SyncMode,
-    keys: Arc<Keys>,
-    active_key: u32,
+    /// The working keys; replaced whole (never edited) when a data key is rotated or retired.
+    keys: arc_swap::ArcSwap<Keys>,
+    /// Bumped (inside the insert lock) when the active key changes: a record sealed under an
+    /// older epoch is sealed again, so no record lands in a segment that does not list its key.
+    key_epoch: AtomicU64,
+    rotation: rotate::Rotation,
+    /// The process that opened the log: another (a forked child) must not append, since it
+    /// would repeat this process's IVs.
+    opener: u32,
     ivs: IvSource,
     insert: Mutex<InsertState>,
     slots: Box<[Mutex<Slot>]>,
@@ -198,11 +206,6 @@ impl Wal {
             slot.rem_len = rem_len;
             slot.data[..prefix.len()].copy_from_slice(&prefix);
         }
-        let active_key = if config.mode.is_encrypted() {
-            keys.active().unwrap_or(0)
-        } else {
-            0
-        };
         Ok(Wal {
             dir: dir.to_path_buf(),
             storage: config.storage.clone(),
@@ -210,8 +213,10 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
-            keys,
-            active_key,
+            rotation: rotate::Rotation::new(config, end)?,
+            keys: arc_swap::ArcSwap::new(keys),
+            key_epoch: AtomicU64::new(0),
+            opener: std::process::id(),
             ivs: IvSource::new()?,
             insert: Mutex::new(InsertState {
                 pos: end,
@@ -286,20 +291,36 @@ impl Wal {
                 max: format::MAX_PAYLOAD,
             });
         }
-        SEAL_BUFFER.with(|buffer| {
+        let result = SEAL_BUFFER.with(|buffer| {
             let mut sealed = buffer.take();
-            let result = self
-                .seal(kind, 0, payload, &mut sealed)
-                .and_then(|()| self.insert_sealed(&sealed, payload.len()));
+            let result = loop {
+                // A rotation between sealing and inserting makes the record seal again.
+                match self
+                    .seal(kind, 0, payload, &mut sealed)
+                    .and_then(|epoch| self.insert_sealed(&sealed, payload.len(), epoch))
+                {
+                    Ok(None) => continue,
+                    Ok(Some(lsn)) => break Ok(lsn),
+                    Err(e) => break Err(e),
+                }
+            };
             if sealed.capacity() <= SEAL_BUFFER_KEEP {
                 buffer.set(sealed);
             }
             result
-        })
+        });
+        if result.is_ok() && self.rotation.due(self.complete_to.load(Ordering::Relaxed)) {
+            self.rotate_by_policy()?;
+        }
+        result
     }
 
-    /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`.
-    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<()> {
+    /// Encrypts (perrecord) and checksums a record into its stored form in `sealed`. Returns
+    /// the key epoch the record was sealed in.
+    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<u64> {
+        // The epoch is read before the keys: a rotation stores the keys first, so a record
+        // whose epoch is current was sealed under the current active key.
+        let epoch = self.key_epoch.load(Ordering::Acquire);
         let encrypt = self.mode == Mode::PerRecord && flags & RECORD_FLAG_SWITCH == 0;
         let hlen = if encrypt {
             RECORD_HEADER_ENCRYPTED
@@ -317,20 +338,25 @@ impl Wal {
             encryption: None,
         };
         if encrypt {
+            let keys = self.keys.load();
+            let key_id = keys.active().unwrap_or(0);
             let iv = self.ivs.next_iv()?;
-            self.keys
-                .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
+            keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
             header.flags |= RECORD_FLAG_ENCRYPTED;
-            header.encryption = Some((self.active_key, iv));
+            header.encryption = Some((key_id, iv));
         }
         header.encode(&mut sealed[..hlen]);
         header.crc = format::record_crc(&sealed[..hlen], &sealed[hlen..]);
         header.encode(&mut sealed[..hlen]);
-        Ok(())
+        Ok(epoch)
     }
 
-    fn insert_sealed(&self, sealed: &[u8], payload_len: usize) -> Result<Lsn> {
+    /// Places a sealed record; `None` when the active key changed since it was sealed.
+    fn insert_sealed(&self, sealed: &[u8], payload_len: usize, epoch: u64) -> Result<Option<Lsn>> {
         let mut ins = self.insert.lock();
+        if epoch != self.key_epoch.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let held_since = Instant::now();
         let result = self.copy_in(&mut ins, sealed);
         if let Ok((_, end)) = &result {
@@ -343,7 +369,7 @@ impl Wal {
         ins.hold_ns += held_since.elapsed().as_nanos() as u64;
         drop(ins);
         let (start, _) = result?;
-        Ok(Lsn(start))
+        Ok(Some(Lsn(start)))
     }
 
     /// Copies a sealed record into the buffer at the insert position; returns (start, end).
@@ -431,6 +457,13 @@ impl Wal {
     }
 
     fn check_poison(&self) -> Result<()> {
+        let caller = std::process::id();
+        if caller != self.opener {
+            return Err(Error::ForeignProcess {
+                opener: self.opener,
+                caller,
+            });
+        }
         if self.poisoned.load(Ordering::Acquire) {
             let reason = self.poison_reason.lock().clone().unwrap_or_default();
             return Err(Error::Poisoned(reason));

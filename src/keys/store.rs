@@ -1,0 +1,660 @@
+//! The key store: data keys stored only wrapped under a KEK, in one versioned file.
+//!
+//! The byte layout is in docs/FORMAT.md ("Key store file"). Every change (create, data-key
+//! rotation, KEK rotation, retirement) writes a whole new file through the [`Storage`] trait:
+//! a temporary file with a random name created exclusively (mode 0600 on the real file
+//! system), written, fdatasync'ed, renamed over the store and the directory synced. A crash at
+//! any step leaves either the old store or the new one, each complete. A data key is in the
+//! durable store before any record uses it and leaves it only after the last segment that
+//! lists it was removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use super::provider::KeyProvider;
+use super::ring::{Key, KeyRing, parent_dir, temp_name};
+use crate::error::{Error, Result};
+use crate::storage::{FsStorage, Storage};
+
+/// First 8 bytes of a key store file.
+pub const STORE_MAGIC: [u8; 8] = *b"WCKEYSTR";
+/// Key store format version written by this build; others are refused.
+pub const STORE_VERSION: u32 = 1;
+/// Fixed part of the header, before the KEK id.
+const HEADER_FIXED: usize = 25;
+/// Fixed part of an entry, before the wrapped key.
+const ENTRY_FIXED: usize = 26;
+/// Largest wrapped key accepted (a KMS blob with its metadata).
+pub const MAX_WRAPPED_LEN: usize = 1024;
+/// Largest key store file read.
+const MAX_STORE_LEN: u64 = 4 << 20;
+
+/// What a data key in the store is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// Encrypts new records and pages. Exactly one key is active.
+    Active,
+    /// Kept to read older log; encrypts nothing new.
+    DecryptOnly,
+}
+
+impl KeyState {
+    fn code(self) -> u8 {
+        match self {
+            KeyState::Active => 1,
+            KeyState::DecryptOnly => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<KeyState> {
+        match code {
+            1 => Some(KeyState::Active),
+            2 => Some(KeyState::DecryptOnly),
+            _ => None,
+        }
+    }
+
+    /// `active` or `decrypt-only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyState::Active => "active",
+            KeyState::DecryptOnly => "decrypt-only",
+        }
+    }
+}
+
+/// What a listing shows of one data key: never the key bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// Key id (as records, pages and segment headers name it).
+    pub id: u32,
+    /// Active or decrypt-only.
+    pub state: KeyState,
+    /// Creation time, seconds since the Unix epoch.
+    pub created: u64,
+    /// [`Key::fingerprint`] of the data key.
+    pub fingerprint: [u8; 8],
+}
+
+struct Entry {
+    info: KeyInfo,
+    wrapped: Vec<u8>,
+    key: Key,
+}
+
+struct Inner {
+    provider: Arc<dyn KeyProvider>,
+    kek_id: String,
+    generation: u64,
+    entries: Vec<Entry>,
+}
+
+/// A key store file and the data keys it holds, unwrapped in memory.
+///
+/// Open it with a [`KeyProvider`], hand it to [`crate::Config::key_store`], and the log takes
+/// its keys from it; [`crate::Wal::rotate_data_key`] adds keys and `purge_before` retires them.
+pub struct KeyStore {
+    path: PathBuf,
+    storage: Arc<dyn Storage>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("KeyStore")
+            .field("path", &self.path)
+            .field("kek_id", &inner.kek_id)
+            .field(
+                "ids",
+                &inner.entries.iter().map(|e| e.info.id).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl KeyStore {
+    /// Creates a store at `path` with one fresh random data key (id 1, active), wrapped by
+    /// `provider`. Fails if a file exists there.
+    pub fn create(path: impl AsRef<Path>, provider: Arc<dyn KeyProvider>) -> Result<KeyStore> {
+        Self::create_from_ring_in(Arc::new(FsStorage), path, provider, &KeyRing::generate()?)
+    }
+
+    /// Creates a store holding the keys of an existing raw ring (ids kept, the ring's active key
+    /// active). Fails if a file exists at `path`.
+    pub fn create_from_ring(
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<KeyStore> {
+        Self::create_from_ring_in(Arc::new(FsStorage), path, provider, ring)
+    }
+
+    /// [`KeyStore::create_from_ring`] through a given storage back end.
+    pub fn create_from_ring_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref().to_path_buf();
+        if ring.is_empty() {
+            return Err(store_error(&path, "a key store needs at least one key"));
+        }
+        match storage.open(&path, false) {
+            Ok(_) => {
+                return Err(store_error(
+                    &path,
+                    "already exists; refusing to overwrite a key store",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("open key store", &path, e)),
+        }
+        let kek_id = checked_kek_id(&path, provider.as_ref())?;
+        let created = now_secs();
+        let active = ring.active_id();
+        let mut entries = Vec::with_capacity(ring.len());
+        for (id, key) in ring.entries() {
+            let state = if Some(id) == active {
+                KeyState::Active
+            } else {
+                KeyState::DecryptOnly
+            };
+            entries.push(wrap_entry(provider.as_ref(), &kek_id, id, state, created, key.clone())?);
+        }
+        entries.sort_by_key(|e| e.info.id);
+        let store = KeyStore {
+            path,
+            storage,
+            inner: Mutex::new(Inner {
+                provider,
+                kek_id,
+                generation: 0,
+                entries,
+            }),
+        };
+        store.save(&mut store.inner.lock())?;
+        Ok(store)
+    }
+
+    /// Opens the store at `path`, unwrapping every data key with `provider`.
+    pub fn open(path: impl AsRef<Path>, provider: Arc<dyn KeyProvider>) -> Result<KeyStore> {
+        Self::open_in(Arc::new(FsStorage), path, provider)
+    }
+
+    /// [`KeyStore::open`] through a given storage back end.
+    pub fn open_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = read_file(storage.as_ref(), &path)?;
+        let parsed = decode(&bytes).map_err(|why| store_error(&path, &why))?;
+        let mine = checked_kek_id(&path, provider.as_ref())?;
+        if mine != parsed.kek_id {
+            return Err(store_error(
+                &path,
+                &format!(
+                    "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
+                    parsed.kek_id,
+                    provider.name()
+                ),
+            ));
+        }
+        let mut entries = Vec::with_capacity(parsed.entries.len());
+        for (info, wrapped) in parsed.entries {
+            let aad = entry_aad(&parsed.kek_id, &info);
+            let key = provider.unwrap(&wrapped, &aad)?;
+            if key.fingerprint() != info.fingerprint {
+                return Err(store_error(
+                    &path,
+                    &format!("key id {}: the unwrapped key does not match its fingerprint", info.id),
+                ));
+            }
+            entries.push(Entry { info, wrapped, key });
+        }
+        Ok(KeyStore {
+            path,
+            storage,
+            inner: Mutex::new(Inner {
+                provider,
+                kek_id: parsed.kek_id,
+                generation: parsed.generation,
+                entries,
+            }),
+        })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The KEK the store is wrapped under, as its provider names it.
+    pub fn kek_id(&self) -> String {
+        self.inner.lock().kek_id.clone()
+    }
+
+    /// How many times the store was written (1 after creation).
+    pub fn generation(&self) -> u64 {
+        self.inner.lock().generation
+    }
+
+    /// Ids, states, creation times and fingerprints, in id order. Never key bytes.
+    pub fn keys(&self) -> Vec<KeyInfo> {
+        self.inner
+            .lock()
+            .entries
+            .iter()
+            .map(|e| e.info.clone())
+            .collect()
+    }
+
+    /// The data keys as a ring (active key last), for a `Config` or a `Reader`.
+    pub fn ring(&self) -> KeyRing {
+        ring_of(&self.inner.lock().entries)
+    }
+
+    /// Adds a fresh random data key with the next id, makes it active (the previous active key
+    /// becomes decrypt-only) and writes the store durably. Returns the new id and the new ring.
+    ///
+    /// To rotate the key of a live log, call [`crate::Wal::rotate_data_key`], which calls this
+    /// and then switches the log to the new key.
+    pub fn rotate_data_key(&self) -> Result<(u32, KeyRing)> {
+        let mut inner = self.inner.lock();
+        let id = inner
+            .entries
+            .iter()
+            .map(|e| e.info.id)
+            .max()
+            .unwrap_or(0)
+            .checked_add(1)
+            .ok_or_else(|| store_error(&self.path, "key ids exhausted"))?;
+        let entry = wrap_entry(
+            inner.provider.as_ref(),
+            &inner.kek_id,
+            id,
+            KeyState::Active,
+            now_secs(),
+            Key::generate()?,
+        )?;
+        let mut entries = clone_entries(&inner.entries);
+        for e in &mut entries {
+            e.info.state = KeyState::DecryptOnly;
+        }
+        entries.push(entry);
+        self.commit(&mut inner, entries)?;
+        Ok((id, ring_of(&inner.entries)))
+    }
+
+    /// Re-wraps every data key under `provider`'s KEK and writes the store; the log is not
+    /// touched. Keep the old KEK until this returns Ok: a crash before leaves the old store.
+    pub fn rotate_kek(&self, provider: Arc<dyn KeyProvider>) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let kek_id = checked_kek_id(&self.path, provider.as_ref())?;
+        let mut entries = Vec::with_capacity(inner.entries.len());
+        for e in &inner.entries {
+            let aad = entry_aad(&kek_id, &e.info);
+            entries.push(Entry {
+                info: e.info.clone(),
+                wrapped: provider.wrap(&e.key, &aad)?,
+                key: e.key.clone(),
+            });
+        }
+        let old = (inner.provider.clone(), std::mem::replace(&mut inner.kek_id, kek_id));
+        inner.provider = provider;
+        if let Err(e) = self.commit(&mut inner, entries) {
+            (inner.provider, inner.kek_id) = old;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes every decrypt-only key whose id is not in `in_use` and writes the store if
+    /// anything was removed. Returns the removed ids. The active key always stays.
+    pub fn retire_unused(&self, in_use: &[u32]) -> Result<Vec<u32>> {
+        let mut inner = self.inner.lock();
+        let retired: Vec<u32> = inner
+            .entries
+            .iter()
+            .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
+            .map(|e| e.info.id)
+            .collect();
+        if retired.is_empty() {
+            return Ok(retired);
+        }
+        let entries = clone_entries(&inner.entries)
+            .into_iter()
+            .filter(|e| !retired.contains(&e.info.id))
+            .collect();
+        self.commit(&mut inner, entries)?;
+        Ok(retired)
+    }
+
+    /// Writes `entries` as the next generation; only on success do they replace the ones in
+    /// memory.
+    fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+        let old = std::mem::replace(&mut inner.entries, entries);
+        if let Err(e) = self.save(inner) {
+            inner.entries = old;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn save(&self, inner: &mut Inner) -> Result<()> {
+        let generation = inner.generation + 1;
+        let bytes = encode(&inner.kek_id, generation, &inner.entries);
+        let storage = self.storage.as_ref();
+        let tmp = temp_name(&self.path)?;
+        let dir = parent_dir(&self.path);
+        let written = (|| -> std::io::Result<()> {
+            let file = storage.create_private(&tmp)?;
+            file.write_all_at(&bytes, 0)?;
+            file.sync_data()?;
+            drop(file);
+            storage.rename(&tmp, &self.path)?;
+            storage.sync_dir(&dir)
+        })();
+        if let Err(e) = written {
+            let _ = storage.remove(&tmp);
+            return Err(Error::io("write key store", &self.path, e));
+        }
+        inner.generation = generation;
+        Ok(())
+    }
+}
+
+fn ring_of(entries: &[Entry]) -> KeyRing {
+    let mut ring = KeyRing::empty();
+    let active = entries.iter().find(|e| e.info.state == KeyState::Active);
+    for e in entries.iter().filter(|e| e.info.state != KeyState::Active) {
+        let _ = ring.add(e.info.id, e.key.clone());
+    }
+    if let Some(e) = active {
+        let _ = ring.add(e.info.id, e.key.clone());
+    }
+    ring
+}
+
+fn clone_entries(entries: &[Entry]) -> Vec<Entry> {
+    entries
+        .iter()
+        .map(|e| Entry {
+            info: e.info.clone(),
+            wrapped: e.wrapped.clone(),
+            key: e.key.clone(),
+        })
+        .collect()
+}
+
+fn store_error(path: &Path, reason: &str) -> Error {
+    Error::KeyStore {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn checked_kek_id(path: &Path, provider: &dyn KeyProvider) -> Result<String> {
+    let id = provider.kek_id()?;
+    if id.is_empty() || id.len() > 255 {
+        return Err(store_error(
+            path,
+            &format!(
+                "{} names its KEK with {} bytes; a KEK id is 1 to 255 bytes",
+                provider.name(),
+                id.len()
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+fn wrap_entry(
+    provider: &dyn KeyProvider,
+    kek_id: &str,
+    id: u32,
+    state: KeyState,
+    created: u64,
+    key: Key,
+) -> Result<Entry> {
+    let info = KeyInfo {
+        id,
+        state,
+        created,
+        fingerprint: key.fingerprint(),
+    };
+    let wrapped = provider.wrap(&key, &entry_aad(kek_id, &info))?;
+    if wrapped.is_empty() || wrapped.len() > MAX_WRAPPED_LEN {
+        return Err(Error::KeyProvider {
+            provider: provider.name(),
+            reason: format!(
+                "wrapped a key into {} bytes; the store takes 1 to {MAX_WRAPPED_LEN}",
+                wrapped.len()
+            ),
+        });
+    }
+    Ok(Entry { info, wrapped, key })
+}
+
+/// The associated data bound to each wrapped key: a label, the KEK id, and the entry's id,
+/// creation time and fingerprint, so no wrapped key can be moved to another id or store.
+fn entry_aad(kek_id: &str, info: &KeyInfo) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(64 + kek_id.len());
+    aad.extend_from_slice(b"walcrypt key store v1");
+    aad.push(kek_id.len() as u8);
+    aad.extend_from_slice(kek_id.as_bytes());
+    aad.extend_from_slice(&info.id.to_le_bytes());
+    aad.extend_from_slice(&info.created.to_le_bytes());
+    aad.extend_from_slice(&info.fingerprint);
+    aad
+}
+
+fn read_file(storage: &dyn Storage, path: &Path) -> Result<Vec<u8>> {
+    let file = storage
+        .open(path, false)
+        .map_err(|e| Error::io("open key store", path, e))?;
+    let len = file
+        .file_len()
+        .map_err(|e| Error::io("stat key store", path, e))?;
+    if len > MAX_STORE_LEN {
+        return Err(store_error(
+            path,
+            &format!("{len} bytes is more than a key store may hold ({MAX_STORE_LEN})"),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = file
+            .read_at(&mut bytes[at..], at as u64)
+            .map_err(|e| Error::io("read key store", path, e))?;
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    bytes.truncate(at);
+    Ok(bytes)
+}
+
+/// The stored form; layout in docs/FORMAT.md.
+fn encode(kek_id: &str, generation: u64, entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&STORE_MAGIC);
+    out.extend_from_slice(&STORE_VERSION.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    out.extend_from_slice(&generation.to_le_bytes());
+    out.push(kek_id.len() as u8);
+    out.extend_from_slice(kek_id.as_bytes());
+    for e in entries {
+        out.extend_from_slice(&e.info.id.to_le_bytes());
+        out.push(e.info.state.code());
+        out.extend_from_slice(&[0; 3]);
+        out.extend_from_slice(&e.info.created.to_le_bytes());
+        out.extend_from_slice(&e.info.fingerprint);
+        out.extend_from_slice(&(e.wrapped.len() as u16).to_le_bytes());
+        out.extend_from_slice(&e.wrapped);
+    }
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+struct Decoded {
+    kek_id: String,
+    generation: u64,
+    entries: Vec<(KeyInfo, Vec<u8>)>,
+}
+
+/// A little-endian cursor that reports a short read instead of panicking.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("truncated".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> std::result::Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+}
+
+fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
+    if bytes.len() < HEADER_FIXED + 4 {
+        return Err(format!("truncated: {} bytes", bytes.len()));
+    }
+    if bytes[..8] != STORE_MAGIC {
+        return Err("not a walcrypt key store (bad magic)".into());
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let mut c = Cursor(&body[8..]);
+    let version = u32::from_le_bytes(c.array()?);
+    if version != STORE_VERSION {
+        return Err(format!(
+            "key store version {version} is not supported (this build reads version {STORE_VERSION})"
+        ));
+    }
+    let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    let got = crc32c::crc32c(body);
+    if expected != got {
+        return Err(format!(
+            "checksum mismatch (expected {expected:#010x}, got {got:#010x}): truncated or damaged"
+        ));
+    }
+    let count = u32::from_le_bytes(c.array()?) as usize;
+    let generation = u64::from_le_bytes(c.array()?);
+    let kek_len = c.array::<1>()?[0] as usize;
+    let kek_id = std::str::from_utf8(c.take(kek_len)?)
+        .map_err(|_| "the KEK id is not UTF-8".to_string())?
+        .to_string();
+    if kek_id.is_empty() {
+        return Err("empty KEK id".into());
+    }
+    if count == 0 || count > body.len() / ENTRY_FIXED {
+        return Err(format!("impossible key count {count}"));
+    }
+    let mut entries: Vec<(KeyInfo, Vec<u8>)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = u32::from_le_bytes(c.array()?);
+        let state = c.array::<1>()?[0];
+        let state = KeyState::from_code(state).ok_or(format!("key id {id}: unknown state {state}"))?;
+        if c.array::<3>()? != [0; 3] {
+            return Err(format!("key id {id}: reserved bytes are not zero"));
+        }
+        let created = u64::from_le_bytes(c.array()?);
+        let fingerprint = c.array::<8>()?;
+        let wlen = u16::from_le_bytes(c.array()?) as usize;
+        if wlen == 0 || wlen > MAX_WRAPPED_LEN {
+            return Err(format!("key id {id}: impossible wrapped length {wlen}"));
+        }
+        let wrapped = c.take(wlen)?.to_vec();
+        if id == 0 || entries.last().is_some_and(|(last, _)| last.id >= id) {
+            return Err(format!("key id {id} is zero or out of order"));
+        }
+        entries.push((
+            KeyInfo {
+                id,
+                state,
+                created,
+                fingerprint,
+            },
+            wrapped,
+        ));
+    }
+    if !c.0.is_empty() {
+        return Err(format!("{} unexpected bytes after the last key", c.0.len()));
+    }
+    let active = entries
+        .iter()
+        .filter(|(i, _)| i.state == KeyState::Active)
+        .count();
+    if active != 1 {
+        return Err(format!("{active} active keys; a store has exactly one"));
+    }
+    Ok(Decoded {
+        kek_id,
+        generation,
+        entries,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Kek;
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("test").unwrap());
+        let store = KeyStore::create(&path, kek.clone()).unwrap();
+        store.rotate_data_key().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "truncated to {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(KeyStore::open(&path, kek.clone()).is_err(), "byte {i}");
+            // The same change with a recomputed checksum: the wrap's authentication, the
+            // fingerprint or a field check still refuses it.
+            let n = bad.len() - 4;
+            let crc = crc32c::crc32c(&bad[..n]).to_le_bytes();
+            bad[n..].copy_from_slice(&crc);
+            std::fs::write(&path, &bad).unwrap();
+            if let Ok(opened) = KeyStore::open(&path, kek.clone()) {
+                // Only the generation counter and creation-time-free fields may change harmlessly.
+                assert_eq!(opened.ring().ids(), store.ring().ids(), "byte {i}");
+                for id in opened.ring().ids() {
+                    assert_eq!(
+                        opened.ring().get(id).unwrap().bytes(),
+                        store.ring().get(id).unwrap().bytes(),
+                        "byte {i}: a tampered store gave another key"
+                    );
+                }
+            }
+        }
+    }
+}
