@@ -54,6 +54,18 @@ pub(crate) fn raw_check_value(key: &Key) -> [u8; KCV_LEN] {
     check_value(&Aes256::new(key.bytes().into()))
 }
 
+/// The check value a log with id `log_id` records for data key `key` under `key_id`.
+pub(crate) fn working_check_value(key: &Key, log_id: u64, key_id: u32) -> [u8; KCV_LEN] {
+    let working = working_key(key, log_id, key_id);
+    check_value(&Aes256::new((&*working).into()))
+}
+
+/// The working key of log `log_id` for data key `key` under `key_id`, as a [`Key`].
+pub(crate) fn working_key_for(key: &Key, log_id: u64, key_id: u32) -> Key {
+    let mut working = working_key(key, log_id, key_id);
+    Key::from_mut_bytes(&mut working)
+}
+
 /// HKDF salt of the per-log working keys.
 const WORKING_KEY_SALT: &[u8] = b"walcrypt working key v2";
 

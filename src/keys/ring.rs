@@ -77,6 +77,19 @@ impl Key {
         crate::crypto::raw_check_value(self)
     }
 
+    /// The check value a log's segment headers record for this key under `key_id`: the check
+    /// value of the log's working key, derived from this key and the log id.
+    pub fn log_check_value(&self, log_id: u64, key_id: u32) -> [u8; KCV_LEN] {
+        crate::crypto::working_check_value(self, log_id, key_id)
+    }
+
+    /// The working key that encrypts the data of log `log_id` under key id `key_id`:
+    /// HKDF-SHA256 of this data key, the log id and the key id (docs/SECURITY.md). What tools
+    /// outside the library need to decrypt stored bytes with plain AES-256-CTR.
+    pub fn for_log(&self, log_id: u64, key_id: u32) -> Key {
+        crate::crypto::working_key_for(self, log_id, key_id)
+    }
+
     /// An 8-byte fingerprint that names the key in key stores and listings: the start of
     /// SHA-256 over a domain label and the key. It reveals nothing usable about the key.
     pub fn fingerprint(&self) -> [u8; 8] {

@@ -237,6 +237,16 @@ impl KeyStore {
         })
     }
 
+    /// Reads what a store says about itself without unwrapping anything (no KEK needed):
+    /// its KEK id, generation and key listing. The file's checksum and layout are checked.
+    pub fn inspect(path: impl AsRef<Path>) -> Result<(String, u64, Vec<KeyInfo>)> {
+        let path = path.as_ref();
+        let bytes = read_file(&FsStorage, path)?;
+        let parsed = decode(&bytes).map_err(|why| store_error(path, &why))?;
+        let infos = parsed.entries.into_iter().map(|(info, _)| info).collect();
+        Ok((parsed.kek_id, parsed.generation, infos))
+    }
+
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -20,7 +20,7 @@ const POLL: Duration = Duration::from_millis(200);
 const FOLLOW_RETRIES: u32 = 10;
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
+    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.kek, &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {

@@ -56,7 +56,7 @@ struct Verify<'a> {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let ring = load_keys(args.key_file.as_deref())?;
+    let ring = load_keys(args.key_file.as_deref(), &args.kek)?;
     let target = Target::resolve(&args.path)?;
     let reader = match target.open(None, None) {
         Ok(r) => r,
@@ -113,13 +113,13 @@ impl Verify<'_> {
                 let name = format::segment_file_name(seg.header.start);
                 let offset = format::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
                 match ring.get(*id) {
-                    Some(key) if key.check_value() != *kcv => {
+                    Some(key) if key.log_check_value(seg.header.log_id, *id) != *kcv => {
                         ok = false;
                         self.found.keys.push(format!(
                             "segment {name} offset {offset}: key id {id} has check value {} \
                              but key file {file} holds a key with check value {} (wrong key)",
                             hex(kcv),
-                            hex(&key.check_value())
+                            hex(&key.log_check_value(seg.header.log_id, *id))
                         ));
                     }
                     Some(_) => {}
@@ -403,7 +403,12 @@ impl Verify<'_> {
             let decrypted = if h.flags & PAGE_FLAG_ENCRYPTED != 0 {
                 match self.ring.and_then(|r| r.get(h.key_id)) {
                     Some(key) => {
-                        walcrypt::ctr_apply_keystream(key, &h.iv, &mut page[PAGE_HEADER_LEN..]);
+                        let working = key.for_log(self.reader.log_id(), h.key_id);
+                        walcrypt::ctr_apply_keystream(
+                            &working,
+                            &h.iv,
+                            &mut page[PAGE_HEADER_LEN..],
+                        );
                         true
                     }
                     None => false,
