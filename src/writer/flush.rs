@@ -323,7 +323,7 @@ impl Wal {
         if self.mode == Mode::PageLevel {
             // The pages rewritten here belong to a segment whose header does not list the
             // active key: encrypt them under a key it does list.
-            w.segment_key = Some((segment, self.listed_key(segment)?));
+            w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
         }
         self.write_locked(&mut w, end)?;
         self.sync_locked(&mut w)?;
@@ -340,17 +340,27 @@ impl Wal {
         Ok(())
     }
 
-    /// The newest key of the ring that the header of the segment at `segment` lists.
-    fn listed_key(&self, segment: u64) -> Result<u32> {
+    /// The newest key of the ring that the header of the segment at `segment` lists; `None`
+    /// when the segment's file does not exist yet (its pages are all still in the buffer): it
+    /// will be created listing the active key.
+    fn listed_key(&self, segment: u64) -> Result<Option<u32>> {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         let header =
-            crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment))?;
+            match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
+                Ok(header) => header,
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
         header
             .key_checks
             .iter()
             .rev()
             .find(|(id, kcv)| self.keys.load().check_value(*id) == Some(*kcv))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| Some(*id))
             .ok_or_else(|| {
                 Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
             })
