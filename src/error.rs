@@ -166,8 +166,8 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// An append came from another process than the one that opened the log (a forked child,
-    /// or a cloned VM or process image): it would repeat the opener's IVs, so it is refused.
+    /// A write-out, flush, purge or rotation came from another process than the one that
+    /// opened the log (a forked child): its IVs would repeat the opener's, so it is refused.
     ForeignProcess {
         /// Process id that opened the log.
         opener: u32,
@@ -244,8 +244,8 @@ impl fmt::Display for Error {
             }
             Self::ForeignProcess { opener, caller } => write!(
                 f,
-                "append from process {caller} refused: the log was opened by process {opener} \
-                 (a forked or cloned writer would repeat IVs); open the log in this process"
+                "write from process {caller} refused: the log was opened by process {opener} \
+                 (a forked writer would repeat its IVs); open the log in this process"
             ),
             Self::Config(why) => write!(f, "invalid configuration: {why}"),
             Self::Mismatch {

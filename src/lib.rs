@@ -42,6 +42,28 @@
 //! # }
 //! ```
 //!
+//! Keys can also live in a [`KeyStore`]: random data keys stored only wrapped under a
+//! key-encryption key that a [`KeyProvider`] supplies (a KMS, a command, a file), rotated on a
+//! live log, and retired once no segment uses them:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use walcrypt::{Config, Kek, KeyStore, Mode, Wal};
+//!
+//! # fn main() -> walcrypt::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! // In production the KEK comes from a KMS: KekCommand, or your own KeyProvider.
+//! let kek = Arc::new(Kek::generate("example KEK")?);
+//! let store = Arc::new(KeyStore::create(dir.path().join("keys.store"), kek)?);
+//! let wal = Wal::open(dir.path().join("log"), Config::new(Mode::PerRecord).key_store(store))?;
+//! wal.append(1, b"under data key 1")?;
+//! assert_eq!(wal.rotate_data_key()?, 2); // no reopen: new records use key 2
+//! wal.append(1, b"under data key 2")?;
+//! wal.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The on-disk format is in docs/FORMAT.md, the IV and key argument in docs/SECURITY.md.
 
 #![forbid(unsafe_code)]
@@ -63,12 +85,11 @@ pub use config::{
     Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode, SyncMode,
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, ctr_apply_keystream};
+pub use error::{CorruptionKind, Error, Position, Result};
 pub use keys::{
     DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
-    KeyState, KeyStore, LOCAL_WRAP_LEN, ProviderSpec, RotationPolicy, STORE_MAGIC,
-    STORE_VERSION,
+    KeyState, KeyStore, LOCAL_WRAP_LEN, ProviderSpec, RotationPolicy, STORE_MAGIC, STORE_VERSION,
 };
-pub use error::{CorruptionKind, Error, Position, Result};
 pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
 pub use writer::{Wal, WalStats};
 

@@ -1,6 +1,7 @@
-//! A forked child that inherits an open Wal cannot append, flush or close it (it would repeat
-//! the parent's IVs): each call fails with ForeignProcess, and its exit writes nothing. The
-//! parent keeps appending, and every record it appended reads back.
+//! A forked child that inherits an open Wal cannot write with it (it would repeat the parent's
+//! IVs): flush, purge and rotation fail with ForeignProcess, so nothing the child appends (an
+//! append only seals into the child's memory) reaches the disk. The parent keeps appending, and
+//! exactly the records it appended read back.
 
 use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, Wal};
 
@@ -20,16 +21,22 @@ fn forked_child_cannot_append() {
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             let refused = |r: walcrypt::Result<()>| matches!(r, Err(Error::ForeignProcess { .. }));
-            let ok = refused(wal.append(2, b"from the child").map(|_| ()))
-                && refused(wal.flush(lsn))
+            let mine = wal.append(2, b"from the child");
+            let ok = mine.is_ok_and(|mine| refused(wal.flush(mine)))
                 && refused(wal.purge_before(lsn).map(|_| ()))
-                && refused(wal.rotate_data_key().map(|_| ()));
+                && refused(wal.rotate_data_key().map(|_| ()))
+                && refused(wal.activate_key(7, walcrypt::Key::generate().unwrap()))
+                && refused(wal.close());
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "{mode}: child did not exit");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "{mode}: the child was not refused");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "{mode}: the child was not refused"
+        );
 
         wal.append(1, b"after the fork").unwrap();
         wal.close().unwrap();

@@ -47,7 +47,10 @@ fn kek_command_provider() {
     let echo = script(
         dir,
         "echo-args",
-        &format!("[ \"$#\" = 2 ] && [ \"$1\" = '$(touch pwned); x' ] && cat '{}'", kek_file.display()),
+        &format!(
+            "[ \"$#\" = 2 ] && [ \"$1\" = '$(touch pwned); x' ] && cat '{}'",
+            kek_file.display()
+        ),
     );
     let args = vec!["$(touch pwned); x".to_string(), "*".to_string()];
     let kek = KekCommand::run(&echo, &args, t).unwrap();
@@ -55,11 +58,18 @@ fn kek_command_provider() {
     assert!(!Path::new("pwned").exists() && !dir.join("pwned").exists());
 
     // Fails after printing the key: an error naming the program, without the output.
-    let fails = script(dir, "fails", &format!("cat '{}'; echo oops >&2; exit 3", kek_file.display()));
+    let fails = script(
+        dir,
+        "fails",
+        &format!("cat '{}'; echo oops >&2; exit 3", kek_file.display()),
+    );
     let (who, why) = provider_error(KekCommand::run(&fails, &[], t));
     assert!(who.contains("fails"), "{who}");
     assert!(why.contains('3'), "{why}");
-    assert!(!why.contains(hex) && !why.contains(&hex[..16]) && !why.contains("oops"), "{why}");
+    assert!(
+        !why.contains(hex) && !why.contains(&hex[..16]) && !why.contains("oops"),
+        "{why}"
+    );
 
     // Garbage: said to be unusable, never quoted.
     let babble = script(dir, "babble", "echo 'password=hunter2 token=s3cr3t'");
@@ -72,11 +82,17 @@ fn kek_command_provider() {
     let started = Instant::now();
     let (_, why) = provider_error(KekCommand::run(&hangs, &[], Duration::from_millis(200)));
     assert!(why.contains("did not finish within 200 ms"), "{why}");
-    assert!(started.elapsed() < Duration::from_secs(20), "the command was not killed");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the command was not killed"
+    );
 
     // Missing program.
     let (who, why) = provider_error(KekCommand::run(dir.join("nope"), &[], t));
-    assert!(who.contains("nope") && why.contains("cannot start"), "{who}: {why}");
+    assert!(
+        who.contains("nope") && why.contains("cannot start"),
+        "{who}: {why}"
+    );
 
     // A KEK of the wrong length (31 bytes of hex).
     let short = script(dir, "short", &format!("echo {}", &hex[..62]));

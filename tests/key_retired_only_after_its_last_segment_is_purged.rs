@@ -81,7 +81,11 @@ fn key_retired_only_after_its_last_segment_is_purged() {
 
         let reopened = Arc::new(KeyStore::open(&store_path, kek.clone()).unwrap());
         let reader = Reader::open(dir.path(), Some(reopened.ring())).unwrap();
-        assert!(reader.records_from(reader.first_lsn().unwrap()).all(|r| r.is_ok()));
+        assert!(
+            reader
+                .records_from(reader.first_lsn().unwrap())
+                .all(|r| r.is_ok())
+        );
         drop(reader);
         let wal = Wal::open(dir.path(), config.key_store(reopened)).unwrap();
         wal.close().unwrap();

@@ -24,7 +24,11 @@ fn logs_sharing_a_data_key_use_their_own_keys() {
         assert_eq!(header.key_checks.len(), 1);
         let (id, kcv) = header.key_checks[0];
         assert_eq!(kcv, data_key.log_check_value(log_id, id));
-        assert_ne!(kcv, data_key.check_value(), "the raw key's check value is on disk");
+        assert_ne!(
+            kcv,
+            data_key.check_value(),
+            "the raw key's check value is on disk"
+        );
         checks.push(kcv);
         ids.push(log_id);
 
@@ -37,7 +41,12 @@ fn logs_sharing_a_data_key_use_their_own_keys() {
         ctr_apply_keystream(&data_key, &iv, &mut under_data_key);
         assert_ne!(under_data_key, b"the same secret in both logs");
         assert_eq!(
-            reader.records_from(Lsn::default()).next().unwrap().unwrap().payload,
+            reader
+                .records_from(Lsn::default())
+                .next()
+                .unwrap()
+                .unwrap()
+                .payload,
             b"the same secret in both logs"
         );
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use walcrypt::{
-    Config, Kek, Key, KeyProvider, KeyRing, KeyState, KeyStore, Lsn, Mode, Reader,
-    RotationPolicy, SyncMode, Wal,
+    Config, Kek, Key, KeyProvider, KeyRing, KeyState, KeyStore, Lsn, Mode, Reader, RotationPolicy,
+    SyncMode, Wal,
 };
 
 fn config(mode: Mode) -> Config {
@@ -43,7 +43,11 @@ fn check_segments_list_their_keys(reader: &Reader, mode: Mode) -> Vec<u32> {
         for r in reader.raw_records_from(Lsn::default()) {
             let r = r.unwrap();
             if let Some((id, _)) = r.header.encryption {
-                assert!(listed(r.lsn.0).contains(&id), "{mode}: record {} key {id}", r.lsn);
+                assert!(
+                    listed(r.lsn.0).contains(&id),
+                    "{mode}: record {} key {id}",
+                    r.lsn
+                );
                 used.push(id);
             }
         }
@@ -52,7 +56,11 @@ fn check_segments_list_their_keys(reader: &Reader, mode: Mode) -> Vec<u32> {
             if let Some(h) = p.header
                 && h.key_id != 0
             {
-                assert!(listed(p.page_lsn.0).contains(&h.key_id), "{mode}: page {}", p.page_lsn);
+                assert!(
+                    listed(p.page_lsn.0).contains(&h.key_id),
+                    "{mode}: page {}",
+                    p.page_lsn
+                );
                 used.push(h.key_id);
             }
         }
@@ -114,7 +122,11 @@ fn rotation_on_a_live_log_under_concurrent_appends() {
         for t in 0..3u8 {
             let mine: Vec<_> = records.iter().filter(|r| r.kind == t).collect();
             for (n, r) in mine.iter().enumerate() {
-                assert_eq!(r.payload, format!("thread {t} record {n}").as_bytes(), "{mode}");
+                assert_eq!(
+                    r.payload,
+                    format!("thread {t} record {n}").as_bytes(),
+                    "{mode}"
+                );
             }
         }
         let used = check_segments_list_their_keys(&reader, mode);
@@ -192,5 +204,8 @@ fn a_raw_ring_rotates_with_activate_key() {
         .records_from(Lsn::default())
         .map(|r| r.unwrap().payload)
         .collect();
-    assert_eq!(payloads, vec![b"under key 1".to_vec(), b"under key 2".to_vec()]);
+    assert_eq!(
+        payloads,
+        vec![b"under key 1".to_vec(), b"under key 2".to_vec()]
+    );
 }

@@ -68,7 +68,10 @@ impl Kek {
     pub fn fingerprint(&self) -> String {
         format!(
             "sha256:{}",
-            hex_string(&fingerprint(b"walcrypt kek fingerprint v1", self.key.bytes()))
+            hex_string(&fingerprint(
+                b"walcrypt kek fingerprint v1",
+                self.key.bytes()
+            ))
         )
     }
 
@@ -166,7 +169,8 @@ impl KekFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Kek> {
         let path = path.as_ref();
         let name = format!("kek file {}", path.display());
-        let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| Error::io("read KEK file", path, e))?);
+        let bytes =
+            Zeroizing::new(std::fs::read(path).map_err(|e| Error::io("read KEK file", path, e))?);
         let key = parse_kek(&bytes).map_err(|reason| Error::KeyProvider {
             provider: name.clone(),
             reason,

@@ -235,7 +235,8 @@ impl KeyRing {
     /// [`KeyRing::file_is_private`] and warn. No error repeats the contents of a key line.
     pub fn load(path: impl AsRef<Path>) -> Result<KeyRing> {
         let path = path.as_ref();
-        let bytes = Zeroizing::new(fs::read(path).map_err(|e| Error::io("read key file", path, e))?);
+        let bytes =
+            Zeroizing::new(fs::read(path).map_err(|e| Error::io("read key file", path, e))?);
         let parsed = std::str::from_utf8(&bytes)
             .map_err(|_| (0, "the file is not UTF-8 text".to_string()))
             .and_then(Self::parse);
@@ -281,7 +282,8 @@ impl KeyRing {
 
     /// The key file text, in a zeroizing buffer sized up front (no reallocation copies).
     fn to_text(&self) -> Zeroizing<String> {
-        const HEADER: &str = "# walcrypt key ring: <key_id> <64 hex digits>; the last key is active\n";
+        const HEADER: &str =
+            "# walcrypt key ring: <key_id> <64 hex digits>; the last key is active\n";
         let mut text = Zeroizing::new(String::with_capacity(
             HEADER.len() + self.keys.len() * (11 + KEY_LEN * 2 + 1),
         ));

@@ -171,7 +171,14 @@ impl KeyStore {
             } else {
                 KeyState::DecryptOnly
             };
-            entries.push(wrap_entry(provider.as_ref(), &kek_id, id, state, created, key.clone())?);
+            entries.push(wrap_entry(
+                provider.as_ref(),
+                &kek_id,
+                id,
+                state,
+                created,
+                key.clone(),
+            )?);
         }
         entries.sort_by_key(|e| e.info.id);
         let store = KeyStore {
@@ -220,7 +227,10 @@ impl KeyStore {
             if key.fingerprint() != info.fingerprint {
                 return Err(store_error(
                     &path,
-                    &format!("key id {}: the unwrapped key does not match its fingerprint", info.id),
+                    &format!(
+                        "key id {}: the unwrapped key does not match its fingerprint",
+                        info.id
+                    ),
                 ));
             }
             entries.push(Entry { info, wrapped, key });
@@ -323,7 +333,10 @@ impl KeyStore {
                 key: e.key.clone(),
             });
         }
-        let old = (inner.provider.clone(), std::mem::replace(&mut inner.kek_id, kek_id));
+        let old = (
+            inner.provider.clone(),
+            std::mem::replace(&mut inner.kek_id, kek_id),
+        );
         inner.provider = provider;
         if let Err(e) = self.commit(&mut inner, entries) {
             (inner.provider, inner.kek_id) = old;
@@ -586,7 +599,8 @@ fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     for _ in 0..count {
         let id = u32::from_le_bytes(c.array()?);
         let state = c.array::<1>()?[0];
-        let state = KeyState::from_code(state).ok_or(format!("key id {id}: unknown state {state}"))?;
+        let state =
+            KeyState::from_code(state).ok_or(format!("key id {id}: unknown state {state}"))?;
         if c.array::<3>()? != [0; 3] {
             return Err(format!("key id {id}: reserved bytes are not zero"));
         }

@@ -48,6 +48,7 @@ impl Wal {
     /// copied already). Partly filled pages are written whole and rewritten later.
     pub(super) fn write_locked(&self, w: &mut WriteState, target: u64) -> Result<()> {
         self.check_poison()?;
+        self.check_process()?;
         if target <= w.written_to {
             return Ok(());
         }
@@ -268,6 +269,7 @@ impl Wal {
     /// the log ends in is always kept. Returns how many files were removed.
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
+        self.check_process()?;
         let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
         let mut w = self.write.lock();
         let starts = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?;
@@ -348,9 +350,7 @@ impl Wal {
         let header =
             match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
                 Ok(header) => header,
-                Err(Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     return Ok(None);
                 }
                 Err(e) => return Err(e),

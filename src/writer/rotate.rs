@@ -96,6 +96,7 @@ impl Wal {
     /// current segment stays unused. Returns the new key id.
     pub fn rotate_data_key(&self) -> Result<u32> {
         self.check_poison()?;
+        self.check_process()?;
         let store = self.rotation_store()?;
         let _one = self.rotation.busy.lock();
         let (id, ring) = store.rotate_data_key()?;
@@ -108,6 +109,7 @@ impl Wal {
     /// with [`KeyRing::save`]) before calling this, since records written after it need it.
     pub fn activate_key(&self, id: u32, key: Key) -> Result<()> {
         self.check_poison()?;
+        self.check_process()?;
         if !self.mode.is_encrypted() {
             return Err(Error::Config("a plaintext log uses no keys".into()));
         }
@@ -147,7 +149,8 @@ impl Wal {
         let keys = Arc::new(Keys::new(&ring, self.log_id));
         self.switch_segment_installing(Some(keys))?;
         *self.rotation.ring.lock() = ring;
-        self.rotation.restart(self.complete_to.load(Ordering::Acquire));
+        self.rotation
+            .restart(self.complete_to.load(Ordering::Acquire));
         Ok(())
     }
 

@@ -57,7 +57,10 @@ pub struct NewKekArgs {
     pub new_kek_timeout_ms: u64,
 }
 
-#[allow(dead_code, reason = "wal-dump reads with one KEK; only wal-key rotates to a new one")]
+#[allow(
+    dead_code,
+    reason = "wal-dump reads with one KEK; only wal-key rotates to a new one"
+)]
 impl NewKekArgs {
     /// Builds the new provider; an error when none was named.
     pub fn provider(&self) -> Result<Arc<dyn KeyProvider>, String> {
@@ -88,7 +91,8 @@ fn spec(
 }
 
 fn provider(spec: Option<ProviderSpec>) -> Result<Arc<dyn KeyProvider>, String> {
-    let spec = spec.ok_or("a key store needs its KEK: add --kek-file FILE or --kek-command PROGRAM")?;
+    let spec =
+        spec.ok_or("a key store needs its KEK: add --kek-file FILE or --kek-command PROGRAM")?;
     let kek = spec.provider().map_err(|e| e.to_string())?;
     Ok(Arc::new(kek))
 }

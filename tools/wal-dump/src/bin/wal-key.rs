@@ -158,7 +158,10 @@ fn run(command: Command) -> Result<(), String> {
             if is_key_store(&file) {
                 let store = KeyStore::open(&file, kek.provider()?).map_err(err)?;
                 let (id, _) = store.rotate_data_key().map_err(err)?;
-                println!("added data key {id} to {} and made it active", file.display());
+                println!(
+                    "added data key {id} to {} and made it active",
+                    file.display()
+                );
                 print_store(&store.kek_id(), store.generation(), &store.keys());
             } else {
                 let mut ring = load_ring(&file)?;
@@ -278,7 +281,10 @@ fn print_ring(ring: &KeyRing) {
     let active = ring.active_id();
     println!("{:>6}  {:<16}  state", "key id", "fingerprint");
     for id in ring.ids() {
-        let fp = ring.get(id).map(|k| hex(&k.fingerprint())).unwrap_or_default();
+        let fp = ring
+            .get(id)
+            .map(|k| hex(&k.fingerprint()))
+            .unwrap_or_default();
         let state = if Some(id) == active {
             "active"
         } else {
