@@ -235,7 +235,7 @@ impl KeyStore {
             }
             entries.push(Entry { info, wrapped, key });
         }
-        Ok(KeyStore {
+        let store = KeyStore {
             path,
             storage,
             inner: Mutex::new(Inner {
@@ -244,7 +244,9 @@ impl KeyStore {
                 generation: parsed.generation,
                 entries,
             }),
-        })
+        };
+        store.remove_stale_temporaries();
+        Ok(store)
     }
 
     /// Reads what a store says about itself without unwrapping anything (no KEK needed):
@@ -320,7 +322,7 @@ impl KeyStore {
     }
 
     /// Re-wraps every data key under `provider`'s KEK and writes the store; the log is not
-    /// touched. Keep the old KEK until this returns Ok: a crash before leaves the old store.
+    /// touched. Keep the old KEK until this returns Ok: a crash before may leave the old store.
     pub fn rotate_kek(&self, provider: Arc<dyn KeyProvider>) -> Result<()> {
         let mut inner = self.inner.lock();
         let kek_id = checked_kek_id(&self.path, provider.as_ref())?;
@@ -338,11 +340,12 @@ impl KeyStore {
             std::mem::replace(&mut inner.kek_id, kek_id),
         );
         inner.provider = provider;
-        if let Err(e) = self.commit(&mut inner, entries) {
+        let before = inner.generation;
+        let committed = self.commit(&mut inner, entries);
+        if committed.is_err() && inner.generation == before {
             (inner.provider, inner.kek_id) = old;
-            return Err(e);
         }
-        Ok(())
+        committed
     }
 
     /// Removes every decrypt-only key whose id is not in `in_use` and writes the store if
@@ -366,18 +369,21 @@ impl KeyStore {
         Ok(retired)
     }
 
-    /// Writes `entries` as the next generation; only on success do they replace the ones in
-    /// memory.
+    /// Writes `entries` as the next generation. They replace the ones in memory once the new
+    /// file is in place (renamed), even if the directory sync after it failed: memory then
+    /// matches the file, which may or may not survive a crash.
     fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+        let before = inner.generation;
         let old = std::mem::replace(&mut inner.entries, entries);
-        if let Err(e) = self.save(inner) {
+        let saved = self.save(inner);
+        if saved.is_err() && inner.generation == before {
             inner.entries = old;
-            return Err(e);
         }
-        Ok(())
+        saved
     }
 
     fn save(&self, inner: &mut Inner) -> Result<()> {
+        self.check_unchanged(inner.generation)?;
         let generation = inner.generation + 1;
         let bytes = encode(&inner.kek_id, generation, &inner.entries);
         let storage = self.storage.as_ref();
@@ -388,15 +394,59 @@ impl KeyStore {
             file.write_all_at(&bytes, 0)?;
             file.sync_data()?;
             drop(file);
-            storage.rename(&tmp, &self.path)?;
-            storage.sync_dir(&dir)
+            storage.rename(&tmp, &self.path)
         })();
         if let Err(e) = written {
             let _ = storage.remove(&tmp);
             return Err(Error::io("write key store", &self.path, e));
         }
         inner.generation = generation;
-        Ok(())
+        storage
+            .sync_dir(&dir)
+            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))
+    }
+}
+
+impl KeyStore {
+    /// Refuses to write over a store that another process (or another `KeyStore` on the same
+    /// file) wrote since this one read it: its changes (a new key, a KEK rotation) would be
+    /// lost. A missing or undecodable file is rewritten from memory.
+    fn check_unchanged(&self, generation: u64) -> Result<()> {
+        let on_disk = match read_file(self.storage.as_ref(), &self.path) {
+            Ok(bytes) => decode(&bytes).ok().map(|d| d.generation),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        match on_disk {
+            Some(found) if found != generation => Err(store_error(
+                &self.path,
+                &format!(
+                    "changed by someone else since it was read (generation {found} on disk, \
+                     {generation} here); reopen it and retry"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes temporary files a crash left beside the store (`.<name>.<16 hex>.tmp`). They
+    /// hold only wrapped keys; this keeps them from piling up.
+    fn remove_stale_temporaries(&self) {
+        let (Some(name), dir) = (self.path.file_name(), parent_dir(&self.path)) else {
+            return;
+        };
+        let prefix = format!(".{}.", name.to_string_lossy());
+        let Ok(names) = self.storage.list(&dir) else {
+            return;
+        };
+        for n in names {
+            let stale = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp"));
+            if stale
+                .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                let _ = self.storage.remove(&dir.join(&n));
+            }
+        }
     }
 }
 
@@ -645,6 +695,26 @@ fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
 mod tests {
     use super::*;
     use crate::keys::Kek;
+
+    #[test]
+    fn a_store_changed_by_someone_else_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("test").unwrap());
+        let first = KeyStore::create(&path, kek.clone()).unwrap();
+        let second = KeyStore::open(&path, kek.clone()).unwrap();
+        second.rotate_data_key().unwrap();
+        let err = first.rotate_data_key().unwrap_err();
+        assert!(err.to_string().contains("changed by someone else"), "{err}");
+        assert_eq!(first.ring().ids(), vec![1]);
+        let reread = KeyStore::open(&path, kek).unwrap();
+        assert_eq!(reread.ring().ids(), vec![1, 2]);
+        // A stale temporary file from a crash is removed at the next open.
+        let stale = dir.path().join(".keys.0123456789abcdef.tmp");
+        std::fs::write(&stale, b"x").unwrap();
+        let _ = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        assert!(!stale.exists());
+    }
 
     #[test]
     fn every_truncation_and_every_flipped_byte_is_an_error() {
