@@ -171,7 +171,7 @@ pub enum Error {
     ForeignProcess {
         /// Process id that opened the log.
         opener: u32,
-        /// Process id that tried to append.
+        /// Process id that tried to write.
         caller: u32,
     },
     /// The configuration cannot be used.

@@ -209,3 +209,31 @@ fn a_raw_ring_rotates_with_activate_key() {
         vec![b"under key 1".to_vec(), b"under key 2".to_vec()]
     );
 }
+
+#[test]
+fn an_age_policy_rotates_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(KeyStore::create(dir.path().join("keys"), kek()).unwrap());
+    let policy = RotationPolicy {
+        max_bytes: None,
+        max_age: Some(std::time::Duration::from_millis(20)),
+    };
+    let wal = Wal::open(
+        dir.path(),
+        config(Mode::PageLevel)
+            .key_store(store.clone())
+            .rotation(policy),
+    )
+    .unwrap();
+    wal.append(1, b"first").unwrap();
+    let before = wal.key_ids().len();
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    wal.append(1, b"second: the key is older than the policy allows")
+        .unwrap();
+    assert_eq!(wal.key_ids().len(), before + 1);
+    assert_eq!(wal.last_rotation_error(), None);
+    wal.append(1, b"third").unwrap();
+    wal.close().unwrap();
+    let reader = Reader::open(dir.path(), Some(store.ring())).unwrap();
+    assert_eq!(reader.records_from(Lsn::default()).count(), 3);
+}

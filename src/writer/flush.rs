@@ -267,6 +267,10 @@ impl Wal {
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
     /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
     /// the log ends in is always kept. Returns how many files were removed.
+    ///
+    /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
+    /// every decrypt-only data key that no remaining segment lists is retired from the store;
+    /// an error there (after the files are gone) is returned, and the next purge retries.
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
         self.check_process()?;
@@ -299,7 +303,7 @@ impl Wal {
     }
 
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
-    /// next record starts in a new segment, whose header lists the current keys.
+    /// next record starts in a new segment, whose header lists the active key.
     pub(crate) fn switch_segment(&self) -> Result<()> {
         self.switch_segment_installing(None)
     }

@@ -140,8 +140,8 @@ pub struct Wal {
     /// older epoch is sealed again, so no record lands in a segment that does not list its key.
     key_epoch: AtomicU64,
     rotation: rotate::Rotation,
-    /// The process that opened the log: another (a forked child) must not append, since it
-    /// would repeat this process's IVs.
+    /// The process that opened the log: another (a forked child) must not write with it,
+    /// since it would repeat this process's IVs.
     opener: u32,
     ivs: IvSource,
     insert: Mutex<InsertState>,
@@ -310,7 +310,7 @@ impl Wal {
             result
         });
         if result.is_ok() && self.rotation.due(self.complete_to.load(Ordering::Relaxed)) {
-            self.rotate_by_policy()?;
+            self.rotate_by_policy();
         }
         result
     }

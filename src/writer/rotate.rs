@@ -157,12 +157,12 @@ impl Wal {
     /// Called after an append when the policy's limit is reached. A failure does not fail the
     /// append (its record is in the log): it is kept for [`Wal::last_rotation_error`] and the
     /// rotation is tried again after another interval.
-    pub(super) fn rotate_by_policy(&self) -> Result<()> {
+    pub(super) fn rotate_by_policy(&self) {
         let Some(_one) = self.rotation.busy.try_lock() else {
-            return Ok(()); // another thread is rotating
+            return; // another thread is rotating
         };
         if !self.rotation.due(self.complete_to.load(Ordering::Acquire)) {
-            return Ok(());
+            return;
         }
         let result = self
             .rotation_store()
@@ -173,7 +173,6 @@ impl Wal {
             self.rotation
                 .restart(self.complete_to.load(Ordering::Acquire));
         }
-        Ok(())
     }
 
     /// Retires from the key store every decrypt-only key that no remaining segment header
