@@ -66,14 +66,7 @@ fn validate(config: &Config) -> Result<()> {
             config.mode
         )));
     }
-    let max = SegmentHeader::max_keys(config.page_size);
-    if config.keys.len() > max {
-        return Err(Error::Config(format!(
-            "{} keys do not fit a segment header of a {} byte page (at most {max})",
-            config.keys.len(),
-            config.page_size
-        )));
-    }
+    // No limit on the ring's size: a segment header lists only the active key.
     Ok(())
 }
 

@@ -115,7 +115,10 @@ impl Wal {
         }
         let _one = self.rotation.busy.lock();
         let mut ring = self.rotation.ring.lock().clone();
-        ring.add(id, key)?;
+        ring.add(id, key).map_err(|e| match e {
+            Error::KeyFile { reason, .. } => Error::Config(reason),
+            other => other,
+        })?;
         self.install(ring)
     }
 
