@@ -3,21 +3,24 @@
 //! * `ring`: [`Key`] and [`KeyRing`], the data keys as the log uses them, and the raw key ring
 //!   text file for embedders who manage data keys themselves.
 //! * `provider`: the [`KeyProvider`] trait and the built-in KEK sources.
-//! * `store`: the [`KeyStore`] file, data keys stored only wrapped under the KEK.
+//! * `store`: the [`KeyStore`] file, data keys stored only wrapped under the KEK; `layout`
+//!   its byte layout.
 //!
 //! The keystream itself and the per-log working keys are in `crypto`.
 
+mod layout;
 mod provider;
 mod ring;
 mod store;
 
 use std::time::Duration;
 
+pub use layout::{KeyInfo, KeyState, STORE_MAGIC, STORE_VERSION};
 pub use provider::{
     DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KeyProvider, LOCAL_WRAP_LEN, ProviderSpec,
 };
 pub use ring::{Key, KeyRing};
-pub use store::{KeyInfo, KeyState, KeyStore, STORE_MAGIC, STORE_VERSION};
+pub use store::KeyStore;
 
 /// When a live log rotates its data key by itself (see [`crate::Config::rotation`]).
 /// Either limit, whichever comes first; `None` disables it.
