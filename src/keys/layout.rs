@@ -57,7 +57,7 @@ pub struct KeyInfo {
     pub state: KeyState,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
-    /// [`Key::fingerprint`] of the data key.
+    /// [`crate::Key::fingerprint`] of the data key.
     pub fingerprint: [u8; 8],
 }
 
