@@ -88,7 +88,8 @@ pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, ctr_apply_keystream};
 pub use error::{CorruptionKind, Error, Position, Result};
 pub use keys::{
     DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
-    KeyState, KeyStore, LOCAL_WRAP_LEN, ProviderSpec, RotationPolicy, STORE_MAGIC, STORE_VERSION,
+    KeyState, KeyStore, LOCAL_WRAP_LEN, PASSPHRASE_COST, PassphraseKek, ProviderSpec,
+    RotationPolicy, STORE_MAGIC, STORE_VERSION,
 };
 pub use reader::{PageInfo, RawRecord, RawRecords, Reader, Record, Records, SegmentInfo};
 pub use writer::{Wal, WalStats};

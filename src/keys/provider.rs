@@ -47,6 +47,9 @@ pub const LOCAL_WRAP_LEN: usize = 12 + KEY_LEN + 16;
 pub struct Kek {
     key: Key,
     name: String,
+    /// What `kek_id` reports when it is more than the fingerprint (a passphrase KEK's salt and
+    /// cost parameters, needed to derive it again).
+    id: Option<String>,
 }
 
 impl Kek {
@@ -55,6 +58,7 @@ impl Kek {
         Kek {
             key,
             name: name.into(),
+            id: None,
         }
     }
 
@@ -93,7 +97,7 @@ impl KeyProvider for Kek {
     }
 
     fn kek_id(&self) -> Result<String> {
-        Ok(self.fingerprint())
+        Ok(self.id.clone().unwrap_or_else(|| self.fingerprint()))
     }
 
     fn wrap(&self, key: &Key, aad: &[u8]) -> Result<Vec<u8>> {
@@ -275,6 +279,91 @@ fn wait_with_timeout(
     }
 }
 
+/// A KEK derived from a passphrase with Argon2id (RFC 9106).
+///
+/// The salt (16 random bytes) and the cost parameters are not secret: they are part of the KEK
+/// id the key store records (`argon2id:m=<KiB>,t=<passes>,p=<lanes>:<salt hex>:<fingerprint>`),
+/// so [`PassphraseKek::for_store`] derives the same KEK again from the passphrase alone. The
+/// store's security is then the passphrase's: use a long one.
+pub struct PassphraseKek;
+
+/// Default Argon2id cost: 64 MiB of memory, 3 passes, 1 lane (RFC 9106's second recommended
+/// setting, with one lane).
+pub const PASSPHRASE_COST: (u32, u32, u32) = (64 * 1024, 3, 1);
+
+impl PassphraseKek {
+    /// A KEK from `passphrase` under a fresh random salt and the default cost, for creating a
+    /// store or rotating a store's KEK to a passphrase.
+    pub fn with_new_salt(passphrase: &[u8]) -> Result<Kek> {
+        Self::with_cost(passphrase, PASSPHRASE_COST)
+    }
+
+    /// Like [`PassphraseKek::with_new_salt`] with an explicit cost `(memory KiB, passes, lanes)`.
+    pub fn with_cost(passphrase: &[u8], cost: (u32, u32, u32)) -> Result<Kek> {
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).map_err(|_| passphrase_error("the OS random source failed"))?;
+        derive(passphrase, &salt, cost)
+    }
+
+    /// The KEK the store at `path` was wrapped under, derived from `passphrase` with the salt
+    /// and cost its KEK id records. A wrong passphrase fails when the store is opened.
+    pub fn for_store(path: impl AsRef<Path>, passphrase: &[u8]) -> Result<Kek> {
+        let (kek_id, _, _) = crate::KeyStore::inspect(path)?;
+        let (salt, cost) = parse_passphrase_id(&kek_id)
+            .ok_or_else(|| passphrase_error("the store's KEK was not derived from a passphrase"))?;
+        derive(passphrase, &salt, cost)
+    }
+}
+
+const PASSPHRASE_NAME: &str = "passphrase (Argon2id)";
+
+fn passphrase_error(reason: &str) -> Error {
+    Error::KeyProvider {
+        provider: PASSPHRASE_NAME.into(),
+        reason: reason.into(),
+    }
+}
+
+fn derive(passphrase: &[u8], salt: &[u8; 16], (m, t, p): (u32, u32, u32)) -> Result<Kek> {
+    let params = argon2::Params::new(m, t, p, Some(KEY_LEN))
+        .map_err(|e| passphrase_error(&format!("unusable cost m={m}, t={t}, p={p}: {e}")))?;
+    let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+    let mut out = Zeroizing::new([0u8; KEY_LEN]);
+    argon
+        .hash_password_into(passphrase, salt, out.as_mut_slice())
+        .map_err(|e| passphrase_error(&format!("Argon2id failed: {e}")))?;
+    let mut kek = Kek::new(Key::from_mut_bytes(&mut out), PASSPHRASE_NAME);
+    kek.id = Some(format!(
+        "argon2id:m={m},t={t},p={p}:{}:{}",
+        hex_string(salt),
+        kek.fingerprint()
+    ));
+    Ok(kek)
+}
+
+/// Salt and cost from `argon2id:m=..,t=..,p=..:<32 hex>:<fingerprint>`.
+fn parse_passphrase_id(id: &str) -> Option<([u8; 16], (u32, u32, u32))> {
+    let mut parts = id.strip_prefix("argon2id:")?.split(':');
+    let (cost, salt_hex) = (parts.next()?, parts.next()?);
+    let mut nums = cost
+        .split(',')
+        .map(|kv| kv.split_once('=').map(|(_, v)| v.parse::<u32>()));
+    let (Some(Some(Ok(m))), Some(Some(Ok(t))), Some(Some(Ok(p)))) =
+        (nums.next(), nums.next(), nums.next())
+    else {
+        return None;
+    };
+    if salt_hex.len() != 32 {
+        return None;
+    }
+    let mut salt = [0u8; 16];
+    for (i, pair) in salt_hex.as_bytes().chunks(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        salt[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some((salt, (m, t, p)))
+}
+
 /// Where a provider's configuration points, for tools: a KEK file or a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderSpec {
@@ -323,6 +412,24 @@ mod tests {
         let mut flipped = wrapped.clone();
         flipped[20] ^= 1;
         assert!(kek.unwrap(&flipped, b"id 1").is_err());
+    }
+
+    #[test]
+    fn a_passphrase_kek_is_derived_again_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let cheap = (64, 1, 1); // fast for a test; real stores use PASSPHRASE_COST
+        let kek = PassphraseKek::with_cost(b"correct horse battery staple", cheap).unwrap();
+        let id = kek.kek_id().unwrap();
+        assert!(id.starts_with("argon2id:m=64,t=1,p=1:"), "{id}");
+        let store = crate::KeyStore::create(&path, std::sync::Arc::new(kek)).unwrap();
+        let again = PassphraseKek::for_store(&path, b"correct horse battery staple").unwrap();
+        let opened = crate::KeyStore::open(&path, std::sync::Arc::new(again)).unwrap();
+        assert_eq!(opened.ring().ids(), store.ring().ids());
+        let wrong = PassphraseKek::for_store(&path, b"incorrect horse").unwrap();
+        let err = crate::KeyStore::open(&path, std::sync::Arc::new(wrong)).unwrap_err();
+        assert!(err.to_string().contains("wrapped under KEK"), "{err}");
+        assert!(!err.to_string().contains("horse"), "{err}");
     }
 
     #[test]
