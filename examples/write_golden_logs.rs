@@ -24,7 +24,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use walcrypt::inspect::FORMAT_VERSION;
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+use walcrypt::{Compression, Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -48,6 +48,8 @@ struct Golden {
     page_size: u64,
     segment_size: u64,
     shape: Shape,
+    /// Records compressed with LZ4 before sealing (`Config::compression`).
+    compressed: bool,
 }
 
 const GOLDENS: &[Golden] = &[
@@ -58,6 +60,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 1024,
         segment_size: 4 * 1024,
         shape: Shape::Complete,
+        compressed: false,
     },
     Golden {
         name: "perrecord",
@@ -66,6 +69,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 1024,
         segment_size: 4 * 1024,
         shape: Shape::Complete,
+        compressed: false,
     },
     Golden {
         name: "pagelevel",
@@ -74,6 +78,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 1024,
         segment_size: 4 * 1024,
         shape: Shape::Complete,
+        compressed: false,
     },
     Golden {
         name: "pagelevel-8k-pages",
@@ -82,6 +87,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 8 * 1024,
         segment_size: 16 * 1024,
         shape: Shape::Complete,
+        compressed: false,
     },
     Golden {
         name: "plaintext-torn-tail",
@@ -90,6 +96,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 512,
         segment_size: 4 * 1024,
         shape: Shape::TornTail,
+        compressed: false,
     },
     Golden {
         name: "perrecord-torn-tail",
@@ -98,6 +105,7 @@ const GOLDENS: &[Golden] = &[
         page_size: 512,
         segment_size: 4 * 1024,
         shape: Shape::TornTail,
+        compressed: false,
     },
     Golden {
         name: "pagelevel-torn-tail",
@@ -106,22 +114,70 @@ const GOLDENS: &[Golden] = &[
         page_size: 512,
         segment_size: 4 * 1024,
         shape: Shape::TornTail,
+        compressed: false,
     },
     Golden {
         name: "perrecord-rotated-keys",
-        covers: "perrecord mode; records under key 1, a key switch record at the reopen with key 2 active, records under key 2; segment headers listing both keys",
+        covers: "perrecord mode; records under key 1, a key switch record at the reopen with key 2 active, records under key 2; each segment header listing the key its records use",
         mode: Mode::PerRecord,
         page_size: 512,
         segment_size: 4 * 1024,
         shape: Shape::RotatedKeys,
+        compressed: false,
     },
     Golden {
         name: "pagelevel-rotated-keys",
-        covers: "pagelevel mode; pages under key 1, a key switch record at the reopen with key 2 active, pages under key 2; segment headers listing both keys",
+        covers: "pagelevel mode; pages under key 1, a key switch record at the reopen with key 2 active, pages under key 2; each segment header listing the key its records use",
         mode: Mode::PageLevel,
         page_size: 512,
         segment_size: 4 * 1024,
         shape: Shape::RotatedKeys,
+        compressed: false,
+    },
+    Golden {
+        name: "perrecord-gcm",
+        covers: "perrecord-gcm mode (authenticated); several segments; records from empty to larger than a segment, spanning pages and segments; kinds 0 to 255",
+        mode: Mode::PerRecordGcm,
+        page_size: 1024,
+        segment_size: 4 * 1024,
+        shape: Shape::Complete,
+        compressed: false,
+    },
+    Golden {
+        name: "perrecord-gcm-torn-tail",
+        covers: "perrecord-gcm mode; the last page cut inside the last record (a crash during the last write); smallest pages",
+        mode: Mode::PerRecordGcm,
+        page_size: 512,
+        segment_size: 4 * 1024,
+        shape: Shape::TornTail,
+        compressed: false,
+    },
+    Golden {
+        name: "perrecord-gcm-rotated-keys",
+        covers: "perrecord-gcm mode; records under key 1, a key switch record at the reopen with key 2 active, records under key 2; each segment header listing the key its records use",
+        mode: Mode::PerRecordGcm,
+        page_size: 512,
+        segment_size: 4 * 1024,
+        shape: Shape::RotatedKeys,
+        compressed: false,
+    },
+    Golden {
+        name: "perrecord-compressed",
+        covers: "perrecord mode with LZ4 compression before sealing: compressed and uncompressed records side by side",
+        mode: Mode::PerRecord,
+        page_size: 1024,
+        segment_size: 4 * 1024,
+        shape: Shape::Complete,
+        compressed: true,
+    },
+    Golden {
+        name: "plaintext-compressed",
+        covers: "plaintext mode with LZ4 compression: the compressed flag without encryption",
+        mode: Mode::Plaintext,
+        page_size: 1024,
+        segment_size: 4 * 1024,
+        shape: Shape::Complete,
+        compressed: true,
     },
 ];
 
@@ -202,6 +258,13 @@ fn write_golden(golden: &Golden, dir: &Path) -> BoxResult<()> {
             .segment_size(golden.segment_size)
             .buffer_size(4 * golden.page_size as usize)
             .sync(SyncMode::Durable)
+            // No empty segment prepared after the end: the goldens hold what the log holds.
+            .prepare_segments(false)
+            .compression(if golden.compressed {
+                Compression::Lz4 { min_len: 64 }
+            } else {
+                Compression::Off
+            })
     };
     let records = records(golden);
     let half = records.len() / 2;

@@ -3,10 +3,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::crypto::KeyRing;
 use crate::error::{Error, Result};
 use crate::events::EventListener;
-use crate::format::{self, Geometry, SegmentHeader};
+use crate::format::{self, Geometry};
+use crate::keys::{KeyRing, KeyStore, RotationPolicy};
 use crate::storage::{FsStorage, Storage};
 
 /// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
@@ -191,6 +191,11 @@ pub struct Config {
     pub(crate) listener: Option<Arc<dyn EventListener>>,
     pub(crate) compression: Compression,
     pub(crate) prepare_segments: bool,
+    /// A key store to take the keys from (its ring replaces `keys` when the log opens) and to
+    /// record rotations and retirements in. Default: none (the raw ring in `keys`).
+    pub(crate) key_store: Option<Arc<KeyStore>>,
+    /// Automatic data-key rotation of a live log (needs `key_store`). Default: off.
+    pub(crate) rotation: RotationPolicy,
 }
 
 impl fmt::Debug for Config {
@@ -234,6 +239,8 @@ impl Config {
             listener: None,
             compression: Compression::Off,
             prepare_segments: true,
+            key_store: None,
+            rotation: RotationPolicy::default(),
         }
     }
 
@@ -279,6 +286,22 @@ impl Config {
     /// stays bounded.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
+        self
+    }
+
+    /// Takes the keys from `store` (data keys wrapped under a KEK; see [`KeyStore`]). The log
+    /// rotates data keys into it and retires keys from it when `purge_before` removed the last
+    /// segment that lists them.
+    pub fn key_store(mut self, store: Arc<KeyStore>) -> Config {
+        self.keys = store.ring();
+        self.key_store = Some(store);
+        self
+    }
+
+    /// Rotates the data key of a live log by itself, after `policy`'s bytes or time (needs
+    /// [`Config::key_store`]).
+    pub fn rotation(mut self, policy: RotationPolicy) -> Config {
+        self.rotation = policy;
         self
     }
 
@@ -351,14 +374,7 @@ impl Config {
                 self.mode
             )));
         }
-        let max = SegmentHeader::max_keys(self.page_size);
-        if self.keys.len() > max {
-            return Err(Error::Config(format!(
-                "{} keys do not fit a segment header of a {} byte page (at most {max})",
-                self.keys.len(),
-                self.page_size
-            )));
-        }
+        // No limit on the ring's size: a segment header lists only the active key.
         Ok(())
     }
 

@@ -1,10 +1,10 @@
-//! Keys, the key ring, the IV source and the AES-256-CTR keystream.
+//! Working keys, the IV source and the AES-256-CTR keystream.
 //!
 //! Everything cryptographic lives here so that it can be read in one sitting:
 //!
-//! * [`Key`]: 32 key bytes in zeroizing memory; `Debug` never shows them.
-//! * [`KeyRing`]: the keys a log may use, by id; the last one is active.
-//! * [`Keys`]: the ring with every AES-256 key schedule expanded once, shared by all threads.
+//! * `Keys`: a log's working keys (derived per log from the data keys of a [`KeyRing`], which
+//!   lives with the rest of key management in `keys`) with every AES-256 key schedule expanded
+//!   once, shared by all threads.
 //! * [`IvSource`]: hands out counter blocks that are never reused under one key.
 //!
 //! The IV scheme (argued in docs/SECURITY.md): a counter block is 128 bits, big-endian,
@@ -14,19 +14,16 @@
 //! record or page, so each sealed unit owns 2^32 blocks (64 GiB), far more than a record or
 //! page may hold. The LSN plays no part: rewriting the same position always uses a new IV.
 
-use std::fmt;
-use std::fs;
-use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aes::Aes256;
 use cipher::{InnerIvInit, KeyInit, StreamCipherCore};
 use parking_lot::Mutex;
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use crate::aead::GcmKey;
 use crate::error::{Error, Result};
+pub(crate) use crate::keys::{Key, KeyRing};
 
 /// Length of an AES-256 key in bytes.
 pub const KEY_LEN: usize = 32;
@@ -37,46 +34,11 @@ pub const KCV_LEN: usize = 8;
 
 type Aes256CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 
-/// One AES-256 key. The bytes are wiped when the key is dropped and never printed.
-#[derive(Clone)]
-pub struct Key(Zeroizing<[u8; KEY_LEN]>);
-
-impl Key {
-    /// Draws a fresh key from the operating system's random source.
-    pub fn generate() -> Result<Key> {
-        let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
-        getrandom::fill(bytes.as_mut()).map_err(|e| Error::RandomSource {
-            what: "a key",
-            reason: e.to_string(),
-        })?;
-        Ok(Key(bytes))
-    }
-
-    /// Wraps key bytes the caller obtained elsewhere (a KMS, an HSM, a test vector).
-    pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Key {
-        let mut wrapped = Zeroizing::new([0u8; KEY_LEN]);
-        wrapped.copy_from_slice(&bytes);
-        let mut bytes = bytes;
-        bytes.zeroize();
-        Key(wrapped)
-    }
-
-    /// The key check value: the first 8 bytes of AES-256 applied to a fixed domain block.
-    ///
-    /// It identifies a key without revealing it, so a wrong key is reported as a wrong key.
-    pub fn check_value(&self) -> [u8; KCV_LEN] {
-        check_value(&Aes256::new((&*self.0).into()))
-    }
-}
-
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key(kcv {})", hex_string(&self.check_value()))
-    }
-}
-
-/// The fixed block whose encryption is the key check value. Its prefix is not a counter
-/// prefix that [`IvSource`] can draw in practice (a 2^-64 chance per open; see SECURITY.md).
+/// The fixed block whose encryption is a key check value. Its block field (the low 32 bits,
+/// `" kcv"` read big-endian, 0x206B6376, about 5.4·10^8) lies above any block index a record
+/// or page reaches (a record holds at most 2^26 + 1 blocks, a page 2^16), so no counter block
+/// [`IvSource`] hands out can equal it, whatever prefix is drawn: the check value never
+/// reveals a keystream block.
 const KCV_BLOCK: [u8; 16] = *b"walcrypt key kcv";
 
 fn check_value(aes: &Aes256) -> [u8; KCV_LEN] {
@@ -88,216 +50,45 @@ fn check_value(aes: &Aes256) -> [u8; KCV_LEN] {
     kcv
 }
 
-pub(crate) fn hex_string(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The check value of a raw key (not of a log's working key derived from it).
+pub(crate) fn raw_check_value(key: &Key) -> [u8; KCV_LEN] {
+    check_value(&Aes256::new(key.bytes().into()))
 }
 
-/// The keys a log may use, each under a numeric id (1, 2, ...). The last key added is active:
-/// new records (or pages) are encrypted with it; older ids stay for reading old log.
-///
-/// Key file format: UTF-8 text, one key per line as `<key_id> <64 hex digits>`, blank lines
-/// and lines starting with `#` ignored; the last key line is the active key. Files are written
-/// with mode 0600.
-#[derive(Clone, Default)]
-pub struct KeyRing {
-    keys: Vec<(u32, Key)>,
+/// The check value a log with id `log_id` records for data key `key` under `key_id`.
+pub(crate) fn working_check_value(key: &Key, log_id: u64, key_id: u32) -> [u8; KCV_LEN] {
+    let working = working_key(key, log_id, key_id);
+    check_value(&Aes256::new((&*working).into()))
 }
 
-impl fmt::Debug for KeyRing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyRing")
-            .field("ids", &self.ids())
-            .field("active", &self.active_id())
-            .finish()
-    }
+/// The working key of log `log_id` for data key `key` under `key_id`, as a [`Key`].
+pub(crate) fn working_key_for(key: &Key, log_id: u64, key_id: u32) -> Key {
+    let mut working = working_key(key, log_id, key_id);
+    Key::from_mut_bytes(&mut working)
 }
 
-impl KeyRing {
-    /// A ring with no keys (valid only for plaintext logs and for readers that want headers).
-    pub fn empty() -> KeyRing {
-        KeyRing::default()
-    }
+/// HKDF salt of the per-log working keys.
+const WORKING_KEY_SALT: &[u8] = b"walcrypt working key v2";
 
-    /// A ring with one fresh random key, id 1.
-    pub fn generate() -> Result<KeyRing> {
-        Ok(KeyRing {
-            keys: vec![(1, Key::generate()?)],
-        })
-    }
-
-    /// Adds `key` under `id` and makes it active. Ids must be unique and non-zero.
-    pub fn add(&mut self, id: u32, key: Key) -> Result<()> {
-        if id == 0 {
-            return Err(key_ring_error("key id 0 is reserved for unencrypted data"));
-        }
-        if self.get(id).is_some() {
-            return Err(key_ring_error(&format!(
-                "key id {id} is already in the ring"
-            )));
-        }
-        self.keys.push((id, key));
-        Ok(())
-    }
-
-    /// Adds a fresh random key with the next id and makes it active. Returns the new id.
-    pub fn rotate(&mut self) -> Result<u32> {
-        let next = self
-            .keys
-            .iter()
-            .map(|(id, _)| *id)
-            .max()
-            .unwrap_or(0)
-            .checked_add(1)
-            .ok_or_else(|| key_ring_error("key ids exhausted"))?;
-        self.add(next, Key::generate()?)?;
-        Ok(next)
-    }
-
-    /// The key with `id`, if the ring holds it.
-    pub fn get(&self, id: u32) -> Option<&Key> {
-        self.keys.iter().find(|(k, _)| *k == id).map(|(_, key)| key)
-    }
-
-    /// The id of the active key (the last one added), if any.
-    pub fn active_id(&self) -> Option<u32> {
-        self.keys.last().map(|(id, _)| *id)
-    }
-
-    /// All key ids in the order they were added.
-    pub fn ids(&self) -> Vec<u32> {
-        self.keys.iter().map(|(id, _)| *id).collect()
-    }
-
-    /// Number of keys.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// True when the ring holds no key.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// Loads a key file (format in the type's docs and docs/FORMAT.md).
-    ///
-    /// A file readable by group or others is still loaded; the caller can check
-    /// [`KeyRing::file_is_private`] and warn.
-    pub fn load(path: impl AsRef<Path>) -> Result<KeyRing> {
-        let path = path.as_ref();
-        let text = Zeroizing::new(
-            fs::read_to_string(path).map_err(|e| Error::io("read key file", path, e))?,
-        );
-        Self::parse(&text).map_err(|(line, reason)| Error::KeyFile {
-            path: path.to_path_buf(),
-            line,
-            reason,
-        })
-    }
-
-    fn parse(text: &str) -> std::result::Result<KeyRing, (usize, String)> {
-        let mut ring = KeyRing::empty();
-        for (n, line) in text.lines().enumerate() {
-            let line_no = n + 1;
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut fields = line.split_whitespace();
-            let (Some(id), Some(hex), None) = (fields.next(), fields.next(), fields.next()) else {
-                return Err((line_no, "expected `<key_id> <64 hex digits>`".into()));
-            };
-            let id: u32 = id
-                .parse()
-                .map_err(|_| (line_no, format!("key id `{id}` is not a number")))?;
-            let key = parse_hex_key(hex).map_err(|reason| (line_no, reason))?;
-            ring.add(id, key).map_err(|e| match e {
-                Error::KeyFile { reason, .. } => (line_no, reason),
-                other => (line_no, other.to_string()),
-            })?;
-        }
-        if ring.is_empty() {
-            return Err((0, "the file holds no key".into()));
-        }
-        Ok(ring)
-    }
-
-    /// Writes the ring to `path` with mode 0600, replacing the file atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        let mut text = Zeroizing::new(String::from(
-            "# walcrypt key ring: <key_id> <64 hex digits>; the last key is active\n",
-        ));
-        for (id, key) in &self.keys {
-            text.push_str(&id.to_string());
-            text.push(' ');
-            let hex = Zeroizing::new(hex_string(key.0.as_ref()));
-            text.push_str(&hex);
-            text.push('\n');
-        }
-        let tmp = path.with_extension("tmp-keyring");
-        let write = || -> std::io::Result<()> {
-            let mut file = open_private(&tmp)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            Error::io("write key file", path, e)
-        })
-    }
-
-    /// True when the key file is readable by its owner only (no group or other bits).
-    pub fn file_is_private(path: impl AsRef<Path>) -> Result<bool> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = path.as_ref();
-        let meta = fs::metadata(path).map_err(|e| Error::io("stat key file", path, e))?;
-        Ok(meta.permissions().mode() & 0o077 == 0)
-    }
-
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (u32, &Key)> {
-        self.keys.iter().map(|(id, key)| (*id, key))
-    }
-}
-
-fn open_private(path: &Path) -> std::io::Result<fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-}
-
-fn key_ring_error(reason: &str) -> Error {
-    Error::KeyFile {
-        path: Default::default(),
-        line: 0,
-        reason: reason.into(),
-    }
-}
-
-fn parse_hex_key(hex: &str) -> std::result::Result<Key, String> {
-    if hex.len() != KEY_LEN * 2 {
-        return Err(format!(
-            "a key is {} hex digits, this one has {}",
-            KEY_LEN * 2,
-            hex.len()
-        ));
-    }
-    let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
-    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16);
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(hi), Some(lo)) => bytes[i] = (hi * 16 + lo) as u8,
-            _ => return Err(format!("key has a non-hex digit near position {}", i * 2)),
-        }
-    }
-    Ok(Key(bytes))
+/// The key that actually encrypts one log's data under data key `key_id`:
+/// HKDF-SHA256(salt = "walcrypt working key v2", ikm = data key, info = log id (u64 LE) ||
+/// key id (u32 LE)). Each log gets its own AES key from a shared data key, so the IV bound
+/// counts the opens of one log only, and check values differ between logs.
+fn working_key(key: &Key, log_id: u64, key_id: u32) -> Zeroizing<[u8; KEY_LEN]> {
+    let mut info = [0u8; 12];
+    info[..8].copy_from_slice(&log_id.to_le_bytes());
+    info[8..].copy_from_slice(&key_id.to_le_bytes());
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(WORKING_KEY_SALT), key.bytes());
+    let mut okm = Zeroizing::new([0u8; KEY_LEN]);
+    // 32 bytes is far below HKDF-SHA256's limit of 255 * 32: expand cannot fail.
+    let _ = hk.expand(&info, okm.as_mut());
+    okm
 }
 
 /// A key ring with every key schedule expanded once, ready for many threads.
+///
+/// The schedules are those of the log's working keys (see `working_key`), never of the raw
+/// data keys.
 pub(crate) struct Keys {
     expanded: Vec<(u32, Aes256, [u8; KCV_LEN])>,
     /// The AES-256-GCM state of each key (perrecord-gcm), over the same key schedule.
@@ -306,11 +97,12 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn new(ring: &KeyRing) -> Keys {
+    pub(crate) fn new(ring: &KeyRing, log_id: u64) -> Keys {
         let expanded = ring
             .entries()
             .map(|(id, key)| {
-                let aes = Aes256::new((&*key.0).into());
+                let working = working_key(key, log_id, id);
+                let aes = Aes256::new((&*working).into());
                 let kcv = check_value(&aes);
                 (id, aes, kcv)
             })
@@ -339,12 +131,12 @@ impl Keys {
         self.active
     }
 
-    /// `(id, check value)` of every key.
-    pub(crate) fn check_values(&self) -> Vec<(u32, [u8; KCV_LEN])> {
-        self.expanded
-            .iter()
-            .map(|(id, _, kcv)| (*id, *kcv))
-            .collect()
+    /// `(id, check value)` of the active key only: what a new segment lists, since its
+    /// records and pages use no other key.
+    pub(crate) fn active_check_values(&self) -> Vec<(u32, [u8; KCV_LEN])> {
+        self.active
+            .and_then(|id| self.check_value(id).map(|kcv| vec![(id, kcv)]))
+            .unwrap_or_default()
     }
 
     pub(crate) fn check_value(&self, id: u32) -> Option<[u8; KCV_LEN]> {
@@ -389,7 +181,7 @@ pub(crate) fn apply_keystream(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) 
 /// Applies the AES-256-CTR keystream of `key` and `iv` to `data`, expanding the key schedule
 /// for this one call. For tests, benchmarks and tools; the log itself expands each key once.
 pub fn ctr_apply_keystream(key: &Key, iv: &[u8; IV_LEN], data: &mut [u8]) {
-    let aes = Aes256::new((&*key.0).into());
+    let aes = Aes256::new(key.bytes().into());
     apply_keystream(&aes, iv, data);
 }
 
@@ -450,42 +242,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_ring_round_trips_through_text() {
-        let mut ring = KeyRing::generate().unwrap();
-        ring.rotate().unwrap();
-        let mut text = String::new();
-        for (id, key) in ring.entries() {
-            text.push_str(&format!("{id} {}\n", hex_string(key.0.as_ref())));
-        }
-        let parsed = KeyRing::parse(&text).unwrap();
-        assert_eq!(parsed.ids(), vec![1, 2]);
-        assert_eq!(parsed.active_id(), Some(2));
-        assert_eq!(
-            parsed.get(2).unwrap().check_value(),
-            ring.get(2).unwrap().check_value()
-        );
-    }
-
-    #[test]
-    fn key_file_errors_name_the_line() {
-        let bad = "# c\n1 zz\n";
-        assert_eq!(KeyRing::parse(bad).unwrap_err().0, 2);
-        let dup = format!("1 {0}\n1 {0}\n", "ab".repeat(32));
-        let (line, reason) = KeyRing::parse(&dup).unwrap_err();
-        assert_eq!(line, 2);
-        assert!(reason.contains("already"), "{reason}");
-    }
-
-    #[test]
-    fn debug_never_shows_key_bytes() {
-        let key = Key::from_bytes([0xab; 32]);
-        let shown = format!(
-            "{key:?} {:?}",
-            KeyRing {
-                keys: vec![(1, key.clone())]
-            }
-        );
-        assert!(!shown.contains("abab"), "{shown}");
+    fn working_keys_differ_per_log_and_so_do_check_values() {
+        let ring = KeyRing::generate().unwrap();
+        let a = Keys::new(&ring, 1);
+        let b = Keys::new(&ring, 2);
+        assert_ne!(a.check_value(1), b.check_value(1));
+        assert_eq!(a.check_value(1), Keys::new(&ring, 1).check_value(1));
+        let raw = ring.get(1).unwrap().check_value();
+        assert_ne!(a.check_value(1), Some(raw));
     }
 
     #[test]

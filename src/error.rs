@@ -220,6 +220,29 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A key store file is malformed, damaged, or does not fit its provider.
+    KeyStore {
+        /// The key store file.
+        path: PathBuf,
+        /// What is wrong (never key material).
+        reason: String,
+    },
+    /// A key provider (KEK file, command, KMS) failed. Never carries key material or a
+    /// command's output.
+    KeyProvider {
+        /// The provider, as it names itself (`kek file /etc/wal.kek`, `command /usr/bin/kms`).
+        provider: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A write-out, flush, purge or rotation came from another process than the one that
+    /// opened the log (a forked child): its IVs would repeat the opener's, so it is refused.
+    ForeignProcess {
+        /// Process id that opened the log.
+        opener: u32,
+        /// Process id that tried to write.
+        caller: u32,
+    },
     /// The configuration cannot be used.
     Config(String),
     /// The log on disk was created with another mode or geometry than the configuration asks for.
@@ -296,6 +319,17 @@ impl fmt::Display for Error {
                     write!(f, "key file {}: {reason}", path.display())
                 }
             }
+            Self::KeyStore { path, reason } => {
+                write!(f, "key store {}: {reason}", path.display())
+            }
+            Self::KeyProvider { provider, reason } => {
+                write!(f, "key provider {provider}: {reason}")
+            }
+            Self::ForeignProcess { opener, caller } => write!(
+                f,
+                "write from process {caller} refused: the log was opened by process {opener} \
+                 (a forked writer would repeat its IVs); open the log in this process"
+            ),
             Self::Config(why) => write!(f, "invalid configuration: {why}"),
             Self::Mismatch {
                 what,

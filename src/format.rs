@@ -15,8 +15,10 @@ use crate::config::Mode;
 use crate::crypto::{IV_LEN, KCV_LEN};
 use crate::error::CorruptionKind;
 
-/// Format version written by this build; readers refuse any other.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this build; readers refuse any other. Version 2: data is
+/// encrypted under per-log working keys derived from the data keys (HKDF-SHA256 over the data
+/// key and the log id), and segment headers list the working keys' check values.
+pub const FORMAT_VERSION: u32 = 2;
 /// First 8 bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"WALCRYPT";
 /// Fixed part of the segment header, before the key check values.
@@ -548,8 +550,9 @@ mod tests {
         let mut page = vec![0u8; 8192];
         h.encode(&mut page);
         assert_eq!(SegmentHeader::decode(&page), Ok(h));
-        page[8] = 2;
-        assert_eq!(SegmentHeader::decode(&page), Err(HeaderError::Version(2)));
+        // Version 1 (data under the raw data keys) is another format.
+        page[8] = 1;
+        assert_eq!(SegmentHeader::decode(&page), Err(HeaderError::Version(1)));
     }
 
     #[test]

@@ -83,6 +83,28 @@
 //! # }
 //! ```
 //!
+//! Keys can also live in a [`KeyStore`]: random data keys stored only wrapped under a
+//! key-encryption key that a [`KeyProvider`] supplies (a KMS, a command, a file), rotated on a
+//! live log, and retired once no segment uses them:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use walcrypt::{Config, Kek, KeyStore, Mode, Wal};
+//!
+//! # fn main() -> walcrypt::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! // In production the KEK comes from a KMS: KekCommand, or your own KeyProvider.
+//! let kek = Arc::new(Kek::generate("example KEK")?);
+//! let store = Arc::new(KeyStore::create(dir.path().join("keys.store"), kek)?);
+//! let wal = Wal::open(dir.path().join("log"), Config::new(Mode::PerRecord).key_store(store))?;
+//! wal.append(1, b"under data key 1")?;
+//! assert_eq!(wal.rotate_data_key()?, 2); // no reopen: new records use key 2
+//! wal.append(1, b"under data key 2")?;
+//! wal.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The documents behind the API are in [`docs`]: the on-disk format
 //! ([`docs::on_disk_format`]), the IV and key argument ([`docs::security`]), the design of the
 //! write path and of recovery ([`docs::design`]), and the guarantees with their tests
@@ -102,6 +124,7 @@ mod error;
 mod events;
 mod format;
 pub mod inspect;
+mod keys;
 mod reader;
 mod recovery;
 pub mod storage;
@@ -113,10 +136,15 @@ pub use config::{
     Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode,
     RecoveryMode, SyncMode,
 };
-pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN, Key, KeyRing};
+pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
 pub use format::Geometry;
+pub use keys::{
+    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
+    KeyState, KeyStore, LOCAL_WRAP_LEN, PASSPHRASE_COST, PassphraseKek, ProviderSpec,
+    RotationPolicy, STORE_MAGIC, STORE_VERSION,
+};
 pub use reader::{Follower, Reader, Record, Records, Visibility};
 pub use writer::{Wal, WalStats};
 

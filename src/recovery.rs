@@ -61,6 +61,11 @@ type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
 
 fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let started = Instant::now();
+    let mut config = config;
+    if let Some(store) = &config.key_store {
+        // The store's current keys, even if it was rotated since the configuration was made.
+        config.keys = store.ring();
+    }
     config.validate()?;
     let storage = config.storage.clone();
     create_log_dir(storage.as_ref(), dir)?;
@@ -69,20 +74,21 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         .map_err(|e| Error::io("lock log directory", dir, e))?
         .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
     remove_unfinished_segments(&config, dir)?;
-    let keys = Arc::new(Keys::new(&config.keys));
 
     if list_segments(storage.as_ref(), dir)?.is_empty() {
         let geo = Geometry {
             page_size: config.page_size,
             segment_size: config.segment_size,
         };
+        let log_id = random_u64("a log id")?;
+        let keys = Arc::new(Keys::new(&config.keys, log_id));
         let header = SegmentHeader {
             mode: config.mode,
             geometry: geo,
-            log_id: random_u64("a log id")?,
+            log_id,
             start: Lsn(0),
             key_checks: if config.mode.is_encrypted() {
-                keys.check_values()
+                keys.active_check_values()
             } else {
                 Vec::new()
             },
@@ -109,6 +115,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
     config.check_existing(files.mode, files.geo)?;
+    let keys = Arc::new(Keys::new(&config.keys, files.log_id));
     let proven = proven_start(&files)?;
     // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
     let scan_base = match config.recovery {
@@ -492,8 +499,8 @@ fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> 
         .map_err(|e| Error::io("sync directory", &files.dir, e))
 }
 
-/// True when the segment the log ends in does not list every key of the ring with the same
-/// check value: new data must then go to a new segment whose header does.
+/// True when the segment the log ends in does not list the active key with its check value:
+/// new data must then go to a new segment whose header does.
 fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     if !files.mode.is_encrypted() || end.is_multiple_of(files.geo.segment_size) {
         return false;
@@ -501,7 +508,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     let Some(seg) = files.segment(files.geo.segment_start(end)) else {
         return false;
     };
-    keys.check_values()
+    keys.active_check_values()
         .iter()
         .any(|kc| !seg.header.key_checks.contains(kc))
 }

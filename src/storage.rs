@@ -45,6 +45,11 @@ pub trait Storage: Send + Sync {
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>>;
     /// Creates a new file that must not exist yet, for writing.
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Creates a new file readable by its owner only (mode 0600), for key files. The default
+    /// calls [`Storage::create_new`]; the real file system sets the mode on the handle.
+    fn create_private(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.create_new(path)
+    }
     /// Renames a file (atomically replacing `to`).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.
@@ -115,6 +120,18 @@ impl Storage for FsStorage {
             .write(true)
             .create_new(true)
             .open(path)?;
+        Ok(Box::new(FsFile(file)))
+    }
+    fn create_private(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // create_new: never through a symlink or into a leftover file.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_permissions(fs::Permissions::from_mode(0o600))?;
         Ok(Box::new(FsFile(file)))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -45,8 +45,10 @@ fn sync_fdatasyncs_in_buffered_mode_too() {
     let dir = tempfile::tempdir().unwrap();
     let keys = KeyRing::generate().unwrap();
     let recorder = Arc::new(Recorder::default());
+    // No segment prepared ahead: its fdatasync, on another thread, would land in the count.
     let config = small_config(Mode::PageLevel, &keys)
         .sync(SyncMode::Buffered)
+        .prepare_segments(false)
         .storage(Arc::new(RecordingStorage(recorder.clone())));
     let wal = Wal::open(dir.path(), config).unwrap();
     for i in 0..20u8 {

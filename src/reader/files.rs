@@ -159,7 +159,7 @@ impl LogFiles {
                 ));
             }
         }
-        let keys = ring.map(|r| Arc::new(Keys::new(r)));
+        let keys = ring.map(|r| Arc::new(Keys::new(r, first.log_id)));
         if let Some(keys) = &keys {
             check_keys(keys, &segments)?;
         }

@@ -53,6 +53,7 @@ impl Wal {
     /// says, and appends after a half-done write-out must never be acknowledged.
     pub(super) fn write_locked(&self, w: &mut WriteState, target: u64) -> Result<()> {
         self.check_poison()?;
+        self.check_process()?;
         if target <= w.written_to {
             return Ok(());
         }
@@ -148,6 +149,7 @@ impl Wal {
         if let Some((key_id, iv)) = cipher {
             let started = Instant::now();
             self.keys
+                .load()
                 .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..valid])?;
             self.counters
                 .write_lock_encrypt_ns
@@ -164,7 +166,7 @@ impl Wal {
     fn page_key(&self, w: &WriteState, page: u64) -> u32 {
         match w.segment_key {
             Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
-            _ => self.active_key,
+            _ => self.keys.load().active().unwrap_or(0),
         }
     }
 
@@ -182,7 +184,7 @@ impl Wal {
         while w.files.len() >= 2 {
             w.files.remove(0);
         }
-        let file = match self.take_prepared(segment) {
+        let file = match self.take_prepared(segment)? {
             Some(file) => file,
             None => self.open_or_create(segment)?,
         };
@@ -215,8 +217,9 @@ impl Wal {
             geometry: self.geo,
             log_id: self.log_id,
             start: Lsn(start),
+            // Only the active key: a segment's records and pages use no other.
             key_checks: if self.mode.is_encrypted() {
-                self.keys.check_values()
+                self.keys.load().active_check_values()
             } else {
                 Vec::new()
             },
@@ -335,8 +338,12 @@ impl Wal {
     ///
     /// The write lock is held only to drop the writer's handles of those segments; listing,
     /// unlinking and the directory sync happen outside it, so commits do not wait for them.
+    /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
+    /// every decrypt-only data key that no remaining segment lists is retired from the store;
+    /// an error there (after the files are gone) is returned, and the next purge retries.
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
+        self.check_process()?;
         let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
         let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
@@ -366,12 +373,24 @@ impl Wal {
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;
         }
+        // Only now, with the removals durable, may keys no remaining segment lists leave.
+        self.retire_unused_keys()?;
         Ok(removed)
     }
 
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
-    /// next record starts in a new segment, whose header lists the current keys.
+    /// next record starts in a new segment, whose header lists the active key.
     pub(crate) fn switch_segment(&self) -> Result<()> {
+        self.switch_segment_installing(None)
+    }
+
+    /// [`Wal::switch_segment`], installing `keys` (a new active key) once the next segment is
+    /// the insert position, before any lock is released: records sealed under the old key that
+    /// have not been placed yet are sealed again, and the next segment's header lists the new key.
+    pub(super) fn switch_segment_installing(
+        &self,
+        keys: Option<std::sync::Arc<crate::crypto::Keys>>,
+    ) -> Result<()> {
         let mut sealed = Vec::new();
         // A switch record is never encrypted, so nothing is left to bind.
         let _unauthenticated = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
@@ -387,7 +406,7 @@ impl Wal {
         if self.mode == Mode::PageLevel {
             // The pages rewritten here belong to a segment whose header does not list the
             // active key: encrypt them under a key it does list.
-            w.segment_key = Some((segment, self.listed_key(segment)?));
+            w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
         }
         self.write_locked(&mut w, end)?;
         self.sync_locked(&mut w)?;
@@ -397,6 +416,10 @@ impl Wal {
         self.flushed_to.store(next, Ordering::Release);
         ins.pos = next;
         self.complete_to.store(next, Ordering::Release);
+        if let Some(keys) = keys {
+            self.keys.store(keys);
+            self.key_epoch.fetch_add(1, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -428,17 +451,25 @@ impl Wal {
         Ok(())
     }
 
-    /// The newest key of the ring that the header of the segment at `segment` lists.
-    fn listed_key(&self, segment: u64) -> Result<u32> {
+    /// The newest key of the ring that the header of the segment at `segment` lists; `None`
+    /// when the segment's file does not exist yet (its pages are all still in the buffer): it
+    /// will be created listing the active key.
+    fn listed_key(&self, segment: u64) -> Result<Option<u32>> {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         let header =
-            crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment))?;
+            match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
+                Ok(header) => header,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
         header
             .key_checks
             .iter()
             .rev()
-            .find(|(id, kcv)| self.keys.check_value(*id) == Some(*kcv))
-            .map(|(id, _)| *id)
+            .find(|(id, kcv)| self.keys.load().check_value(*id) == Some(*kcv))
+            .map(|(id, _)| Some(*id))
             .ok_or_else(|| {
                 Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
             })

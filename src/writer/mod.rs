@@ -80,13 +80,14 @@ use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
-    RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
+    RECORD_FLAG_ENCRYPTED, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
     RecordHeader, SegmentHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
 mod flush;
 mod prepare;
+mod rotate;
 
 use flush::GroupCommit;
 use prepare::{Maker, Preparer};
@@ -232,8 +233,15 @@ pub struct Wal {
     log_id: u64,
     sync: SyncMode,
     compression: Compression,
-    keys: Arc<Keys>,
-    active_key: u32,
+    /// The working keys; replaced whole (never edited) when a data key is rotated or retired.
+    keys: Arc<arc_swap::ArcSwap<Keys>>,
+    /// Bumped (inside the insert lock) when the active key changes: a record sealed under an
+    /// older epoch is sealed again, so no record lands in a segment that does not list its key.
+    key_epoch: AtomicU64,
+    rotation: rotate::Rotation,
+    /// The process that opened the log: another (a forked child) must not write with it,
+    /// since it would repeat this process's IVs.
+    opener: u32,
     ivs: IvSource,
     insert: Mutex<InsertState>,
     slots: Box<[Mutex<Slot>]>,
@@ -313,11 +321,7 @@ impl Wal {
             slot.rem_len = rem_len;
             slot.data[..prefix.len()].copy_from_slice(&prefix);
         }
-        let active_key = if config.mode.is_encrypted() {
-            keys.active().unwrap_or(0)
-        } else {
-            0
-        };
+        let keys = Arc::new(arc_swap::ArcSwap::new(keys));
         let preparer = Arc::new(Preparer::default());
         let preparer_thread = if config.prepare_segments {
             let maker = Maker {
@@ -328,12 +332,9 @@ impl Wal {
                     geometry: geo,
                     log_id: resume.log_id,
                     start: Lsn(0),
-                    key_checks: if config.mode.is_encrypted() {
-                        keys.check_values()
-                    } else {
-                        Vec::new()
-                    },
+                    key_checks: Vec::new(),
                 },
+                keys: config.mode.is_encrypted().then(|| keys.clone()),
             };
             Some(Preparer::spawn(&preparer, maker)?)
         } else {
@@ -347,8 +348,10 @@ impl Wal {
             log_id: resume.log_id,
             sync: config.sync,
             compression: config.compression,
+            rotation: rotate::Rotation::new(config, end)?,
             keys,
-            active_key,
+            key_epoch: AtomicU64::new(0),
+            opener: std::process::id(),
             ivs: IvSource::new()?,
             insert: Mutex::new(InsertState { pos: end }),
             slots,
@@ -412,7 +415,7 @@ impl Wal {
 
     /// What a follower in this process needs to read the files: storage and expanded keys.
     pub(crate) fn follow_parts(&self) -> (Arc<dyn Storage>, Arc<Keys>) {
-        (self.storage.clone(), self.keys.clone())
+        (self.storage.clone(), self.keys.load_full())
     }
 
     /// Appends one record and returns its LSN. Safe to call from many threads at once.
@@ -425,16 +428,28 @@ impl Wal {
         check_len(payload)?;
         let result = SEAL_BUFFER.with(|buffer| {
             let mut sealed = buffer.take();
-            let result = self.seal(kind, 0, payload, &mut sealed).and_then(|late| {
-                let ends = [sealed.len()];
-                self.insert_sealed(&mut sealed, &ends, std::iter::once(late), payload.len())
-            });
+            let result = loop {
+                // A rotation between sealing and inserting makes the record seal again.
+                let inserted =
+                    self.seal(kind, 0, payload, &mut sealed)
+                        .and_then(|(late, epoch)| {
+                            let ends = [sealed.len()];
+                            let lates = std::iter::once(late);
+                            self.insert_sealed(&mut sealed, &ends, lates, epoch, payload.len())
+                        });
+                match inserted {
+                    Ok(None) => continue,
+                    Ok(Some(lsns)) => break Ok(lsns),
+                    Err(e) => break Err(e),
+                }
+            };
             if sealed.capacity() <= SEAL_BUFFER_KEEP {
                 buffer.set(sealed);
             }
             result
         });
         self.deliver_events();
+        self.rotate_if_due(result.is_ok());
         result.map(|(first, _)| first)
     }
 
@@ -462,37 +477,86 @@ impl Wal {
         I: IntoIterator<Item = (u8, &'a [u8])>,
     {
         self.check_poison()?;
-        let mut sealed = Vec::new();
-        let mut ends = Vec::new();
-        let mut lates = Vec::new();
-        let mut record = Vec::new();
-        let mut payload_bytes = 0;
-        for (kind, payload) in records {
+        let records: Vec<(u8, &[u8])> = records.into_iter().collect();
+        for (_, payload) in &records {
             check_len(payload)?;
-            lates.push(self.seal(kind, 0, payload, &mut record)?);
-            sealed.extend_from_slice(&record);
-            ends.push(sealed.len());
-            payload_bytes += payload.len();
         }
-        if ends.is_empty() {
+        if records.is_empty() {
             return Ok(Vec::new());
         }
-        let result = self.insert_sealed(&mut sealed, &ends, lates, payload_bytes);
+        let payload_bytes = records.iter().map(|(_, p)| p.len()).sum();
+        let mut sealed = Vec::new();
+        let mut ends = Vec::with_capacity(records.len());
+        let mut lates = Vec::with_capacity(records.len());
+        let mut record = Vec::new();
+        let result = loop {
+            sealed.clear();
+            ends.clear();
+            lates.clear();
+            // Every record of the batch is sealed in one key epoch, or all are sealed again.
+            let mut epoch = None;
+            let mut same_epoch = true;
+            for (kind, payload) in &records {
+                let (late, sealed_in) = self.seal(*kind, 0, payload, &mut record)?;
+                same_epoch &= *epoch.get_or_insert(sealed_in) == sealed_in;
+                lates.push(late);
+                sealed.extend_from_slice(&record);
+                ends.push(sealed.len());
+            }
+            let Some(epoch) = epoch.filter(|_| same_epoch) else {
+                continue;
+            };
+            let lates = std::mem::take(&mut lates);
+            match self.insert_sealed(&mut sealed, &ends, lates, epoch, payload_bytes) {
+                Ok(None) => continue,
+                Ok(Some((_, lsns))) => break Ok(lsns),
+                Err(e) => break Err(e),
+            }
+        };
         self.deliver_events();
-        let (_, lsns) = result?;
-        Ok(lsns)
+        self.rotate_if_due(result.is_ok());
+        result
+    }
+
+    /// Rotates the data key when the rotation policy says it is due (after an append).
+    fn rotate_if_due(&self, appended: bool) {
+        if appended && self.rotation.due(self.complete_to.load(Ordering::Relaxed)) {
+            self.rotate_by_policy();
+        }
     }
 
     /// Compresses (when configured and worth it), encrypts (perrecord modes) and checksums a
     /// record into its stored form in `sealed`.
     ///
     /// For an authenticated record the tag and checksum are left one step short: the returned
-    /// [`LateBind`] finishes them inside the insert lock, once the LSN is known.
-    fn seal(&self, kind: u8, flags: u8, payload: &[u8], sealed: &mut Vec<u8>) -> Result<LateBind> {
+    /// [`LateBind`] finishes them inside the insert lock, once the LSN is known. Also returns
+    /// the key epoch the record was sealed in.
+    fn seal(
+        &self,
+        kind: u8,
+        flags: u8,
+        payload: &[u8],
+        sealed: &mut Vec<u8>,
+    ) -> Result<(LateBind, u64)> {
+        // The epoch is read before the keys: a rotation stores the keys first, so a record
+        // whose epoch is current was sealed under the current active key.
+        let epoch = self.key_epoch.load(Ordering::Acquire);
+        self.seal_compressed(kind, flags, payload, sealed)
+            .map(|late| (late, epoch))
+    }
+
+    /// [`Wal::seal`] after compression, when configured and worth it.
+    fn seal_compressed(
+        &self,
+        kind: u8,
+        flags: u8,
+        payload: &[u8],
+        sealed: &mut Vec<u8>,
+    ) -> Result<LateBind> {
         let Compression::Lz4 { min_len } = self.compression else {
             return self.seal_stored(kind, flags, payload, sealed);
         };
-        if flags & RECORD_FLAG_SWITCH != 0 || payload.len() < min_len.max(1) {
+        if flags & RECORD_FLAGS_CONTROL != 0 || payload.len() < min_len.max(1) {
             return self.seal_stored(kind, flags, payload, sealed);
         }
         COMPRESS_BUFFER.with(|buffer| {
@@ -517,7 +581,7 @@ impl Wal {
         payload: &[u8],
         sealed: &mut Vec<u8>,
     ) -> Result<LateBind> {
-        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAG_SWITCH == 0;
+        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0;
         let auth = encrypt && self.mode.is_authenticated();
         let hlen = if encrypt {
             RECORD_HEADER_ENCRYPTED
@@ -539,15 +603,16 @@ impl Wal {
         };
         let mut late = LateBind(None);
         if encrypt {
+            let keys = self.keys.load();
+            let key_id = keys.active().unwrap_or(0);
             let iv = self.ivs.next_iv()?;
             header.flags |= RECORD_FLAG_ENCRYPTED;
-            header.encryption = Some((self.active_key, iv));
+            header.encryption = Some((key_id, iv));
             if auth {
                 header.flags |= RECORD_FLAG_AUTHENTICATED;
-                late = self.seal_gcm(&header, &mut sealed[hlen..])?;
+                late = self.seal_gcm(&keys, &header, &mut sealed[hlen..])?;
             } else {
-                self.keys
-                    .apply_keystream(self.active_key, &iv, &mut sealed[hlen..])?;
+                keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
             }
         }
         header.encode(&mut sealed[..hlen]);
@@ -563,7 +628,7 @@ impl Wal {
 
     /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
     /// LSN left zero for [`LateBind`] to fill in.
-    fn seal_gcm(&self, header: &RecordHeader, stored: &mut [u8]) -> Result<LateBind> {
+    fn seal_gcm(&self, keys: &Keys, header: &RecordHeader, stored: &mut [u8]) -> Result<LateBind> {
         let Some((key_id, iv)) = header.encryption else {
             return Ok(LateBind(None));
         };
@@ -572,8 +637,7 @@ impl Wal {
         nonce.copy_from_slice(&iv[..NONCE_LEN]);
         let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
         let (tag, binder) =
-            self.keys
-                .gcm(key_id)?
+            keys.gcm(key_id)?
                 .seal(&nonce, &aad, body)
                 .ok_or(Error::RecordTooLarge {
                     len: body.len(),
@@ -585,7 +649,8 @@ impl Wal {
 
     /// Places sealed records (the one or more records of `sealed`, record `i` ending at
     /// `ends[i]`) at the insert position, under one hold of the insert lock. Returns the first
-    /// LSN and, for a batch of more than one record, every LSN.
+    /// LSN and, for a batch of more than one record, every LSN; `None` (nothing placed) when
+    /// the active key changed since they were sealed in `epoch`: the caller seals them again.
     ///
     /// A failure once copying has begun (a write-out to make room failed) poisons the log: the
     /// buffer may hold part of the records, and the log must not resume from that.
@@ -597,12 +662,16 @@ impl Wal {
         sealed: &mut [u8],
         ends: &[usize],
         lates: impl IntoIterator<Item = LateBind>,
+        epoch: u64,
         payload_bytes: usize,
-    ) -> Result<(Lsn, Vec<Lsn>)> {
+    ) -> Result<Option<(Lsn, Vec<Lsn>)>> {
         // Allocated before the lock: the lock only ever copies.
         let mut lsns = Vec::with_capacity(if ends.len() > 1 { ends.len() } else { 0 });
         let mut first = 0;
         let mut ins = self.insert.lock();
+        if epoch != self.key_epoch.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let held_since = Instant::now();
         let mut result = Ok(());
         let mut begin = 0;
@@ -636,7 +705,7 @@ impl Wal {
                 self.counters.appends.add(ends.len() as u64);
                 self.counters.payload_bytes.add(payload_bytes as u64);
                 self.counters.record_bytes.add(sealed.len() as u64);
-                Ok((Lsn(first), lsns))
+                Ok(Some((Lsn(first), lsns)))
             }
             Err(e) if self.poisoned.load(Ordering::Acquire) => Err(e),
             Err(e) => Err(self.poison_error(e)),
@@ -837,6 +906,21 @@ impl Wal {
         }
     }
 
+    /// Refuses work in another process than the opener (a forked child): it would repeat the
+    /// opener's IVs. Called where bytes go to disk (every write-out, purge, rotation), not per
+    /// append: `getpid` is a system call (about 200 ns measured here), and nothing an append
+    /// seals reaches the disk without a write-out.
+    fn check_process(&self) -> Result<()> {
+        let caller = std::process::id();
+        if caller != self.opener {
+            return Err(Error::ForeignProcess {
+                opener: self.opener,
+                caller,
+            });
+        }
+        Ok(())
+    }
+
     fn check_poison(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
             // The cause is recorded before the flag is set, so it is always there.
@@ -892,7 +976,10 @@ impl Drop for Wal {
         // The preparer finishes the segment it may be making before the directory lock goes.
         self.preparer.close();
         if let Some(thread) = self.preparer_thread.take() {
-            let _ = thread.join();
+            // A forked child has no preparer thread of its own: only the opener joins it.
+            if std::process::id() == self.opener {
+                let _ = thread.join();
+            }
         }
         if self.poisoned.load(Ordering::Acquire) {
             return;

@@ -22,10 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use super::Wal;
 use crate::Lsn;
+use crate::crypto::{KCV_LEN, Keys};
 use crate::error::{Error, Result};
 use crate::format::{self, SegmentHeader};
 use crate::storage::{Storage, StorageFile};
@@ -40,8 +42,8 @@ struct State {
     wanted: Option<u64>,
     /// The segment being prepared right now.
     busy: Option<u64>,
-    /// A prepared segment and its open handle.
-    ready: Option<(u64, Box<dyn StorageFile>)>,
+    /// A prepared segment, the key check values its header lists, and its open handle.
+    ready: Option<(u64, KeyChecks, Box<dyn StorageFile>)>,
     /// The `Wal` is gone: the preparer thread ends.
     closed: bool,
 }
@@ -57,17 +59,28 @@ pub(super) struct Preparer {
 pub(super) struct Maker {
     pub(super) storage: Arc<dyn Storage>,
     pub(super) dir: PathBuf,
-    /// The header of any segment, but for its start.
+    /// The header of any segment, but for its start and its key check values.
     pub(super) header: SegmentHeader,
+    /// The log's keys (encrypted modes): a header lists the key active when it is made.
+    pub(super) keys: Option<Arc<ArcSwap<Keys>>>,
 }
 
+/// The key check values a segment header lists.
+type KeyChecks = Vec<(u32, [u8; KCV_LEN])>;
+
 impl Maker {
-    fn make(&self, start: u64) -> Result<Box<dyn StorageFile>> {
+    fn make(&self, start: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
         let header = SegmentHeader {
             start: Lsn(start),
+            key_checks: self
+                .keys
+                .as_ref()
+                .map(|keys| keys.load().active_check_values())
+                .unwrap_or_default(),
             ..self.header.clone()
         };
-        create_segment(self.storage.as_ref(), &self.dir, &header)
+        let file = create_segment(self.storage.as_ref(), &self.dir, &header).ok()?;
+        Some((header.key_checks, file))
     }
 }
 
@@ -80,7 +93,7 @@ impl Preparer {
             .name("walcrypt-prepare".into())
             .spawn(move || {
                 while let Some(start) = preparer.next_job(true) {
-                    preparer.finish_job(start, maker.make(start).ok());
+                    preparer.finish_job(start, maker.make(start));
                 }
             })
             .map_err(|e| Error::io("start segment preparer thread", &dir, e))
@@ -108,11 +121,11 @@ impl Preparer {
     /// Records the end of a preparation; `None` when it failed, which leaves nothing behind:
     /// the writer creates the segment itself when it gets there, and meets the error (or not:
     /// space may have been freed by then).
-    fn finish_job(&self, start: u64, made: Option<Box<dyn StorageFile>>) {
+    fn finish_job(&self, start: u64, made: Option<(KeyChecks, Box<dyn StorageFile>)>) {
         let mut state = self.state.lock();
         state.busy = None;
-        if let Some(file) = made {
-            state.ready = Some((start, file));
+        if let Some((checks, file)) = made {
+            state.ready = Some((start, checks, file));
         }
         drop(state);
         self.changed.notify_all();
@@ -142,7 +155,8 @@ impl Wal {
         let header = self.segment_header(start);
         match create_segment(self.storage.as_ref(), &self.dir, &header) {
             Ok(file) => {
-                self.preparer.finish_job(start, Some(file));
+                self.preparer
+                    .finish_job(start, Some((header.key_checks, file)));
                 Ok(true)
             }
             Err(e) => {
@@ -169,7 +183,11 @@ impl Wal {
 
     /// The prepared segment at `start`, waiting for a preparation of it under way. `None`
     /// when it was not prepared (the caller creates it).
-    pub(super) fn take_prepared(&self, start: u64) -> Option<Box<dyn StorageFile>> {
+    ///
+    /// A segment prepared before the data key was rotated lists the old key, which the records
+    /// and pages written from now on do not use: it is removed (it holds nothing but its header
+    /// and zeros) and the caller creates the segment anew, listing the active key.
+    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
         let mut state = self.preparer.state.lock();
         if state.wanted == Some(start) {
             // Not started yet: the writer is faster than the preparer; it makes it itself.
@@ -178,12 +196,22 @@ impl Wal {
         while state.busy == Some(start) {
             self.preparer.changed.wait(&mut state);
         }
-        match state.ready.take() {
-            Some((s, file)) if s == start => Some(file),
+        let (checks, file) = match state.ready.take() {
+            Some((s, checks, file)) if s == start => (checks, file),
             other => {
                 state.ready = other;
-                None
+                return Ok(None);
             }
+        };
+        drop(state);
+        if checks == self.segment_header(start).key_checks {
+            return Ok(Some(file));
+        }
+        drop(file);
+        let path = self.dir.join(format::segment_file_name(Lsn(start)));
+        match self.storage.remove(&path) {
+            Ok(()) => Ok(None),
+            Err(e) => Err(self.poison("remove a segment prepared under an old key", start, e)),
         }
     }
 }

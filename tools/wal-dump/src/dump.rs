@@ -21,7 +21,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     if args.follow && no_log_yet(&args.path) {
         return follow_from_creation(args, out);
     }
-    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.path)?;
+    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.kek, &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {
@@ -69,7 +69,7 @@ fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         "wal-dump: no log in {} yet; waiting for one",
         args.path.display()
     );
-    let keys = load_keys(args.key_file.as_deref())?;
+    let keys = load_keys(args.key_file.as_deref(), &args.kek)?;
     let target = Target {
         dir: args.path.clone(),
         segment: None,

@@ -7,6 +7,7 @@
 
 mod dump;
 mod fail;
+mod kek;
 mod repair;
 mod source;
 mod stats;
@@ -28,9 +29,13 @@ pub struct Args {
     /// Log directory, or one segment file of a log (then only its records are shown).
     pub path: PathBuf,
 
-    /// Key ring file: decrypt payloads (perrecord) or pages (pagelevel).
+    /// Key ring file, or key store file (then with --kek-file or --kek-command): decrypt
+    /// payloads (perrecord) or pages (pagelevel).
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub kek: kek::KekArgs,
 
     /// How to show payloads.
     #[arg(long, value_enum, default_value_t = PayloadFormat::None)]

@@ -7,26 +7,35 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
-use walcrypt::{KeyRing, Lsn, Reader};
+use walcrypt::{KeyRing, KeyStore, Lsn, Reader};
 
 use crate::fail::Fail;
+use crate::kek::{KekArgs, is_key_store};
 
 /// Loads the key ring named by `--key-file`, warning when others can read it.
 /// The key ring (if any), the target and its reader, opened as the listing commands need them.
 pub fn open_target(
     key_file: Option<&Path>,
+    kek: &KekArgs,
     path: &Path,
 ) -> Result<(Option<KeyRing>, Target, Reader), Fail> {
-    let keys = load_keys(key_file)?;
+    let keys = load_keys(key_file, kek)?;
     let target = Target::resolve(path)?;
     let reader = target.open(keys.as_ref(), key_file)?;
     Ok((keys, target, reader))
 }
 
-pub fn load_keys(path: Option<&Path>) -> Result<Option<KeyRing>, Fail> {
+/// A key store (told by its magic) is opened with the KEK options; anything else is read
+/// as a raw key ring.
+pub fn load_keys(path: Option<&Path>, kek: &KekArgs) -> Result<Option<KeyRing>, Fail> {
     let Some(path) = path else {
         return Ok(None);
     };
+    if is_key_store(path) {
+        let provider = kek.provider().map_err(Fail::trouble)?;
+        let store = KeyStore::open(path, provider).map_err(|e| Fail::from_wal(&e))?;
+        return Ok(Some(store.ring()));
+    }
     let ring = KeyRing::load(path).map_err(|e| Fail::from_wal(&e))?;
     if let Ok(false) = KeyRing::file_is_private(path) {
         eprintln!(

@@ -57,7 +57,7 @@ struct Verify<'a> {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let ring = load_keys(args.key_file.as_deref())?;
+    let ring = load_keys(args.key_file.as_deref(), &args.kek)?;
     let target = Target::resolve(&args.path)?;
     let reader = match target.open(None, None) {
         Ok(r) => r,
@@ -114,13 +114,13 @@ impl Verify<'_> {
                 let name = inspect::segment_file_name(seg.header.start);
                 let offset = inspect::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
                 match ring.get(*id) {
-                    Some(key) if key.check_value() != *kcv => {
+                    Some(key) if key.log_check_value(seg.header.log_id, *id) != *kcv => {
                         ok = false;
                         self.found.keys.push(format!(
                             "segment {name} offset {offset}: key id {id} has check value {} \
                              but key file {file} holds a key with check value {} (wrong key)",
                             hex(kcv),
-                            hex(&key.check_value())
+                            hex(&key.log_check_value(seg.header.log_id, *id))
                         ));
                     }
                     Some(_) => {}

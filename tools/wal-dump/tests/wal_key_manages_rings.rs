@@ -40,7 +40,7 @@ fn wal_key_manages_rings() {
     let ring = KeyRing::load(&file).unwrap();
     assert_eq!(ring.ids(), vec![1, 2]);
     for id in [1, 2] {
-        let kcv = hex(&ring.get(id).unwrap().check_value());
+        let kcv = hex(&ring.get(id).unwrap().fingerprint());
         assert!(
             list.lines()
                 .any(|l| l.trim_start().starts_with(&id.to_string()) && l.contains(&kcv)),

@@ -1,0 +1,442 @@
+//! Key providers: what wraps and unwraps data keys under a key-encryption key (KEK).
+//!
+//! [`KeyProvider`] is the small trait an embedder implements to let its own KMS wrap and unwrap
+//! data keys (the KEK then never leaves the KMS). The built-ins hold a KEK in memory and wrap
+//! locally with AES-256-GCM: [`Kek`] (bytes the caller has), [`KekFile`] (a file, for
+//! development and tests) and [`KekCommand`] (a program that prints the KEK, so any KMS
+//! command-line client can supply it). No provider error repeats key material or a
+//! command's output.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aes_gcm::aead::{AeadInOut, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use zeroize::Zeroizing;
+
+use super::ring::{Key, fingerprint, hex_string};
+use crate::crypto::KEY_LEN;
+use crate::error::{Error, Result};
+
+/// Supplies the key-encryption key's operations to a [`crate::KeyStore`].
+///
+/// `wrap` must be authenticated: `unwrap` of altered bytes, or with other `aad`, fails (never
+/// returns a different key). Implement it over a KMS's encrypt/decrypt (or wrap/unwrap) calls,
+/// passing `aad` as the KMS's associated data or encryption context.
+pub trait KeyProvider: Send + Sync {
+    /// A short human name used in errors: `kek file /etc/wal.kek`, `command vault`. Never
+    /// key material.
+    fn name(&self) -> String;
+    /// Names the KEK this provider wraps under (a KMS key id and version, or a fingerprint),
+    /// stored in the key store so a store can say which KEK it needs. Never key material;
+    /// at most 255 bytes of UTF-8.
+    fn kek_id(&self) -> Result<String>;
+    /// Wraps a data key, binding `aad` to it.
+    fn wrap(&self, key: &Key, aad: &[u8]) -> Result<Vec<u8>>;
+    /// Unwraps what [`KeyProvider::wrap`] returned for the same `aad`.
+    fn unwrap(&self, wrapped: &[u8], aad: &[u8]) -> Result<Key>;
+}
+
+/// Length of a locally wrapped key: 12-byte nonce, 32-byte ciphertext, 16-byte GCM tag.
+pub const LOCAL_WRAP_LEN: usize = 12 + KEY_LEN + 16;
+
+/// A KEK held in memory; wraps with AES-256-GCM under a random 96-bit nonce per wrap
+/// (a store holds a few keys and is rewritten rarely, far from GCM's random-nonce limits).
+pub struct Kek {
+    key: Key,
+    name: String,
+    /// What `kek_id` reports when it is more than the fingerprint (a passphrase KEK's salt and
+    /// cost parameters, needed to derive it again).
+    id: Option<String>,
+}
+
+impl Kek {
+    /// A KEK from key bytes the caller obtained elsewhere; `name` appears in errors.
+    pub fn new(key: Key, name: impl Into<String>) -> Kek {
+        Kek {
+            key,
+            name: name.into(),
+            id: None,
+        }
+    }
+
+    /// A fresh random KEK.
+    pub fn generate(name: impl Into<String>) -> Result<Kek> {
+        Ok(Kek::new(Key::generate()?, name))
+    }
+
+    /// `sha256:` and 16 hex digits: SHA-256 over a domain label and the KEK, truncated. Names
+    /// the KEK without revealing it.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "sha256:{}",
+            hex_string(&fingerprint(
+                b"walcrypt kek fingerprint v1",
+                self.key.bytes()
+            ))
+        )
+    }
+
+    fn cipher(&self) -> Aes256Gcm {
+        Aes256Gcm::new(self.key.bytes().into())
+    }
+
+    fn error(&self, reason: &str) -> Error {
+        Error::KeyProvider {
+            provider: self.name.clone(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl KeyProvider for Kek {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn kek_id(&self) -> Result<String> {
+        Ok(self.id.clone().unwrap_or_else(|| self.fingerprint()))
+    }
+
+    fn wrap(&self, key: &Key, aad: &[u8]) -> Result<Vec<u8>> {
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).map_err(|_| self.error("the OS random source failed"))?;
+        let mut body = Zeroizing::new(*key.bytes());
+        let tag = self
+            .cipher()
+            .encrypt_inout_detached(&Nonce::from(nonce), aad, body.as_mut_slice().into())
+            .map_err(|_| self.error("AES-GCM refused to wrap"))?;
+        let mut out = Vec::with_capacity(LOCAL_WRAP_LEN);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(body.as_ref());
+        out.extend_from_slice(&tag);
+        Ok(out)
+    }
+
+    fn unwrap(&self, wrapped: &[u8], aad: &[u8]) -> Result<Key> {
+        if wrapped.len() != LOCAL_WRAP_LEN {
+            return Err(self.error(&format!(
+                "a wrapped key is {LOCAL_WRAP_LEN} bytes, this one has {}",
+                wrapped.len()
+            )));
+        }
+        let (nonce, rest) = wrapped.split_at(12);
+        let (body, tag) = rest.split_at(KEY_LEN);
+        let mut plain = Zeroizing::new([0u8; KEY_LEN]);
+        plain.copy_from_slice(body);
+        let mut nonce_bytes = [0u8; 12];
+        nonce_bytes.copy_from_slice(nonce);
+        let mut tag_bytes = [0u8; 16];
+        tag_bytes.copy_from_slice(tag);
+        self.cipher()
+            .decrypt_inout_detached(
+                &Nonce::from(nonce_bytes),
+                aad,
+                plain.as_mut_slice().into(),
+                &Tag::from(tag_bytes),
+            )
+            .map_err(|_| {
+                self.error("unwrap failed: wrong KEK, or the wrapped key or its entry was altered")
+            })?;
+        Ok(Key::from_mut_bytes(&mut plain))
+    }
+}
+
+/// Parses a KEK from a provider's output: 64 hex digits (surrounding whitespace allowed) or
+/// exactly 32 raw bytes. The reason never quotes the output.
+fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
+    let trimmed = output.trim_ascii();
+    if trimmed.len() == KEY_LEN * 2 && trimmed.iter().all(u8::is_ascii_hexdigit) {
+        let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
+        for (i, pair) in trimmed.chunks(2).enumerate() {
+            let digit = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+            bytes[i] = digit(pair[0]) * 16 + digit(pair[1]);
+        }
+        return Ok(Key::from_mut_bytes(&mut bytes));
+    }
+    if output.len() == KEY_LEN {
+        return Key::from_slice(output).ok_or_else(|| "impossible length".to_string());
+    }
+    Err(format!(
+        "expected 64 hex digits or 32 raw bytes, got {} bytes of something else",
+        output.len()
+    ))
+}
+
+/// A KEK read from a file (64 hex digits, or 32 raw bytes), for development and tests.
+pub struct KekFile;
+
+impl KekFile {
+    /// Reads the KEK in `path`. The file should be private (mode 0600).
+    pub fn open(path: impl AsRef<Path>) -> Result<Kek> {
+        let path = path.as_ref();
+        let name = format!("kek file {}", path.display());
+        let bytes =
+            Zeroizing::new(std::fs::read(path).map_err(|e| Error::io("read KEK file", path, e))?);
+        let key = parse_kek(&bytes).map_err(|reason| Error::KeyProvider {
+            provider: name.clone(),
+            reason,
+        })?;
+        Ok(Kek::new(key, name))
+    }
+
+    /// Writes a fresh random KEK to `path` (64 hex digits and a newline, mode 0600); fails if
+    /// the file exists.
+    pub fn create(path: impl AsRef<Path>) -> Result<Kek> {
+        let path = path.as_ref();
+        let key = Key::generate()?;
+        let mut text = Zeroizing::new(String::with_capacity(KEY_LEN * 2 + 1));
+        for b in key.bytes() {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            text.push(DIGITS[(b >> 4) as usize] as char);
+            text.push(DIGITS[(b & 15) as usize] as char);
+        }
+        text.push('\n');
+        super::ring::write_private(path, text.as_bytes(), super::ring::Replace::No)?;
+        Ok(Kek::new(key, format!("kek file {}", path.display())))
+    }
+}
+
+/// A KEK printed by an external program (a KMS client, a secrets manager's CLI), the idea of
+/// PostgreSQL's proposed `cluster_key_command`.
+///
+/// The program runs directly, without a shell, with no standard input and its standard error
+/// discarded; it must print the KEK (64 hex digits, or 32 raw bytes) and exit 0 within the
+/// timeout, or it is killed. Failure, a hang or output of the wrong form is an error naming the
+/// program; the output itself never appears in an error.
+pub struct KekCommand;
+
+/// Default time a KEK command may run.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Most bytes of output read from a KEK command.
+const MAX_COMMAND_OUTPUT: u64 = 4096;
+
+impl KekCommand {
+    /// Runs `program` with `args` and returns the KEK it printed.
+    pub fn run(program: impl AsRef<Path>, args: &[String], timeout: Duration) -> Result<Kek> {
+        let program = program.as_ref();
+        let name = format!("command {}", program.display());
+        let fail = |reason: String| Error::KeyProvider {
+            provider: name.clone(),
+            reason,
+        };
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| fail(format!("cannot start it: {e}")))?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(fail("its standard output could not be captured".into()));
+        };
+        let reader = std::thread::spawn(move || {
+            let mut out = Zeroizing::new(Vec::with_capacity(MAX_COMMAND_OUTPUT as usize));
+            let read = stdout.take(MAX_COMMAND_OUTPUT).read_to_end(&mut out);
+            read.map(|_| out)
+        });
+        let status = wait_with_timeout(&mut child, timeout)
+            .map_err(|e| fail(format!("waiting for it failed: {e}")))?;
+        let Some(status) = status else {
+            return Err(fail(format!(
+                "it did not finish within {} ms and was killed",
+                timeout.as_millis()
+            )));
+        };
+        let output = reader
+            .join()
+            .map_err(|_| fail("reading its output failed".into()))?
+            .map_err(|e| fail(format!("reading its output failed: {e}")))?;
+        if !status.success() {
+            return Err(fail(format!("it failed ({status})")));
+        }
+        let key = parse_kek(&output).map_err(|why| fail(format!("unusable output: {why}")))?;
+        Ok(Kek::new(key, name.clone()))
+    }
+}
+
+/// Waits for `child` at most `timeout`; kills it (and reaps it) when the time is up.
+fn wait_with_timeout(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A KEK derived from a passphrase with Argon2id (RFC 9106).
+///
+/// The salt (16 random bytes) and the cost parameters are not secret: they are part of the KEK
+/// id the key store records (`argon2id:m=<KiB>,t=<passes>,p=<lanes>:<salt hex>:<fingerprint>`),
+/// so [`PassphraseKek::for_store`] derives the same KEK again from the passphrase alone. The
+/// store's security is then the passphrase's: use a long one.
+pub struct PassphraseKek;
+
+/// Default Argon2id cost: 64 MiB of memory, 3 passes, 1 lane (RFC 9106's second recommended
+/// setting, with one lane).
+pub const PASSPHRASE_COST: (u32, u32, u32) = (64 * 1024, 3, 1);
+
+impl PassphraseKek {
+    /// A KEK from `passphrase` under a fresh random salt and the default cost, for creating a
+    /// store or rotating a store's KEK to a passphrase.
+    pub fn with_new_salt(passphrase: &[u8]) -> Result<Kek> {
+        Self::with_cost(passphrase, PASSPHRASE_COST)
+    }
+
+    /// Like [`PassphraseKek::with_new_salt`] with an explicit cost `(memory KiB, passes, lanes)`.
+    pub fn with_cost(passphrase: &[u8], cost: (u32, u32, u32)) -> Result<Kek> {
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).map_err(|_| passphrase_error("the OS random source failed"))?;
+        derive(passphrase, &salt, cost)
+    }
+
+    /// The KEK the store at `path` was wrapped under, derived from `passphrase` with the salt
+    /// and cost its KEK id records. A wrong passphrase fails when the store is opened.
+    pub fn for_store(path: impl AsRef<Path>, passphrase: &[u8]) -> Result<Kek> {
+        let (kek_id, _, _) = crate::KeyStore::inspect(path)?;
+        let (salt, cost) = parse_passphrase_id(&kek_id)
+            .ok_or_else(|| passphrase_error("the store's KEK was not derived from a passphrase"))?;
+        derive(passphrase, &salt, cost)
+    }
+}
+
+const PASSPHRASE_NAME: &str = "passphrase (Argon2id)";
+
+fn passphrase_error(reason: &str) -> Error {
+    Error::KeyProvider {
+        provider: PASSPHRASE_NAME.into(),
+        reason: reason.into(),
+    }
+}
+
+fn derive(passphrase: &[u8], salt: &[u8; 16], (m, t, p): (u32, u32, u32)) -> Result<Kek> {
+    let params = argon2::Params::new(m, t, p, Some(KEY_LEN))
+        .map_err(|e| passphrase_error(&format!("unusable cost m={m}, t={t}, p={p}: {e}")))?;
+    let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+    let mut out = Zeroizing::new([0u8; KEY_LEN]);
+    argon
+        .hash_password_into(passphrase, salt, out.as_mut_slice())
+        .map_err(|e| passphrase_error(&format!("Argon2id failed: {e}")))?;
+    let mut kek = Kek::new(Key::from_mut_bytes(&mut out), PASSPHRASE_NAME);
+    kek.id = Some(format!(
+        "argon2id:m={m},t={t},p={p}:{}:{}",
+        hex_string(salt),
+        kek.fingerprint()
+    ));
+    Ok(kek)
+}
+
+/// Salt and cost from `argon2id:m=..,t=..,p=..:<32 hex>:<fingerprint>`.
+fn parse_passphrase_id(id: &str) -> Option<([u8; 16], (u32, u32, u32))> {
+    let mut parts = id.strip_prefix("argon2id:")?.split(':');
+    let (cost, salt_hex) = (parts.next()?, parts.next()?);
+    let mut nums = cost
+        .split(',')
+        .map(|kv| kv.split_once('=').map(|(_, v)| v.parse::<u32>()));
+    let (Some(Some(Ok(m))), Some(Some(Ok(t))), Some(Some(Ok(p)))) =
+        (nums.next(), nums.next(), nums.next())
+    else {
+        return None;
+    };
+    if salt_hex.len() != 32 {
+        return None;
+    }
+    let mut salt = [0u8; 16];
+    for (i, pair) in salt_hex.as_bytes().chunks(2).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        salt[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+    }
+    Some((salt, (m, t, p)))
+}
+
+/// Where a provider's configuration points, for tools: a KEK file or a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderSpec {
+    /// A KEK file.
+    File(PathBuf),
+    /// A program and its arguments, with a timeout.
+    Command {
+        /// The program (run without a shell).
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+        /// How long it may run.
+        timeout: Duration,
+    },
+}
+
+impl ProviderSpec {
+    /// Builds the provider (reads the file or runs the command).
+    pub fn provider(&self) -> Result<Kek> {
+        match self {
+            ProviderSpec::File(path) => KekFile::open(path),
+            ProviderSpec::Command {
+                program,
+                args,
+                timeout,
+            } => KekCommand::run(program, args, *timeout),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_is_bound_to_kek_and_aad() {
+        let kek = Kek::generate("test").unwrap();
+        let key = Key::generate().unwrap();
+        let wrapped = kek.wrap(&key, b"id 1").unwrap();
+        assert_eq!(wrapped.len(), LOCAL_WRAP_LEN);
+        let back = kek.unwrap(&wrapped, b"id 1").unwrap();
+        assert_eq!(back.bytes(), key.bytes());
+        assert!(kek.unwrap(&wrapped, b"id 2").is_err());
+        let other = Kek::generate("other").unwrap();
+        assert!(other.unwrap(&wrapped, b"id 1").is_err());
+        let mut flipped = wrapped.clone();
+        flipped[20] ^= 1;
+        assert!(kek.unwrap(&flipped, b"id 1").is_err());
+    }
+
+    #[test]
+    fn a_passphrase_kek_is_derived_again_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let cheap = (64, 1, 1); // fast for a test; real stores use PASSPHRASE_COST
+        let kek = PassphraseKek::with_cost(b"correct horse battery staple", cheap).unwrap();
+        let id = kek.kek_id().unwrap();
+        assert!(id.starts_with("argon2id:m=64,t=1,p=1:"), "{id}");
+        let store = crate::KeyStore::create(&path, std::sync::Arc::new(kek)).unwrap();
+        let again = PassphraseKek::for_store(&path, b"correct horse battery staple").unwrap();
+        let opened = crate::KeyStore::open(&path, std::sync::Arc::new(again)).unwrap();
+        assert_eq!(opened.ring().ids(), store.ring().ids());
+        let wrong = PassphraseKek::for_store(&path, b"incorrect horse").unwrap();
+        let err = crate::KeyStore::open(&path, std::sync::Arc::new(wrong)).unwrap_err();
+        assert!(err.to_string().contains("wrapped under KEK"), "{err}");
+        assert!(!err.to_string().contains("horse"), "{err}");
+    }
+
+    #[test]
+    fn kek_output_forms() {
+        assert!(parse_kek(format!("{}\n", "ab".repeat(32)).as_bytes()).is_ok());
+        assert!(parse_kek(&[7u8; 32]).is_ok());
+        let err = parse_kek(b"hello world").unwrap_err();
+        assert!(!err.contains("hello"), "{err}");
+    }
+}

@@ -1,0 +1,574 @@
+//! The key store: data keys stored only wrapped under a KEK, in one versioned file.
+//!
+//! The byte layout is in docs/FORMAT.md ("Key store file"). Every change (create, data-key
+//! rotation, KEK rotation, retirement) writes a whole new file through the [`Storage`] trait:
+//! a temporary file with a random name created exclusively (mode 0600 on the real file
+//! system), written, fdatasync'ed, renamed over the store and the directory synced. A crash at
+//! any step leaves either the old store or the new one, each complete. A data key is in the
+//! durable store before any record uses it and leaves it only after the last segment that
+//! lists it was removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use super::layout::{KeyInfo, KeyState, MAX_STORE_LEN, MAX_WRAPPED_LEN, decode, encode};
+use super::provider::KeyProvider;
+use super::ring::{Key, KeyRing, parent_dir, temp_name};
+use crate::error::{Error, Result};
+use crate::storage::{FsStorage, Storage};
+
+struct Entry {
+    info: KeyInfo,
+    wrapped: Vec<u8>,
+    key: Key,
+}
+
+struct Inner {
+    provider: Arc<dyn KeyProvider>,
+    kek_id: String,
+    generation: u64,
+    entries: Vec<Entry>,
+}
+
+/// A key store file and the data keys it holds, unwrapped in memory.
+///
+/// Open it with a [`KeyProvider`], hand it to [`crate::Config::key_store`], and the log takes
+/// its keys from it; [`crate::Wal::rotate_data_key`] adds keys and `purge_before` retires them.
+pub struct KeyStore {
+    path: PathBuf,
+    storage: Arc<dyn Storage>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("KeyStore")
+            .field("path", &self.path)
+            .field("kek_id", &inner.kek_id)
+            .field(
+                "ids",
+                &inner.entries.iter().map(|e| e.info.id).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl KeyStore {
+    /// Creates a store at `path` with one fresh random data key (id 1, active), wrapped by
+    /// `provider`. Fails if a file exists there.
+    pub fn create(path: impl AsRef<Path>, provider: Arc<dyn KeyProvider>) -> Result<KeyStore> {
+        Self::create_from_ring_in(Arc::new(FsStorage), path, provider, &KeyRing::generate()?)
+    }
+
+    /// Creates a store holding the keys of an existing raw ring (ids kept, the ring's active key
+    /// active). Fails if a file exists at `path`.
+    pub fn create_from_ring(
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<KeyStore> {
+        Self::create_from_ring_in(Arc::new(FsStorage), path, provider, ring)
+    }
+
+    /// [`KeyStore::create_from_ring`] through a given storage back end.
+    pub fn create_from_ring_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref().to_path_buf();
+        if ring.is_empty() {
+            return Err(store_error(&path, "a key store needs at least one key"));
+        }
+        match storage.open(&path, false) {
+            Ok(_) => {
+                return Err(store_error(
+                    &path,
+                    "already exists; refusing to overwrite a key store",
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("open key store", &path, e)),
+        }
+        let kek_id = checked_kek_id(&path, provider.as_ref())?;
+        let created = now_secs();
+        let active = ring.active_id();
+        let mut entries = Vec::with_capacity(ring.len());
+        for (id, key) in ring.entries() {
+            let state = if Some(id) == active {
+                KeyState::Active
+            } else {
+                KeyState::DecryptOnly
+            };
+            entries.push(wrap_entry(
+                provider.as_ref(),
+                &kek_id,
+                id,
+                state,
+                created,
+                key.clone(),
+            )?);
+        }
+        entries.sort_by_key(|e| e.info.id);
+        let store = KeyStore {
+            path,
+            storage,
+            inner: Mutex::new(Inner {
+                provider,
+                kek_id,
+                generation: 0,
+                entries,
+            }),
+        };
+        store.save(&mut store.inner.lock())?;
+        Ok(store)
+    }
+
+    /// Opens the store at `path`, unwrapping every data key with `provider`.
+    pub fn open(path: impl AsRef<Path>, provider: Arc<dyn KeyProvider>) -> Result<KeyStore> {
+        Self::open_in(Arc::new(FsStorage), path, provider)
+    }
+
+    /// [`KeyStore::open`] through a given storage back end.
+    pub fn open_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = read_file(storage.as_ref(), &path)?;
+        let parsed = decode(&bytes).map_err(|why| store_error(&path, &why))?;
+        let mine = checked_kek_id(&path, provider.as_ref())?;
+        if mine != parsed.kek_id {
+            return Err(store_error(
+                &path,
+                &format!(
+                    "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
+                    parsed.kek_id,
+                    provider.name()
+                ),
+            ));
+        }
+        let mut entries = Vec::with_capacity(parsed.entries.len());
+        for (info, wrapped) in parsed.entries {
+            let aad = entry_aad(&parsed.kek_id, &info);
+            let key = provider.unwrap(&wrapped, &aad)?;
+            if key.fingerprint() != info.fingerprint {
+                return Err(store_error(
+                    &path,
+                    &format!(
+                        "key id {}: the unwrapped key does not match its fingerprint",
+                        info.id
+                    ),
+                ));
+            }
+            entries.push(Entry { info, wrapped, key });
+        }
+        let store = KeyStore {
+            path,
+            storage,
+            inner: Mutex::new(Inner {
+                provider,
+                kek_id: parsed.kek_id,
+                generation: parsed.generation,
+                entries,
+            }),
+        };
+        store.remove_stale_temporaries();
+        Ok(store)
+    }
+
+    /// Reads what a store says about itself without unwrapping anything (no KEK needed):
+    /// its KEK id, generation and key listing. The file's checksum and layout are checked.
+    pub fn inspect(path: impl AsRef<Path>) -> Result<(String, u64, Vec<KeyInfo>)> {
+        let path = path.as_ref();
+        let bytes = read_file(&FsStorage, path)?;
+        let parsed = decode(&bytes).map_err(|why| store_error(path, &why))?;
+        let infos = parsed.entries.into_iter().map(|(info, _)| info).collect();
+        Ok((parsed.kek_id, parsed.generation, infos))
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The KEK the store is wrapped under, as its provider names it.
+    pub fn kek_id(&self) -> String {
+        self.inner.lock().kek_id.clone()
+    }
+
+    /// How many times the store was written (1 after creation).
+    pub fn generation(&self) -> u64 {
+        self.inner.lock().generation
+    }
+
+    /// Ids, states, creation times and fingerprints, in id order. Never key bytes.
+    pub fn keys(&self) -> Vec<KeyInfo> {
+        self.inner
+            .lock()
+            .entries
+            .iter()
+            .map(|e| e.info.clone())
+            .collect()
+    }
+
+    /// The data keys as a ring (active key last), for a `Config` or a `Reader`.
+    pub fn ring(&self) -> KeyRing {
+        ring_of(&self.inner.lock().entries)
+    }
+
+    /// Adds a fresh random data key with the next id, makes it active (the previous active key
+    /// becomes decrypt-only) and writes the store durably. Returns the new id and the new ring.
+    ///
+    /// To rotate the key of a live log, call [`crate::Wal::rotate_data_key`], which calls this
+    /// and then switches the log to the new key.
+    pub fn rotate_data_key(&self) -> Result<(u32, KeyRing)> {
+        let mut inner = self.inner.lock();
+        let id = inner
+            .entries
+            .iter()
+            .map(|e| e.info.id)
+            .max()
+            .unwrap_or(0)
+            .checked_add(1)
+            .ok_or_else(|| store_error(&self.path, "key ids exhausted"))?;
+        let entry = wrap_entry(
+            inner.provider.as_ref(),
+            &inner.kek_id,
+            id,
+            KeyState::Active,
+            now_secs(),
+            Key::generate()?,
+        )?;
+        let mut entries = clone_entries(&inner.entries);
+        for e in &mut entries {
+            e.info.state = KeyState::DecryptOnly;
+        }
+        entries.push(entry);
+        self.commit(&mut inner, entries)?;
+        Ok((id, ring_of(&inner.entries)))
+    }
+
+    /// Re-wraps every data key under `provider`'s KEK and writes the store; the log is not
+    /// touched. Keep the old KEK until this returns Ok: a crash before may leave the old store.
+    pub fn rotate_kek(&self, provider: Arc<dyn KeyProvider>) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let kek_id = checked_kek_id(&self.path, provider.as_ref())?;
+        let mut entries = Vec::with_capacity(inner.entries.len());
+        for e in &inner.entries {
+            let aad = entry_aad(&kek_id, &e.info);
+            entries.push(Entry {
+                info: e.info.clone(),
+                wrapped: provider.wrap(&e.key, &aad)?,
+                key: e.key.clone(),
+            });
+        }
+        let old = (
+            inner.provider.clone(),
+            std::mem::replace(&mut inner.kek_id, kek_id),
+        );
+        inner.provider = provider;
+        let before = inner.generation;
+        let committed = self.commit(&mut inner, entries);
+        if committed.is_err() && inner.generation == before {
+            (inner.provider, inner.kek_id) = old;
+        }
+        committed
+    }
+
+    /// Removes every decrypt-only key whose id is not in `in_use` and writes the store if
+    /// anything was removed. Returns the removed ids. The active key always stays.
+    pub fn retire_unused(&self, in_use: &[u32]) -> Result<Vec<u32>> {
+        let mut inner = self.inner.lock();
+        let retired: Vec<u32> = inner
+            .entries
+            .iter()
+            .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
+            .map(|e| e.info.id)
+            .collect();
+        if retired.is_empty() {
+            return Ok(retired);
+        }
+        let entries = clone_entries(&inner.entries)
+            .into_iter()
+            .filter(|e| !retired.contains(&e.info.id))
+            .collect();
+        self.commit(&mut inner, entries)?;
+        Ok(retired)
+    }
+
+    /// Writes `entries` as the next generation. They replace the ones in memory once the new
+    /// file is in place (renamed), even if the directory sync after it failed: memory then
+    /// matches the file, which may or may not survive a crash.
+    fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+        let before = inner.generation;
+        let old = std::mem::replace(&mut inner.entries, entries);
+        let saved = self.save(inner);
+        if saved.is_err() && inner.generation == before {
+            inner.entries = old;
+        }
+        saved
+    }
+
+    fn save(&self, inner: &mut Inner) -> Result<()> {
+        self.check_unchanged(inner.generation)?;
+        let generation = inner.generation + 1;
+        let bytes = encode(
+            &inner.kek_id,
+            generation,
+            inner
+                .entries
+                .iter()
+                .map(|e| (&e.info, e.wrapped.as_slice())),
+        );
+        let storage = self.storage.as_ref();
+        let tmp = temp_name(&self.path)?;
+        let dir = parent_dir(&self.path);
+        let written = (|| -> std::io::Result<()> {
+            let file = storage.create_private(&tmp)?;
+            file.write_all_at(&bytes, 0)?;
+            file.sync_data()?;
+            drop(file);
+            storage.rename(&tmp, &self.path)
+        })();
+        if let Err(e) = written {
+            let _ = storage.remove(&tmp);
+            return Err(Error::io("write key store", &self.path, e));
+        }
+        inner.generation = generation;
+        storage
+            .sync_dir(&dir)
+            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))
+    }
+}
+
+impl KeyStore {
+    /// Refuses to write over a store that another process (or another `KeyStore` on the same
+    /// file) wrote since this one read it: its changes (a new key, a KEK rotation) would be
+    /// lost. A missing or undecodable file is rewritten from memory.
+    fn check_unchanged(&self, generation: u64) -> Result<()> {
+        let on_disk = match read_file(self.storage.as_ref(), &self.path) {
+            Ok(bytes) => decode(&bytes).ok().map(|d| d.generation),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        match on_disk {
+            Some(found) if found != generation => Err(store_error(
+                &self.path,
+                &format!(
+                    "changed by someone else since it was read (generation {found} on disk, \
+                     {generation} here); reopen it and retry"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes temporary files a crash left beside the store (`.<name>.<16 hex>.tmp`). They
+    /// hold only wrapped keys; this keeps them from piling up.
+    fn remove_stale_temporaries(&self) {
+        let (Some(name), dir) = (self.path.file_name(), parent_dir(&self.path)) else {
+            return;
+        };
+        let prefix = format!(".{}.", name.to_string_lossy());
+        let Ok(names) = self.storage.list(&dir) else {
+            return;
+        };
+        for n in names {
+            let stale = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp"));
+            if stale
+                .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                let _ = self.storage.remove(&dir.join(&n));
+            }
+        }
+    }
+}
+
+fn ring_of(entries: &[Entry]) -> KeyRing {
+    let mut ring = KeyRing::empty();
+    let active = entries.iter().find(|e| e.info.state == KeyState::Active);
+    for e in entries.iter().filter(|e| e.info.state != KeyState::Active) {
+        let _ = ring.add(e.info.id, e.key.clone());
+    }
+    if let Some(e) = active {
+        let _ = ring.add(e.info.id, e.key.clone());
+    }
+    ring
+}
+
+fn clone_entries(entries: &[Entry]) -> Vec<Entry> {
+    entries
+        .iter()
+        .map(|e| Entry {
+            info: e.info.clone(),
+            wrapped: e.wrapped.clone(),
+            key: e.key.clone(),
+        })
+        .collect()
+}
+
+fn store_error(path: &Path, reason: &str) -> Error {
+    Error::KeyStore {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn checked_kek_id(path: &Path, provider: &dyn KeyProvider) -> Result<String> {
+    let id = provider.kek_id()?;
+    if id.is_empty() || id.len() > 255 {
+        return Err(store_error(
+            path,
+            &format!(
+                "{} names its KEK with {} bytes; a KEK id is 1 to 255 bytes",
+                provider.name(),
+                id.len()
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+fn wrap_entry(
+    provider: &dyn KeyProvider,
+    kek_id: &str,
+    id: u32,
+    state: KeyState,
+    created: u64,
+    key: Key,
+) -> Result<Entry> {
+    let info = KeyInfo {
+        id,
+        state,
+        created,
+        fingerprint: key.fingerprint(),
+    };
+    let wrapped = provider.wrap(&key, &entry_aad(kek_id, &info))?;
+    if wrapped.is_empty() || wrapped.len() > MAX_WRAPPED_LEN {
+        return Err(Error::KeyProvider {
+            provider: provider.name(),
+            reason: format!(
+                "wrapped a key into {} bytes; the store takes 1 to {MAX_WRAPPED_LEN}",
+                wrapped.len()
+            ),
+        });
+    }
+    Ok(Entry { info, wrapped, key })
+}
+
+/// The associated data bound to each wrapped key: a label, the KEK id, and the entry's id,
+/// creation time and fingerprint, so no wrapped key can be moved to another id or store.
+fn entry_aad(kek_id: &str, info: &KeyInfo) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(64 + kek_id.len());
+    aad.extend_from_slice(b"walcrypt key store v1");
+    aad.push(kek_id.len() as u8);
+    aad.extend_from_slice(kek_id.as_bytes());
+    aad.extend_from_slice(&info.id.to_le_bytes());
+    aad.extend_from_slice(&info.created.to_le_bytes());
+    aad.extend_from_slice(&info.fingerprint);
+    aad
+}
+
+fn read_file(storage: &dyn Storage, path: &Path) -> Result<Vec<u8>> {
+    let file = storage
+        .open(path, false)
+        .map_err(|e| Error::io("open key store", path, e))?;
+    let len = file
+        .file_len()
+        .map_err(|e| Error::io("stat key store", path, e))?;
+    if len > MAX_STORE_LEN {
+        return Err(store_error(
+            path,
+            &format!("{len} bytes is more than a key store may hold ({MAX_STORE_LEN})"),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = file
+            .read_at(&mut bytes[at..], at as u64)
+            .map_err(|e| Error::io("read key store", path, e))?;
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    bytes.truncate(at);
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Kek;
+
+    #[test]
+    fn a_store_changed_by_someone_else_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("test").unwrap());
+        let first = KeyStore::create(&path, kek.clone()).unwrap();
+        let second = KeyStore::open(&path, kek.clone()).unwrap();
+        second.rotate_data_key().unwrap();
+        let err = first.rotate_data_key().unwrap_err();
+        assert!(err.to_string().contains("changed by someone else"), "{err}");
+        assert_eq!(first.ring().ids(), vec![1]);
+        let reread = KeyStore::open(&path, kek).unwrap();
+        assert_eq!(reread.ring().ids(), vec![1, 2]);
+        // A stale temporary file from a crash is removed at the next open.
+        let stale = dir.path().join(".keys.0123456789abcdef.tmp");
+        std::fs::write(&stale, b"x").unwrap();
+        let _ = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("test").unwrap());
+        let store = KeyStore::create(&path, kek.clone()).unwrap();
+        store.rotate_data_key().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "truncated to {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(KeyStore::open(&path, kek.clone()).is_err(), "byte {i}");
+            // The same change with a recomputed checksum: the wrap's authentication, the
+            // fingerprint or a field check still refuses it.
+            let n = bad.len() - 4;
+            let crc = crc32c::crc32c(&bad[..n]).to_le_bytes();
+            bad[n..].copy_from_slice(&crc);
+            std::fs::write(&path, &bad).unwrap();
+            if let Ok(opened) = KeyStore::open(&path, kek.clone()) {
+                // Only the generation counter and creation-time-free fields may change harmlessly.
+                assert_eq!(opened.ring().ids(), store.ring().ids(), "byte {i}");
+                for id in opened.ring().ids() {
+                    assert_eq!(
+                        opened.ring().get(id).unwrap().bytes(),
+                        store.ring().get(id).unwrap().bytes(),
+                        "byte {i}: a tampered store gave another key"
+                    );
+                }
+            }
+        }
+    }
+}
