@@ -274,9 +274,11 @@ impl Wal {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
             if self.sync == SyncMode::Buffered {
-                // Without fdatasync a flush is a short write; queueing on the write lock is
-                // cheaper than rounds (measured: rounds cost 15-30% of oltp throughput at 2-8
-                // threads with sync none on the 2-core development machine).
+                // Without fdatasync a flush is a short write, and commits seldom meet: one
+                // write-lock acquisition per oltp transaction at 1-8 threads on the 2-core
+                // development machine. Rounds measured within run-to-run noise of queueing
+                // on the write lock (docs/BENCHMARKS.md, "The commit path on 2 cores"), so
+                // the simpler path stays.
                 return self.lead_round(lsn, None);
             }
             let mut round = self.group.lock();
