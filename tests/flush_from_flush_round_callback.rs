@@ -34,7 +34,7 @@ impl EventListener for Listener {
         let again = wal.flush(event.flushed_to);
         self.0.nested.lock().unwrap().push(again);
         // Only from the outer rounds, so the nesting stops one level down.
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             let lsn = wal.append(7, format!("from callback {n}").as_bytes());
             let flushed = lsn.and_then(|lsn| wal.flush(lsn));
             self.0.nested.lock().unwrap().push(flushed);
