@@ -14,9 +14,10 @@ use crate::error::{CorruptionKind, PoisonCause, Position};
 /// has an empty default, so a listener implements only what it needs.
 ///
 /// Methods are called with no lock of the log held, from whichever thread did the work; they
-/// must not call back into the same `Wal` in a way that waits for that thread (for example a
-/// `flush` from `on_flush_round` would lead another round on the same thread: allowed, but
-/// pointless).
+/// may call back into the same `Wal`. A `flush` from `on_flush_round` works in every sync
+/// mode: the round being reported has ended, so the flush returns at once if that round
+/// covered its LSN, and otherwise leads (or joins) a later round, whose listener call then
+/// nests inside this one.
 pub trait EventListener: Send + Sync {
     /// The log started writing into a new segment file. Reported by the next append or flush
     /// that finds the writer in the new segment (segments are created under the write lock,

@@ -22,7 +22,7 @@ pub(super) struct GroupCommit {
 }
 
 /// Ends a group-commit round when dropped: wakes every waiter to check its record.
-struct RoundEnd<'a>(&'a Wal);
+pub(super) struct RoundEnd<'a>(&'a Wal);
 
 impl Drop for RoundEnd<'_> {
     fn drop(&mut self) {
@@ -277,10 +277,12 @@ impl Wal {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
             if self.sync == SyncMode::Buffered {
-                // Without fdatasync a flush is a short write; queueing on the write lock is
-                // cheaper than rounds (measured: rounds cost 15-30% of oltp throughput at 2-8
-                // threads with sync none on the 2-core development machine).
-                return self.lead_round(lsn);
+                // Without fdatasync a flush is a short write, and commits seldom meet: one
+                // write-lock acquisition per oltp transaction at 1-8 threads on the 2-core
+                // development machine. Rounds measured within run-to-run noise of queueing
+                // on the write lock (docs/BENCHMARKS.md, "The commit path on 2 cores"), so
+                // the simpler path stays.
+                return self.lead_round(lsn, None);
             }
             let mut round = self.group.lock();
             if round.leading {
@@ -293,8 +295,8 @@ impl Wal {
             round.leading = true;
             drop(round);
             // Ends the round even if the flush unwinds, so waiters never wait forever.
-            let _round = RoundEnd(self);
-            return self.lead_round(lsn);
+            let round = RoundEnd(self);
+            return self.lead_round(lsn, Some(round));
         }
     }
 

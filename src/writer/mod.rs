@@ -852,13 +852,17 @@ impl Wal {
         result
     }
 
-    /// One group-commit round led by this thread, reported to the listener.
-    fn lead_round(&self, lsn: u64) -> Result<()> {
+    /// One group-commit round led by this thread, reported to the listener. `round` (the
+    /// group-commit round this thread leads, if any) ends before the listener is called, so a
+    /// listener may `flush` again: it joins or leads a later round instead of waiting for the
+    /// end of the one its own thread still leads.
+    fn lead_round(&self, lsn: u64, round: Option<flush::RoundEnd<'_>>) -> Result<()> {
         let Some(listener) = &self.listener else {
             return self.lead_flush(lsn);
         };
         let started = Instant::now();
         let result = self.lead_flush(lsn);
+        drop(round);
         if result.is_ok() {
             listener.on_flush_round(&FlushRound {
                 flushed_to: self.flushed_lsn(),
