@@ -252,9 +252,10 @@ impl Disk {
     }
 }
 
-/// An LSN as `HI/LO` hex with LO padded to 8 digits, e.g. `0/0001A2C0`.
+/// An LSN as the library prints it (`Lsn`'s `Display`: `HI/LO` hex, e.g. `0/1A2C0`), so the
+/// tool, the library's errors and the crate's users all print an LSN the same way.
 pub fn fmt_lsn(lsn: u64) -> String {
-    format!("{:X}/{:08X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+    Lsn(lsn).to_string()
 }
 
 /// Where `lsn` lies on disk: `segment <file> offset <n> (lsn <lsn>)`.
