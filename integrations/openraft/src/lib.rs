@@ -77,4 +77,4 @@ mod state;
 mod store;
 
 pub use error::Error;
-pub use store::WalLogStore;
+pub use store::{StoreOptions, WalLogStore};
