@@ -72,8 +72,8 @@ impl StoreOptions {
         self
     }
 
-    /// The configured cache size in entries.
-    pub fn cache_entries_value(&self) -> usize {
+    /// The cache size set by [`StoreOptions::cache_entries`], in entries.
+    pub fn cache_size(&self) -> usize {
         self.cache_entries
     }
 }
@@ -183,9 +183,7 @@ where
             let lo = state.end() - want as u64;
             let hi = state.cache_first();
             let wanted = state.lsns(lo, hi);
-            let entries = store
-                .read_from_log(&wanted)
-                .map_err(|why| Error::Config(format!("reading back the newest entries: {why}")))?;
+            let entries = store.read_from_log(&wanted).map_err(Error::ReadBack)?;
             state.fill_front(entries);
         }
         drop(state);
