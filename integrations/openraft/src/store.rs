@@ -183,7 +183,10 @@ where
             let lo = state.end() - want as u64;
             let hi = state.cache_first();
             let wanted = state.lsns(lo, hi);
-            let entries = store.read_from_log(&wanted).map_err(Error::ReadBack)?;
+            let starts = state.starts_before(lo);
+            let entries = store
+                .read_from_log(&wanted, &starts)
+                .map_err(Error::ReadBack)?;
             state.fill_front(entries);
         }
         drop(state);
@@ -282,7 +285,15 @@ where
 
     /// Reads the entries whose records start at `wanted` (index, LSN; in index order, all of
     /// them durable) from the log.
-    fn read_from_log(&self, wanted: &[(u64, Lsn)]) -> Result<Vec<C::Entry>, String> {
+    ///
+    /// `starts` are record boundaries before the first wanted record (the LSNs of the entries
+    /// before it, nearest first): where a follower starts when it cannot start at the first
+    /// wanted record itself.
+    fn read_from_log(
+        &self,
+        wanted: &[(u64, Lsn)],
+        starts: &[Lsn],
+    ) -> Result<Vec<C::Entry>, String> {
         let Some(&(_, first)) = wanted.first() else {
             return Ok(Vec::new());
         };
@@ -292,9 +303,7 @@ where
             .is_some_and(|f| f.position() <= first && first.0 - f.position().0 <= REUSE_WITHIN);
         if !reusable {
             *slot = None;
-            let follower = Follower::attach(&self.inner.wal, first)
-                .map_err(|e| format!("following the log from LSN {first}: {e}"))?;
-            *slot = Some(follower);
+            *slot = Some(self.attach_at_or_before(first, starts)?);
         }
         let Some(follower) = slot.as_mut() else {
             return Err("no reader".into());
@@ -373,6 +382,34 @@ fn append_records<'a>(
     Ok(lsns)
 }
 
+impl<C: RaftTypeConfig> WalLogStore<C> {
+    /// A follower at `lsn`, or at the nearest of `starts` (earlier record boundaries) where
+    /// one can start, or at the start of the log.
+    ///
+    /// walcrypt's `Follower::attach` refuses a record that starts at the first byte of a
+    /// page body in pagelevel mode (it takes it for the middle of a record): that is where
+    /// the first record after a reopen goes in that mode. Starting earlier and skipping the
+    /// records before the wanted one reads the same entries.
+    fn attach_at_or_before(&self, lsn: Lsn, starts: &[Lsn]) -> Result<Follower, String> {
+        let mut last_error = None;
+        for at in std::iter::once(lsn).chain(starts.iter().copied()) {
+            match Follower::attach(&self.inner.wal, at) {
+                Ok(follower) => return Ok(follower),
+                Err(walcrypt::Error::NotRecordStart(_)) => {
+                    last_error = Some(format!("no record starts at LSN {at}"));
+                }
+                Err(e) => return Err(format!("following the log from LSN {at}: {e}")),
+            }
+        }
+        Follower::attach(&self.inner.wal, Lsn::default()).map_err(|e| {
+            format!(
+                "following the log from its start (after {}): {e}",
+                last_error.unwrap_or_default()
+            )
+        })
+    }
+}
+
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     let lo = match range.start_bound() {
         Bound::Included(&i) => i,
@@ -399,18 +436,24 @@ where
         range: RB,
     ) -> StoreResult<Vec<C::Entry>, C> {
         let (lo, hi) = bounds(&range);
-        let wanted = {
+        let (wanted, starts) = {
             let state = self.inner.state.lock();
             if lo >= state.cache_first() || state.is_empty() {
                 return Ok(state.cached(lo, hi).cloned().collect());
             }
-            state.lsns(lo, hi.min(state.cache_first()))
+            let wanted = state.lsns(lo, hi.min(state.cache_first()));
+            let starts = wanted
+                .first()
+                .map_or_else(Vec::new, |(i, _)| state.starts_before(*i));
+            (wanted, starts)
         };
         // Reading the older part can take a while: the state lock is not held, so appends
         // go on. A purge meanwhile waits for the read (it takes the reader's lock), and a
         // truncation leaves the records read in the log: the entries returned are the log as
         // it was when the read began.
-        let mut entries = self.read_from_log(&wanted).map_err(read_error::<C>)?;
+        let mut entries = self
+            .read_from_log(&wanted, &starts)
+            .map_err(read_error::<C>)?;
         let next = wanted.last().map_or(lo, |(i, _)| i + 1);
         let state = self.inner.state.lock();
         if next >= state.cache_first() {
@@ -418,10 +461,14 @@ where
         } else {
             // The cache moved on (evictions by appends meanwhile): read the rest too.
             let rest = state.lsns(next, hi.min(state.cache_first()));
+            let starts = state.starts_before(next);
             let tail_from = rest.last().map_or(next, |(i, _)| i + 1);
             let tail: Vec<_> = state.cached(tail_from, hi).cloned().collect();
             drop(state);
-            entries.extend(self.read_from_log(&rest).map_err(read_error::<C>)?);
+            entries.extend(
+                self.read_from_log(&rest, &starts)
+                    .map_err(read_error::<C>)?,
+            );
             entries.extend(tail);
         }
         Ok(entries)
@@ -512,7 +559,10 @@ where
         if state.cache_len() == 0 && !state.is_empty() {
             let last = state.end() - 1;
             let wanted = state.lsns(last, last + 1);
-            let entries = self.read_from_log(&wanted).map_err(read_error::<C>)?;
+            let starts = state.starts_before(last);
+            let entries = self
+                .read_from_log(&wanted, &starts)
+                .map_err(read_error::<C>)?;
             state.fill_front(entries);
         }
         Ok(())
