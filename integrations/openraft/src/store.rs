@@ -108,6 +108,13 @@ fn read_error<C: RaftTypeConfig>(why: String) -> StorageError<C::NodeId> {
     StorageIOError::read_logs(AnyError::error(why)).into()
 }
 
+/// Whether the caller of `WalLogStore::read_from_log` holds the state lock.
+#[derive(Clone, Copy)]
+enum StateLock {
+    Locked,
+    Unlocked,
+}
+
 /// A follower further behind the next wanted record than this is replaced by a new one
 /// attached at the record (reading the gap would cost more than finding the segment).
 const REUSE_WITHIN: u64 = 1 << 20;
@@ -185,7 +192,7 @@ where
             let wanted = state.lsns(lo, hi);
             let starts = state.starts_before(lo);
             let entries = store
-                .read_from_log(&wanted, &starts)
+                .read_from_log(&wanted, &starts, StateLock::Locked)
                 .map_err(Error::ReadBack)?;
             state.fill_front(entries);
         }
@@ -289,21 +296,44 @@ where
     /// `starts` are record boundaries before the first wanted record (the LSNs of the entries
     /// before it, nearest first): where a follower starts when it cannot start at the first
     /// wanted record itself.
+    ///
+    /// `Unlocked` when the caller does not hold the state lock: a purge may then have run
+    /// since `wanted` was taken, and the entries it removed are left out (under the reader's
+    /// lock, which a purge needs before it removes files). `Locked` when the caller holds the
+    /// state lock (no purge can be under way then with entries the caller wants).
     fn read_from_log(
         &self,
         wanted: &[(u64, Lsn)],
         starts: &[Lsn],
+        caller: StateLock,
     ) -> Result<Vec<C::Entry>, String> {
+        let mut slot = self.inner.reader.lock();
+        let (wanted, starts): (Vec<(u64, Lsn)>, Vec<Lsn>) = match caller {
+            StateLock::Locked => (wanted.to_vec(), starts.to_vec()),
+            StateLock::Unlocked => {
+                let state = self.inner.state.lock();
+                let (first, first_lsn) = (state.first_index(), state.first_lsn());
+                drop(state);
+                let kept = |lsn: &Lsn| first_lsn.is_some_and(|f| *lsn >= f);
+                (
+                    wanted
+                        .iter()
+                        .copied()
+                        .filter(|(i, _)| *i >= first)
+                        .collect(),
+                    starts.iter().copied().filter(kept).collect(),
+                )
+            }
+        };
         let Some(&(_, first)) = wanted.first() else {
             return Ok(Vec::new());
         };
-        let mut slot = self.inner.reader.lock();
         let reusable = slot
             .as_ref()
             .is_some_and(|f| f.position() <= first && first.0 - f.position().0 <= REUSE_WITHIN);
         if !reusable {
             *slot = None;
-            *slot = Some(self.attach_at_or_before(first, starts)?);
+            *slot = Some(self.attach_at_or_before(first, &starts)?);
         }
         let Some(follower) = slot.as_mut() else {
             return Err("no reader".into());
@@ -452,7 +482,7 @@ where
         // truncation leaves the records read in the log: the entries returned are the log as
         // it was when the read began.
         let mut entries = self
-            .read_from_log(&wanted, &starts)
+            .read_from_log(&wanted, &starts, StateLock::Unlocked)
             .map_err(read_error::<C>)?;
         let next = wanted.last().map_or(lo, |(i, _)| i + 1);
         let state = self.inner.state.lock();
@@ -466,7 +496,7 @@ where
             let tail: Vec<_> = state.cached(tail_from, hi).cloned().collect();
             drop(state);
             entries.extend(
-                self.read_from_log(&rest, &starts)
+                self.read_from_log(&rest, &starts, StateLock::Unlocked)
                     .map_err(read_error::<C>)?,
             );
             entries.extend(tail);
@@ -561,7 +591,7 @@ where
             let wanted = state.lsns(last, last + 1);
             let starts = state.starts_before(last);
             let entries = self
-                .read_from_log(&wanted, &starts)
+                .read_from_log(&wanted, &starts, StateLock::Locked)
                 .map_err(read_error::<C>)?;
             state.fill_front(entries);
         }

@@ -1,6 +1,6 @@
-//! Reads of old entries (served from the log, the cache holding only a few) run while other
-//! tasks append and flush: every read returns exactly the entries asked for, whole, and the
-//! appends are not disturbed.
+//! Reads of old entries (served from the log, the cache holding only a few) run while another
+//! task appends, flushes and purges old segments: every read returns exactly the entries asked
+//! for that were not purged (around the read), whole, and the appends are not disturbed.
 
 mod support;
 
@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::RaftLogReader;
-use openraft::storage::RaftLogStorageExt;
-use support::{assert_entry, config, entry};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use support::{assert_entry, config, entry, log_id};
 use walcrypt::{KeyRing, Mode};
 use walcrypt_openraft::kv::TypeConfig;
 use walcrypt_openraft::{StoreOptions, WalLogStore};
@@ -24,9 +24,14 @@ async fn scenario(mode: Mode) {
         WalLogStore::<TypeConfig>::open_with(dir.path(), config(mode, &keys), options).unwrap();
     // How many entries (from index 0) have been appended and reported durable.
     let durable = Arc::new(AtomicU64::new(0));
+    // The first index kept by the purge about to run (set before it), and by the last purge
+    // done (set after it).
+    let announced = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
 
     let mut writer = store.clone();
     let written = durable.clone();
+    let (announce, finish) = (announced.clone(), done.clone());
     let appender = tokio::spawn(async move {
         let mut next = 0;
         while next < ENTRIES {
@@ -36,8 +41,15 @@ async fn scenario(mode: Mode) {
                 .blocking_append((next..to).map(|i| entry(1, i)))
                 .await
                 .unwrap();
+            let crossed = next / 100 != to / 100;
             next = to;
             written.store(next, Ordering::Release);
+            if crossed && next > 200 {
+                let upto = next - 200;
+                announce.store(upto + 1, Ordering::Release);
+                writer.purge(log_id(1, upto)).await.unwrap();
+                finish.store(upto + 1, Ordering::Release);
+            }
         }
     });
 
@@ -45,6 +57,7 @@ async fn scenario(mode: Mode) {
     for r in 0..2u64 {
         let mut reader = store.clone();
         let durable = durable.clone();
+        let (announced, done) = (announced.clone(), done.clone());
         readers.push(tokio::spawn(async move {
             let mut reads = 0;
             let mut seed = r + 1;
@@ -60,11 +73,25 @@ async fn scenario(mode: Mode) {
                 seed = seed
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
-                let lo = (seed >> 33) % count;
+                // Mostly above the purge point; sometimes from below it.
+                let kept_before = done.load(Ordering::Acquire);
+                let floor = if seed % 8 == 0 { 0 } else { kept_before };
+                let lo = floor + (seed >> 33) % (count - floor);
                 let hi = (lo + 1 + (seed >> 20) % 60).min(count);
                 let got = reader.try_get_log_entries(lo..hi).await.unwrap();
-                assert_eq!(got.len() as u64, hi - lo, "{mode}: entries in {lo}..{hi}");
-                for (i, e) in (lo..hi).zip(&got) {
+                let kept_after = announced.load(Ordering::Acquire);
+                // Entries purged around the read may be missing at the front, no others.
+                let start = hi - got.len() as u64;
+                assert!(
+                    got.is_empty() || (start >= lo.max(kept_before) && start <= lo.max(kept_after)),
+                    "{mode}: {} entries for {lo}..{hi}, purge point {kept_before}..{kept_after}",
+                    got.len()
+                );
+                assert!(
+                    !got.is_empty() || hi <= kept_after,
+                    "{mode}: nothing for {lo}..{hi}, purge point {kept_after}"
+                );
+                for (i, e) in (start..hi).zip(&got) {
                     assert_entry(e, 1, i);
                 }
                 reads += 1;
@@ -78,8 +105,11 @@ async fn scenario(mode: Mode) {
         assert!(reader.await.unwrap() > 0, "{mode}: no read ran");
     }
     let mut store = store;
+    let first = done.load(Ordering::Acquire);
+    assert!(first > 0, "{mode}: no purge ran");
     let all = store.try_get_log_entries(0..ENTRIES).await.unwrap();
-    assert_eq!(all.len() as u64, ENTRIES, "{mode}");
+    assert_eq!(all.len() as u64, ENTRIES - first, "{mode}");
+    assert_entry(&all[0], 1, first);
     assert!(store.cached_entries() < 16, "{mode}: the cache grew");
 }
 
