@@ -101,3 +101,22 @@ fn a_batch_with_an_oversized_record_appends_none_of_it() {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].2, b"before");
 }
+
+#[test]
+fn a_batch_of_one_record_returns_its_lsn() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
+        wal.append(1, b"before").unwrap();
+        let lsns = wal.append_batch([(2, &b"alone"[..])]).unwrap();
+        assert_eq!(lsns.len(), 1, "{mode}");
+        wal.flush(lsns[0]).unwrap();
+        wal.close().unwrap();
+        let log = read_all(dir.path(), Some(keys));
+        assert_eq!(
+            log.last().map(|r| (r.0, r.2.clone())),
+            Some((lsns[0], b"alone".to_vec()))
+        );
+    }
+}

@@ -294,16 +294,21 @@ impl LogFiles {
         };
         let mut at = geo.advance(body, header.rem_len as u64);
         let mut cursor = Cursor::new(self, at);
-        while geo.skip_headers(at) < pos {
+        loop {
+            let next = geo.skip_headers(at);
+            if next == pos {
+                return Ok(());
+            }
+            if next > pos {
+                return Err(not_a_record());
+            }
             match cursor.next()? {
+                // The cursor steps over switch and resume records without returning them, so
+                // the record it returns may start after `at`: compare its own start too.
+                Step::Record(stored) if u64::from(stored.lsn) == pos => return Ok(()),
                 Step::Record(stored) => at = u64::from(stored.end_lsn),
                 Step::End(_) => return Ok(()),
             }
-        }
-        if geo.skip_headers(at) == pos {
-            Ok(())
-        } else {
-            Err(not_a_record())
         }
     }
 

@@ -509,6 +509,8 @@ impl Wal {
             let lates = std::mem::take(&mut lates);
             match self.insert_sealed(&mut sealed, &ends, lates, epoch, payload_bytes) {
                 Ok(None) => continue,
+                // `insert_sealed` lists every LSN only for two records or more.
+                Ok(Some((first, lsns))) if lsns.is_empty() => break Ok(vec![first]),
                 Ok(Some((_, lsns))) => break Ok(lsns),
                 Err(e) => break Err(e),
             }

@@ -1,6 +1,8 @@
 //! A three-node raft cluster in one process, each node on its own encrypted walcrypt log with
 //! its own key ring: writes are committed, the leader is stopped, a new leader is elected and
-//! writes continue. At the end it shows what walcrypt's reader (the library under `wal-dump`)
+//! writes continue; the stopped node is then restarted from its log and catches up (each store
+//! caches only the newest 32 entries, so the entries it missed are read back from the new
+//! leader's log), and all three take more writes. At the end it shows what walcrypt's reader (the library under `wal-dump`)
 //! sees of each node's log, without the key and with it, and checks that no value written
 //! appears in plaintext in any log file.
 //!
@@ -16,9 +18,9 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, ServerState};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode};
-use walcrypt_openraft::WalLogStore;
 use walcrypt_openraft::kv::{KvStateMachine, NodeId, Request, Router, TypeConfig};
 use walcrypt_openraft::record::{self, KIND_ENTRY, LogRecord};
+use walcrypt_openraft::{StoreOptions, WalLogStore};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -36,16 +38,27 @@ struct Node {
     sm: KvStateMachine,
 }
 
+/// How many of the newest entries each store keeps in memory: small, so that catching up a
+/// restarted node reads entries back from the leader's log.
+const CACHE_ENTRIES: usize = 32;
+
+/// Starts node `id`, or restarts it from its log and key file when they exist.
 async fn start_node(base: &Path, id: NodeId, mode: Mode, router: &Router) -> Res<Node> {
     let dir = base.join(format!("node-{id}"));
     std::fs::create_dir_all(&dir)?;
-    // Each node generates its own key ring; it never leaves the node.
-    let keys = KeyRing::generate()?;
     let key_file = dir.join("keys");
-    keys.save(&key_file)?;
+    let keys = if key_file.exists() {
+        KeyRing::load(&key_file)?
+    } else {
+        // Each node generates its own key ring; it never leaves the node.
+        let keys = KeyRing::generate()?;
+        keys.save(&key_file)?;
+        keys
+    };
     let log_dir = dir.join("raft-log");
     let config = Config::new(mode).keys(keys).sync(SyncMode::Durable);
-    let store = WalLogStore::<TypeConfig>::open(&log_dir, config)?;
+    let options = StoreOptions::default().cache_entries(CACHE_ENTRIES);
+    let store = WalLogStore::<TypeConfig>::open_with(&log_dir, config, options)?;
     let sm = KvStateMachine::default();
     let raft_config = openraft::Config {
         heartbeat_interval: 100,
@@ -106,6 +119,30 @@ async fn write(nodes: &[&Node], mut leader: NodeId, range: std::ops::Range<u64>)
         }
     }
     Ok(leader)
+}
+
+/// Waits until every node in `nodes` has applied `writes` writes, and checks them.
+async fn wait_applied(nodes: &[&Node], writes: u64) -> Res<()> {
+    for node in nodes {
+        for _ in 0..200 {
+            if node.sm.len() as u64 >= writes {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let last = writes - 1;
+        if node.sm.len() as u64 != writes
+            || node.sm.get(&format!("account-{last:05}")) != Some(value(last))
+        {
+            return Err(format!(
+                "node {} holds {} writes, not the {writes} written",
+                node.id,
+                node.sm.len()
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// What the library's reader shows of a log: headers without the key, then contents with it.
@@ -222,40 +259,53 @@ async fn main() -> Res<()> {
 
     println!("stopping the leader, node {leader}");
     router.remove(leader);
-    let stopped = nodes
+    nodes
         .iter()
         .find(|n| n.id == leader)
-        .ok_or("leader not found")?;
-    stopped.raft.shutdown().await?;
+        .ok_or("leader not found")?
+        .raft
+        .shutdown()
+        .await?;
 
     let rest: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
     let new_leader = wait_for_leader(&rest).await?;
     println!("new leader elected: node {new_leader}");
     let new_leader = write(&rest, new_leader, 100..200).await?;
     println!("100 more writes committed through node {new_leader}");
-    for node in &rest {
-        node.raft
-            .wait(Some(Duration::from_secs(10)))
-            .metrics(
-                |m| m.last_applied.is_some_and(|l| l.index >= 200),
-                "all applied",
-            )
-            .await?;
-        if node.sm.len() != 200 || node.sm.get("account-00150") != Some(value(150)) {
-            return Err(format!("node {} does not hold the 200 writes", node.id).into());
-        }
-    }
+    wait_applied(&rest, 200).await?;
     println!("both running nodes applied all 200 writes");
-    for node in &rest {
+    drop(rest);
+
+    // The stopped node comes back on its own log and key file: it replays its log (the first
+    // 100 writes), and the leader sends it the 100 it missed, read from the leader's log.
+    let index = nodes
+        .iter()
+        .position(|n| n.id == leader)
+        .ok_or("leader not found")?;
+    // Dropping the stopped node's last handle lets its log store close (and unlock its
+    // directory) before the new one opens it.
+    let stopped = nodes.remove(index);
+    let mode = stopped.mode;
+    drop(stopped);
+    nodes.insert(index, start_node(&base, leader, mode, &router).await?);
+    println!("node {leader} restarted from its log");
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_applied(&all[index..=index], 200).await?;
+    println!("node {leader} caught up: it applied all 200 writes");
+    let last_leader = write(&all, new_leader, 200..250).await?;
+    println!("50 more writes committed through node {last_leader}, with all three nodes up");
+    wait_applied(&all, 250).await?;
+    println!("all three nodes applied all 250 writes");
+    for node in &all {
         node.raft.shutdown().await?;
     }
-    drop(rest);
+    drop(all);
 
     println!();
     println!("what walcrypt's reader shows of each log:");
     for node in &nodes {
         show_log(node)?;
-        check_no_plaintext(node, 200)?;
+        check_no_plaintext(node, 250)?;
     }
     // Each node generated its own ring: the key check values in the segment headers differ.
     let mut checks = BTreeSet::new();

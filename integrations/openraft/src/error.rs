@@ -33,6 +33,9 @@ pub enum Error {
     },
     /// The flush thread could not be started.
     Thread(std::io::Error),
+    /// The newest entries could not be read back from the log into the cache (after
+    /// truncations replayed at open left it short).
+    ReadBack(String),
 }
 
 impl fmt::Display for Error {
@@ -50,6 +53,7 @@ impl fmt::Display for Error {
                 "record at LSN {lsn}: entry index {index} leaves a hole (expected at most {expected})"
             ),
             Error::Thread(e) => write!(f, "starting the flush thread: {e}"),
+            Error::ReadBack(why) => write!(f, "reading the newest entries back: {why}"),
         }
     }
 }
@@ -60,7 +64,7 @@ impl std::error::Error for Error {
             Error::Wal(e) => Some(e),
             Error::Decode { source, .. } => Some(source),
             Error::Thread(e) => Some(e),
-            Error::Config(_) | Error::Hole { .. } => None,
+            Error::Config(_) | Error::Hole { .. } | Error::ReadBack(_) => None,
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Group commit for the log store: one thread makes appended records durable and only then
 //! reports them flushed.
 //!
-//! Appends queue a waiter with the LSN of their last record. The thread takes every waiter
-//! queued so far, calls `Wal::flush` once with the highest LSN (one fdatasync for all of them),
-//! and completes the waiters in the order they were queued. A waiter is completed only after
-//! `flush` returned: never before the fdatasync.
+//! Appends (and votes, purges) queue a waiter after their records are in the log. The thread
+//! takes every waiter queued so far, calls `Wal::sync` once (a flush to the end of the log as
+//! it is then, which covers every record of every waiter taken: one fdatasync for all of
+//! them), and completes the waiters in the order they were queued. A waiter is completed only
+//! after `sync` returned: never before the fdatasync.
 
 use std::io;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use std::thread::JoinHandle;
 use openraft::RaftTypeConfig;
 use openraft::storage::LogFlushed;
 use tokio::sync::oneshot;
-use walcrypt::{Lsn, Wal};
+use walcrypt::Wal;
 
 /// Someone waiting for records to become durable.
 pub(crate) enum Waiter<C: RaftTypeConfig> {
@@ -41,22 +42,15 @@ impl<C: RaftTypeConfig> Waiter<C> {
     }
 }
 
-/// A flush request: make everything up to and including the record at `lsn` durable.
-/// `lsn` is `None` when nothing was ever appended: complete at once.
-struct Job<C: RaftTypeConfig> {
-    lsn: Option<Lsn>,
-    waiter: Waiter<C>,
-}
-
 /// The flush thread and the queue to it. Dropping it ends the thread after the queued jobs.
 pub(crate) struct Flusher<C: RaftTypeConfig> {
-    tx: Option<mpsc::Sender<Job<C>>>,
+    tx: Option<mpsc::Sender<Waiter<C>>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl<C: RaftTypeConfig> Flusher<C> {
     pub(crate) fn start(wal: Arc<Wal>) -> io::Result<Flusher<C>> {
-        let (tx, rx) = mpsc::channel::<Job<C>>();
+        let (tx, rx) = mpsc::channel::<Waiter<C>>();
         let thread = std::thread::Builder::new()
             .name("walcrypt-raft-flush".into())
             .spawn(move || run(&wal, &rx))?;
@@ -66,16 +60,14 @@ impl<C: RaftTypeConfig> Flusher<C> {
         })
     }
 
-    /// Queues a waiter for the record at `lsn` (and everything before it).
-    pub(crate) fn submit(&self, lsn: Option<Lsn>, waiter: Waiter<C>) {
-        let job = Job { lsn, waiter };
+    /// Queues a waiter for every record appended so far.
+    pub(crate) fn submit(&self, waiter: Waiter<C>) {
         let sent = match &self.tx {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
+            Some(tx) => tx.send(waiter).map_err(|e| e.0),
+            None => Err(waiter),
         };
-        if let Err(job) = sent {
-            job.waiter
-                .complete(&Err("the log store's flush thread has stopped".into()));
+        if let Err(waiter) = sent {
+            waiter.complete(&Err("the log store's flush thread has stopped".into()));
         }
     }
 }
@@ -94,16 +86,18 @@ impl<C: RaftTypeConfig> Drop for Flusher<C> {
     }
 }
 
-fn run<C: RaftTypeConfig>(wal: &Wal, rx: &mpsc::Receiver<Job<C>>) {
+fn run<C: RaftTypeConfig>(wal: &Wal, rx: &mpsc::Receiver<Waiter<C>>) {
     while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        jobs.extend(rx.try_iter());
-        let result = match jobs.iter().filter_map(|j| j.lsn).max() {
-            Some(lsn) => wal.flush(lsn).map_err(|e| format!("flush to {lsn}: {e}")),
-            None => Ok(()),
-        };
-        for job in jobs {
-            job.waiter.complete(&result);
+        let mut waiters = vec![first];
+        waiters.extend(rx.try_iter());
+        // Every waiter taken was queued after its records were appended, so the end of the
+        // log as `sync` sees it lies past all of them.
+        let end = wal.end_lsn();
+        let result = wal
+            .sync()
+            .map_err(|e| format!("flush to the end of the log ({end} or later): {e}"));
+        for waiter in waiters {
+            waiter.complete(&result);
         }
     }
 }

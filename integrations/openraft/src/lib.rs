@@ -21,13 +21,14 @@
 //!
 //! # How openraft's storage rules hold
 //!
-//! * **Readable at once, durable when told.** `append` encodes the entries, appends one record
-//!   each and updates the in-memory index (raft index → LSN and entry) before it returns, so a
-//!   log reader sees them at once. The flush callback goes to one flush thread, which takes
-//!   every callback waiting, calls `Wal::flush` once for the highest LSN (one fdatasync for
-//!   all: group commit) and fires the callbacks only after that returned. A failed flush fires
-//!   them with the error; the walcrypt log is then poisoned and the store fails every later
-//!   write until reopened.
+//! * **Readable at once, durable when told.** `append` encodes the entries, appends them as
+//!   one `Wal::append_batch` (one record each, placed together) and updates the in-memory
+//!   index (raft index → LSN) and cache before it returns, so a log reader sees them at once.
+//!   The flush callback goes to one flush thread, which takes every callback waiting, calls
+//!   `Wal::sync` once (a flush to the end of the log, which lies past every record of every
+//!   callback taken: one fdatasync for all, group commit) and fires the callbacks only after
+//!   that returned. A failed flush fires them with the error; the walcrypt log is then
+//!   poisoned and the store fails every later write until reopened.
 //! * **Vote.** `save_vote` appends a vote record and returns only after a flush covering it.
 //!   `save_committed` appends a committed record without a flush of its own; the next flush
 //!   (an append's callback, a vote) makes it durable, and it is always durable before a
@@ -40,7 +41,7 @@
 //!   after it. A truncation becomes durable with the next flush; a crash before that brings
 //!   back the old suffix, which is the state before the truncation, acknowledged to no one.
 //! * **Purge** (a compacted prefix) appends a purge record, then a copy of the current vote and
-//!   committed log id, flushes, and calls `Wal::purge_before` with the LSN of the first entry
+//!   committed log id (one batch), flushes, and calls `Wal::purge_before` with the LSN of the first entry
 //!   kept (or of the purge record when no entry is left): whole segment files before it are
 //!   removed. The copies keep the vote alive when the segment it was first written in goes.
 //! * **Reopen.** [`WalLogStore::open`] replays the log once from its oldest segment, through
@@ -49,9 +50,26 @@
 //!   back exactly as the durable records say. An unknown record kind, an undecodable payload
 //!   or a hole is an error naming the LSN.
 //!
-//! Entries are also kept in memory from the purge point to the end of the log, so reads never
-//! re-read the log being written; memory follows the unpurged log, as in openraft's in-memory
-//! stores. The record kinds are in [`record`].
+//! # Memory: the newest entries cached, older ones read from the log
+//!
+//! The store keeps the LSN of every entry from the purge point to the end (8 bytes an entry)
+//! and the newest entries themselves: [`StoreOptions::cache_entries`] of them once durable
+//! (default [`StoreOptions::DEFAULT_CACHE_ENTRIES`]); entries not yet durable always stay in
+//! memory. A read below the cache (a lagging follower being caught up, a node restarted far
+//! behind) goes to the log through a walcrypt `Follower` attached to the `Wal`: it starts at
+//! the first wanted entry's LSN, skips the records in between (votes, committed log ids,
+//! markers, entries replaced after a truncation: only the record at the LSN the index names
+//! counts) and is kept for the next read when that starts a little further on, as replication
+//! reads do. Only durable entries are ever read back, which the follower's durable visibility
+//! gives. A purge waits for a read in progress before it removes segment files, and a read
+//! that a purge overtook leaves out the entries purged (as reads outside the log do). Where
+//! the follower cannot start at the wanted record (walcrypt's follower refuses a record at the
+//! first byte of a page body in pagelevel mode, where the first record after a reopen goes),
+//! the read starts at one of the entries before it and skips ahead. At open the
+//! cache is refilled from the log when truncations replayed left it short; a truncation below
+//! the cache reads the new last entry back.
+//!
+//! The record kinds are in [`record`].
 //!
 //! # Keys in a cluster
 //!
@@ -77,4 +95,4 @@ mod state;
 mod store;
 
 pub use error::Error;
-pub use store::WalLogStore;
+pub use store::{StoreOptions, WalLogStore};

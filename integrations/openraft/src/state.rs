@@ -8,8 +8,11 @@
 //! * a truncate record removes every entry at or after its index;
 //! * a purge record removes every entry up to its index and becomes the last purged log id;
 //! * the latest vote and committed records win.
+//!
+//! Every entry's LSN is kept (8 bytes an entry, from the purge point to the end); the entries
+//! themselves only for a tail of the log, the cache. Older entries are read back from the log.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use openraft::{LogId, RaftLogId, RaftTypeConfig, Vote};
 use walcrypt::Lsn;
@@ -17,63 +20,196 @@ use walcrypt::Lsn;
 use crate::error::Error;
 use crate::record::LogRecord;
 
-/// A log entry and where its record starts.
-pub(crate) struct Slot<C: RaftTypeConfig> {
-    pub(crate) lsn: Lsn,
-    pub(crate) entry: C::Entry,
-}
-
-/// Entries (raft index → LSN and entry), vote, committed and purge point.
+/// Entries (raft index → LSN, and the newest entries themselves), vote, committed and purge
+/// point.
 pub(crate) struct State<C: RaftTypeConfig> {
-    pub(crate) log: BTreeMap<u64, Slot<C>>,
+    /// The raft index of `lsns[0]` (when the log is empty: the index after the purge point).
+    first: u64,
+    /// Where each entry's record starts, from index `first` on, without gaps.
+    lsns: VecDeque<Lsn>,
+    /// The newest entries: always a suffix of the log (the last `cache.len()` indexes).
+    cache: VecDeque<C::Entry>,
+    /// How many entries the cache keeps once they are durable (at least 1).
+    capacity: usize,
     pub(crate) last_purged: Option<LogId<C::NodeId>>,
     pub(crate) vote: Option<Vote<C::NodeId>>,
     pub(crate) committed: Option<LogId<C::NodeId>>,
-    /// The start of the last record written or replayed: a flush to it covers everything.
-    pub(crate) last_lsn: Option<Lsn>,
-}
-
-impl<C: RaftTypeConfig> Default for State<C> {
-    fn default() -> Self {
-        State {
-            log: BTreeMap::new(),
-            last_purged: None,
-            vote: None,
-            committed: None,
-            last_lsn: None,
-        }
-    }
 }
 
 impl<C: RaftTypeConfig> State<C> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        State {
+            first: 0,
+            lsns: VecDeque::new(),
+            cache: VecDeque::new(),
+            capacity: capacity.max(1),
+            last_purged: None,
+            vote: None,
+            committed: None,
+        }
+    }
+
+    /// The index after the last entry (`first` when the log is empty).
+    pub(crate) fn end(&self) -> u64 {
+        self.first + self.lsns.len() as u64
+    }
+
+    /// The index of the first entry (of the index after the purge point when the log is
+    /// empty).
+    pub(crate) fn first_index(&self) -> u64 {
+        self.first
+    }
+
+    /// The index of the first entry held in memory.
+    pub(crate) fn cache_first(&self) -> u64 {
+        self.end() - self.cache.len() as u64
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lsns.is_empty()
+    }
+
+    pub(crate) fn cache_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The LSN of the entry at `index`, if the log has it.
+    pub(crate) fn lsn_of(&self, index: u64) -> Option<Lsn> {
+        let offset = index.checked_sub(self.first)?;
+        self.lsns.get(usize::try_from(offset).ok()?).copied()
+    }
+
+    /// The LSN of the first entry, if any.
+    pub(crate) fn first_lsn(&self) -> Option<Lsn> {
+        self.lsns.front().copied()
+    }
+
+    /// The log id of the last entry. The cache always holds the last entry of a non-empty
+    /// log once the store is open (see [`State::fill_front`]).
+    pub(crate) fn last_log_id(&self) -> Option<LogId<C::NodeId>> {
+        self.cache.back().map(|e| e.get_log_id().clone())
+    }
+
+    /// The entries of `lo..hi` held in memory (clamped to the log).
+    pub(crate) fn cached(&self, lo: u64, hi: u64) -> impl Iterator<Item = &C::Entry> {
+        let from = lo.max(self.cache_first());
+        let to = hi.min(self.end());
+        let skip = (from - self.cache_first()) as usize;
+        let take = to.saturating_sub(from) as usize;
+        self.cache.iter().skip(skip).take(take)
+    }
+
+    /// The LSNs of the entries `lo..hi` (clamped to the log).
+    pub(crate) fn lsns(&self, lo: u64, hi: u64) -> Vec<(u64, Lsn)> {
+        let from = lo.max(self.first);
+        let to = hi.min(self.end());
+        (from..to)
+            .zip(self.lsns.iter().skip((from - self.first) as usize))
+            .map(|(i, l)| (i, *l))
+            .collect()
+    }
+
+    /// The LSNs of up to 8 entries before `index`, nearest first: record boundaries a reader
+    /// can start at instead of the entry at `index`.
+    pub(crate) fn starts_before(&self, index: u64) -> Vec<Lsn> {
+        let from = index.saturating_sub(8).max(self.first);
+        let to = index.min(self.end());
+        let mut starts: Vec<Lsn> = self.lsns(from, to).into_iter().map(|(_, l)| l).collect();
+        starts.reverse();
+        starts
+    }
+
     /// Checks that an entry at `index` leaves no hole after the last entry; returns the index
     /// it may have at most otherwise. An empty log takes any index: raft starts a log (or
     /// restarts it after a snapshot) wherever it needs to.
     pub(crate) fn check_entry(&self, index: u64) -> Result<(), u64> {
-        match self.log.last_key_value() {
-            Some((last, _)) if index > last + 1 => Err(last + 1),
-            _ => Ok(()),
+        if !self.is_empty() && index > self.end() {
+            return Err(self.end());
+        }
+        Ok(())
+    }
+
+    /// Adds the entry whose record starts at `lsn`, replacing any entry at its index or later,
+    /// then drops the oldest cached entries beyond the capacity whose records start before
+    /// `durable` (so the log can give them back).
+    pub(crate) fn put_entry(&mut self, lsn: Lsn, index: u64, entry: C::Entry, durable: Lsn) {
+        if self.is_empty() || index <= self.first {
+            self.lsns.clear();
+            self.cache.clear();
+            self.first = index;
+        } else {
+            self.truncate(index);
+        }
+        self.lsns.push_back(lsn);
+        self.cache.push_back(entry);
+        self.evict(durable);
+    }
+
+    /// Drops cached entries beyond the capacity, oldest first, while their records start
+    /// before `durable`.
+    pub(crate) fn evict(&mut self, durable: Lsn) {
+        while self.cache.len() > self.capacity {
+            let oldest = self.cache_first();
+            match self.lsn_of(oldest) {
+                Some(lsn) if lsn < durable => {
+                    self.cache.pop_front();
+                }
+                _ => break,
+            }
         }
     }
 
-    pub(crate) fn put_entry(&mut self, lsn: Lsn, index: u64, entry: C::Entry) {
-        self.log.split_off(&index);
-        self.log.insert(index, Slot { lsn, entry });
-        self.last_lsn = Some(lsn);
+    /// Puts entries read back from the log in front of the cache: `entries` must be the
+    /// entries just before [`State::cache_first`], in index order.
+    pub(crate) fn fill_front(&mut self, entries: Vec<C::Entry>) {
+        for entry in entries.into_iter().rev() {
+            self.cache.push_front(entry);
+        }
     }
 
     pub(crate) fn truncate(&mut self, since: u64) {
-        self.log.split_off(&since);
+        if since <= self.first {
+            self.lsns.clear();
+            self.cache.clear();
+            return;
+        }
+        let cache_first = self.cache_first();
+        if since >= self.end() {
+            return;
+        }
+        self.lsns.truncate((since - self.first) as usize);
+        if since <= cache_first {
+            self.cache.clear();
+        } else {
+            self.cache.truncate((since - cache_first) as usize);
+        }
     }
 
     pub(crate) fn purge(&mut self, upto: LogId<C::NodeId>) {
-        self.log = self.log.split_off(&(upto.index + 1));
+        let keep_from = upto.index + 1;
+        if keep_from >= self.end() {
+            self.lsns.clear();
+            self.cache.clear();
+            self.first = keep_from;
+        } else if keep_from > self.first {
+            let cache_first = self.cache_first();
+            self.lsns.drain(..(keep_from - self.first) as usize);
+            if keep_from > cache_first {
+                self.cache.drain(..(keep_from - cache_first) as usize);
+            }
+            self.first = keep_from;
+        }
         if self.last_purged.as_ref().is_none_or(|p| *p < upto) {
             self.last_purged = Some(upto);
         }
     }
 
-    /// Applies one replayed record, by the same rules as the live store.
+    /// Applies one replayed record, by the same rules as the live store. Every replayed
+    /// record is durable.
     pub(crate) fn replay(
         &mut self,
         lsn: Lsn,
@@ -87,15 +223,13 @@ impl<C: RaftTypeConfig> State<C> {
                     index,
                     expected,
                 })?;
-                self.put_entry(lsn, index, entry);
-                return Ok(());
+                self.put_entry(lsn, index, entry, Lsn(u64::MAX));
             }
             LogRecord::Vote(vote) => self.vote = Some(vote),
             LogRecord::Committed(committed) => self.committed = committed,
             LogRecord::Truncate(since) => self.truncate(since.index),
             LogRecord::Purge(upto) => self.purge(upto),
         }
-        self.last_lsn = Some(lsn);
         Ok(())
     }
 }

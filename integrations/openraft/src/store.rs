@@ -1,9 +1,10 @@
 //! [`WalLogStore`]: openraft's `RaftLogStorage` on a walcrypt [`Wal`].
 
 use std::fmt::Debug;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
@@ -14,7 +15,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
-use walcrypt::{Config, Lsn, SyncMode, Wal, WalStats};
+use walcrypt::{Config, Follower, Lsn, SyncMode, Wal, WalStats};
 
 use crate::error::Error;
 use crate::flusher::{Flusher, Waiter};
@@ -26,10 +27,11 @@ use crate::state::State;
 /// An openraft log store on a walcrypt log. Cloning is cheap: clones share one log (the
 /// store hands clones out as its log reader).
 ///
-/// Entries are kept in memory from the purge point to the end of the log (as openraft's
-/// in-memory stores keep them) together with the LSN of each entry's record, so reads never
-/// touch the log being written; the log on disk is what rebuilds them at open. Memory grows
-/// with the unpurged log: let openraft snapshot and purge (its default policy does).
+/// The store keeps the LSN of every entry's record (from the purge point to the end) and the
+/// newest entries themselves, up to [`StoreOptions::cache_entries`] once they are durable.
+/// Reads of older entries (a lagging follower being caught up, a restarted node) go to the
+/// log through a walcrypt [`Follower`] attached to it; the log on disk is also what rebuilds
+/// the state at open.
 pub struct WalLogStore<C: RaftTypeConfig> {
     inner: Arc<Inner<C>>,
 }
@@ -42,8 +44,46 @@ impl<C: RaftTypeConfig> Clone for WalLogStore<C> {
     }
 }
 
+/// How a [`WalLogStore`] is run, beside the walcrypt [`Config`] of its log.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    cache_entries: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_entries: StoreOptions::DEFAULT_CACHE_ENTRIES,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The default of [`StoreOptions::cache_entries`]: a few of openraft's default
+    /// replication batches (`max_payload_entries` = 300), 16 MiB of 4 KiB entries.
+    pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
+
+    /// How many of the newest entries are kept in memory once they are durable (at least
+    /// 1: the last entry is always kept). Entries not yet durable stay in memory until they
+    /// are, however many there are. Older entries are read back from the log.
+    pub fn cache_entries(mut self, entries: usize) -> StoreOptions {
+        self.cache_entries = entries.max(1);
+        self
+    }
+
+    /// The cache size set by [`StoreOptions::cache_entries`], in entries.
+    pub fn cache_size(&self) -> usize {
+        self.cache_entries
+    }
+}
+
 struct Inner<C: RaftTypeConfig> {
     state: Mutex<State<C>>,
+    /// A follower positioned after the last entry read from the log, reused when the next
+    /// read starts at or shortly after it. Held while reading, and by `purge` while segment
+    /// files are removed, so a read never meets a segment vanishing under it.
+    reader: Mutex<Option<Follower>>,
     // Declared before `wal`: dropping the store first ends the flush thread (which holds the
     // other reference to the log), so the log is closed when the last clone is dropped.
     flusher: Flusher<C>,
@@ -64,26 +104,55 @@ fn vote_error<C: RaftTypeConfig>(
     StorageIOError::write_vote(AnyError::new(e)).into()
 }
 
+fn read_error<C: RaftTypeConfig>(why: String) -> StorageError<C::NodeId> {
+    StorageIOError::read_logs(AnyError::error(why)).into()
+}
+
+/// Whether the caller of `WalLogStore::read_from_log` holds the state lock.
+#[derive(Clone, Copy)]
+enum StateLock {
+    Locked,
+    Unlocked,
+}
+
+/// A follower further behind the next wanted record than this is replaced by a new one
+/// attached at the record (reading the gap would cost more than finding the segment).
+const REUSE_WITHIN: u64 = 1 << 20;
+
+/// How long a read waits for a record that must be in the log (it is durable) before it gives
+/// up with an error.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl<C> WalLogStore<C>
 where
     C: RaftTypeConfig,
     C::Entry: Clone + Serialize + DeserializeOwned,
 {
+    /// Opens (or creates) the log store in `dir` with the default [`StoreOptions`]; see
+    /// [`WalLogStore::open_with`].
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<WalLogStore<C>, Error> {
+        Self::open_with(dir, config, StoreOptions::default())
+    }
+
     /// Opens (or creates) the log store in `dir`: replays the log once, from its oldest
     /// segment, building the index from raft log index to LSN, the vote, the committed log id
-    /// and the purge point. A torn tail is cut off by walcrypt first, so the store reopens to
-    /// exactly the records that were durable.
+    /// and the purge point, and keeping the newest entries in memory. A torn tail is cut off
+    /// by walcrypt first, so the store reopens to exactly the records that were durable.
     ///
     /// `config.sync` must be [`SyncMode::Durable`]: openraft reports an entry as persisted
     /// when its flush callback fires, and the store fires it only after fdatasync.
-    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<WalLogStore<C>, Error> {
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        config: Config,
+        options: StoreOptions,
+    ) -> Result<WalLogStore<C>, Error> {
         if config.sync_mode() != SyncMode::Durable {
             return Err(Error::Config(format!(
                 "sync mode {} does not make entries durable before openraft is told they are; use durable",
                 config.sync_mode().name()
             )));
         }
-        let mut state = State::<C>::default();
+        let mut state = State::<C>::new(options.cache_entries);
         let mut failed = None;
         let opened = Wal::open_and_replay(dir, config, Lsn::default(), |rec| {
             let applied = match LogRecord::decode(rec.kind, &rec.payload) {
@@ -103,18 +172,42 @@ where
             (result, None) => Arc::new(result?),
         };
         let flusher = Flusher::start(wal.clone()).map_err(Error::Thread)?;
-        Ok(WalLogStore {
+        let store = WalLogStore {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
+                reader: Mutex::new(None),
                 flusher,
                 wal,
             }),
-        })
+        };
+        // Truncations replayed may have left fewer entries in memory than the cache holds
+        // (all of the log is durable now): read them back.
+        let mut state = store.inner.state.lock();
+        let want = state
+            .capacity()
+            .min((state.end() - state.first_index()) as usize);
+        if state.cache_len() < want {
+            let lo = state.end() - want as u64;
+            let hi = state.cache_first();
+            let wanted = state.lsns(lo, hi);
+            let starts = state.starts_before(lo);
+            let entries = store
+                .read_from_log(&wanted, &starts, StateLock::Locked)
+                .map_err(Error::ReadBack)?;
+            state.fill_front(entries);
+        }
+        drop(state);
+        Ok(store)
     }
 
     /// The LSN of the record holding the entry at raft log `index`, if the store has it.
     pub fn lsn_of(&self, index: u64) -> Option<Lsn> {
-        self.inner.state.lock().log.get(&index).map(|s| s.lsn)
+        self.inner.state.lock().lsn_of(index)
+    }
+
+    /// How many entries are held in memory now (the rest are read from the log).
+    pub fn cached_entries(&self) -> usize {
+        self.inner.state.lock().cache_len()
     }
 
     /// The walcrypt log's counters (appends, fsyncs, bytes...).
@@ -150,16 +243,20 @@ where
         I: IntoIterator<Item = C::Entry>,
     {
         // Encoding happens before the state lock.
-        let mut encoded = Vec::new();
+        let mut payloads = Vec::new();
+        let mut batch = Vec::new();
         for entry in entries {
-            let payload = record::encode(&entry).map_err(|e| write_error::<C>(&e))?;
-            encoded.push((payload, entry));
+            payloads.push(record::encode(&entry).map_err(|e| write_error::<C>(&e))?);
+            batch.push(entry);
         }
-        let last = {
+        if !batch.is_empty() {
             let mut state = self.inner.state.lock();
-            for (payload, entry) in encoded {
-                let log_id = entry.get_log_id().clone();
-                if let Err(expected) = state.check_entry(log_id.index) {
+            // The whole batch is checked before anything is written: an entry may replace the
+            // entry at its index (and all after it), never leave a gap.
+            let mut next = (!state.is_empty()).then(|| state.end());
+            for entry in &batch {
+                let log_id = entry.get_log_id();
+                if let Some(expected) = next.filter(|n| log_id.index > *n) {
                     let why =
                         format!("entry {log_id} would leave a hole: the next index is {expected}");
                     return Err(StorageIOError::write_log_entry(
@@ -168,37 +265,193 @@ where
                     )
                     .into());
                 }
-                let lsn = self.inner.wal.append(KIND_ENTRY, &payload).map_err(|e| {
-                    StorageIOError::write_log_entry(log_id.clone(), AnyError::new(&e))
-                })?;
-                state.put_entry(lsn, log_id.index, entry);
+                next = Some(log_id.index + 1);
             }
-            state.last_lsn
-        };
-        self.inner.flusher.submit(last, waiter);
+            let lsns = append_records(
+                &self.inner.wal,
+                payloads.iter().map(|p| (KIND_ENTRY, p.as_slice())),
+            )
+            .map_err(|e| write_error::<C>(&e))?;
+            let durable = self.inner.wal.flushed_lsn();
+            for (lsn, entry) in lsns.into_iter().zip(batch) {
+                let index = entry.get_log_id().index;
+                state.put_entry(lsn, index, entry, durable);
+            }
+        }
+        self.inner.flusher.submit(waiter);
         Ok(())
-    }
-
-    /// Appends one record under the state lock and returns its LSN.
-    fn append_record(
-        &self,
-        state: &mut State<C>,
-        kind: u8,
-        payload: &[u8],
-    ) -> walcrypt::Result<Lsn> {
-        let lsn = self.inner.wal.append(kind, payload)?;
-        state.last_lsn = Some(lsn);
-        Ok(lsn)
     }
 
     /// Waits until every record appended so far is durable.
     async fn flush_all(&self) -> Result<(), String> {
-        let last = self.inner.state.lock().last_lsn;
         let (tx, rx) = oneshot::channel();
-        self.inner.flusher.submit(last, Waiter::Reply(tx));
+        self.inner.flusher.submit(Waiter::Reply(tx));
         rx.await
             .map_err(|_| "the log store's flush thread has stopped".to_string())?
     }
+
+    /// Reads the entries whose records start at `wanted` (index, LSN; in index order, all of
+    /// them durable) from the log.
+    ///
+    /// `starts` are record boundaries before the first wanted record (the LSNs of the entries
+    /// before it, nearest first): where a follower starts when it cannot start at the first
+    /// wanted record itself.
+    ///
+    /// `Unlocked` when the caller does not hold the state lock: a purge may then have run
+    /// since `wanted` was taken, and the entries it removed are left out (under the reader's
+    /// lock, which a purge needs before it removes files). `Locked` when the caller holds the
+    /// state lock (no purge can be under way then with entries the caller wants).
+    fn read_from_log(
+        &self,
+        wanted: &[(u64, Lsn)],
+        starts: &[Lsn],
+        caller: StateLock,
+    ) -> Result<Vec<C::Entry>, String> {
+        let mut slot = self.inner.reader.lock();
+        let (wanted, starts): (Vec<(u64, Lsn)>, Vec<Lsn>) = match caller {
+            StateLock::Locked => (wanted.to_vec(), starts.to_vec()),
+            StateLock::Unlocked => {
+                let state = self.inner.state.lock();
+                let (first, first_lsn) = (state.first_index(), state.first_lsn());
+                drop(state);
+                let kept = |lsn: &Lsn| first_lsn.is_some_and(|f| *lsn >= f);
+                (
+                    wanted
+                        .iter()
+                        .copied()
+                        .filter(|(i, _)| *i >= first)
+                        .collect(),
+                    starts.iter().copied().filter(kept).collect(),
+                )
+            }
+        };
+        let Some(&(_, first)) = wanted.first() else {
+            return Ok(Vec::new());
+        };
+        let reusable = slot
+            .as_ref()
+            .is_some_and(|f| f.position() <= first && first.0 - f.position().0 <= REUSE_WITHIN);
+        if !reusable {
+            *slot = None;
+            *slot = Some(self.attach_at_or_before(first, &starts)?);
+        }
+        let Some(follower) = slot.as_mut() else {
+            return Err("no reader".into());
+        };
+        let mut entries = Vec::with_capacity(wanted.len());
+        let mut wanted = wanted.iter().peekable();
+        while let Some(&&(index, lsn)) = wanted.peek() {
+            let record = match follower.next_timeout(READ_TIMEOUT) {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    *slot = None;
+                    return Err(format!(
+                        "entry {index} at LSN {lsn} is not in the log after {READ_TIMEOUT:?}"
+                    ));
+                }
+                Err(e) => {
+                    *slot = None;
+                    return Err(format!("reading entry {index} at LSN {lsn}: {e}"));
+                }
+            };
+            if record.lsn < lsn {
+                // A vote, a committed log id, a marker, or an entry replaced since.
+                continue;
+            }
+            if record.lsn > lsn || record.kind != KIND_ENTRY {
+                *slot = None;
+                return Err(format!(
+                    "entry {index} should start at LSN {lsn}; the log has a record of kind {} at {}",
+                    record::kind_name(record.kind),
+                    record.lsn
+                ));
+            }
+            let entry: C::Entry =
+                match LogRecord::<C::Entry, C::NodeId>::decode(record.kind, &record.payload) {
+                    Ok(LogRecord::Entry(entry)) => entry,
+                    Ok(_) => return Err(format!("record at LSN {lsn} is not an entry")),
+                    Err(e) => return Err(format!("record at LSN {lsn}: {e}")),
+                };
+            if entry.get_log_id().index != index {
+                return Err(format!(
+                    "record at LSN {lsn} holds entry {}, not entry {index}",
+                    entry.get_log_id()
+                ));
+            }
+            entries.push(entry);
+            wanted.next();
+        }
+        Ok(entries)
+    }
+}
+
+/// Appends records as one batch and returns one LSN for each, in order.
+///
+/// A single record goes through `Wal::append`: `Wal::append_batch` of one record returns no
+/// LSN at all in this walcrypt version. The count is checked either way.
+fn append_records<'a>(
+    wal: &Wal,
+    records: impl ExactSizeIterator<Item = (u8, &'a [u8])>,
+) -> walcrypt::Result<Vec<Lsn>> {
+    let count = records.len();
+    let lsns = if count == 1 {
+        let mut records = records;
+        match records.next() {
+            Some((kind, payload)) => vec![wal.append(kind, payload)?],
+            None => Vec::new(),
+        }
+    } else {
+        wal.append_batch(records)?
+    };
+    if lsns.len() != count {
+        return Err(walcrypt::Error::Config(format!(
+            "the log returned {} LSNs for a batch of {count} records",
+            lsns.len()
+        )));
+    }
+    Ok(lsns)
+}
+
+impl<C: RaftTypeConfig> WalLogStore<C> {
+    /// A follower at `lsn`, or at the nearest of `starts` (earlier record boundaries) where
+    /// one can start, or at the start of the log.
+    ///
+    /// walcrypt's `Follower::attach` refuses a record that starts at the first byte of a
+    /// page body in pagelevel mode (it takes it for the middle of a record): that is where
+    /// the first record after a reopen goes in that mode. Starting earlier and skipping the
+    /// records before the wanted one reads the same entries.
+    fn attach_at_or_before(&self, lsn: Lsn, starts: &[Lsn]) -> Result<Follower, String> {
+        let mut last_error = None;
+        for at in std::iter::once(lsn).chain(starts.iter().copied()) {
+            match Follower::attach(&self.inner.wal, at) {
+                Ok(follower) => return Ok(follower),
+                Err(walcrypt::Error::NotRecordStart(_)) => {
+                    last_error = Some(format!("no record starts at LSN {at}"));
+                }
+                Err(e) => return Err(format!("following the log from LSN {at}: {e}")),
+            }
+        }
+        Follower::attach(&self.inner.wal, Lsn::default()).map_err(|e| {
+            format!(
+                "following the log from its start (after {}): {e}",
+                last_error.unwrap_or_default()
+            )
+        })
+    }
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let lo = match range.start_bound() {
+        Bound::Included(&i) => i,
+        Bound::Excluded(&i) => i.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let hi = match range.end_bound() {
+        Bound::Included(&i) => i.saturating_add(1),
+        Bound::Excluded(&i) => i,
+        Bound::Unbounded => u64::MAX,
+    };
+    (lo, hi)
 }
 
 impl<C> RaftLogReader<C> for WalLogStore<C>
@@ -206,16 +459,49 @@ where
     C: RaftTypeConfig,
     C::Entry: Clone + Serialize + DeserializeOwned,
 {
+    /// Entries in memory are copied; older ones are read from the log (those purged meanwhile
+    /// are left out, as entries outside the log are).
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> StoreResult<Vec<C::Entry>, C> {
+        let (lo, hi) = bounds(&range);
+        let (wanted, starts) = {
+            let state = self.inner.state.lock();
+            if lo >= state.cache_first() || state.is_empty() {
+                return Ok(state.cached(lo, hi).cloned().collect());
+            }
+            let wanted = state.lsns(lo, hi.min(state.cache_first()));
+            let starts = wanted
+                .first()
+                .map_or_else(Vec::new, |(i, _)| state.starts_before(*i));
+            (wanted, starts)
+        };
+        // Reading the older part can take a while: the state lock is not held, so appends
+        // go on. A purge meanwhile waits for the read (it takes the reader's lock), and a
+        // truncation leaves the records read in the log: the entries returned are the log as
+        // it was when the read began.
+        let mut entries = self
+            .read_from_log(&wanted, &starts, StateLock::Unlocked)
+            .map_err(read_error::<C>)?;
+        let next = wanted.last().map_or(lo, |(i, _)| i + 1);
         let state = self.inner.state.lock();
-        Ok(state
-            .log
-            .range(range)
-            .map(|(_, slot)| slot.entry.clone())
-            .collect())
+        if next >= state.cache_first() {
+            entries.extend(state.cached(next, hi).cloned());
+        } else {
+            // The cache moved on (evictions by appends meanwhile): read the rest too.
+            let rest = state.lsns(next, hi.min(state.cache_first()));
+            let starts = state.starts_before(next);
+            let tail_from = rest.last().map_or(next, |(i, _)| i + 1);
+            let tail: Vec<_> = state.cached(tail_from, hi).cloned().collect();
+            drop(state);
+            entries.extend(
+                self.read_from_log(&rest, &starts, StateLock::Unlocked)
+                    .map_err(read_error::<C>)?,
+            );
+            entries.extend(tail);
+        }
+        Ok(entries)
     }
 }
 
@@ -228,10 +514,7 @@ where
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<C>, C> {
         let state = self.inner.state.lock();
-        let last = state
-            .log
-            .last_key_value()
-            .map(|(_, s)| s.entry.get_log_id().clone());
+        let last = state.last_log_id();
         Ok(LogState {
             last_log_id: last.or_else(|| state.last_purged.clone()),
             last_purged_log_id: state.last_purged.clone(),
@@ -247,7 +530,9 @@ where
         let payload = record::encode(vote).map_err(|e| vote_error::<C>(&e))?;
         {
             let mut state = self.inner.state.lock();
-            self.append_record(&mut state, KIND_VOTE, &payload)
+            self.inner
+                .wal
+                .append(KIND_VOTE, &payload)
                 .map_err(|e| vote_error::<C>(&e))?;
             state.vote = Some(vote.clone());
         }
@@ -265,7 +550,9 @@ where
     async fn save_committed(&mut self, committed: Option<LogId<C::NodeId>>) -> StoreResult<(), C> {
         let payload = record::encode(&committed).map_err(|e| write_error::<C>(&e))?;
         let mut state = self.inner.state.lock();
-        self.append_record(&mut state, KIND_COMMITTED, &payload)
+        self.inner
+            .wal
+            .append(KIND_COMMITTED, &payload)
             .map_err(|e| write_error::<C>(&e))?;
         state.committed = committed;
         Ok(())
@@ -288,12 +575,26 @@ where
     /// Appends a truncate record and drops the entries from `log_id.index` on. It becomes
     /// durable with the next flush; until then a crash brings back the old suffix, the state
     /// before the truncation, which raft tolerates (nothing newer was acknowledged).
+    ///
+    /// When the truncation removes every entry held in memory, the new last entry is read
+    /// back from the log, so the last log id stays known.
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> StoreResult<(), C> {
         let payload = record::encode(&log_id).map_err(|e| write_error::<C>(&e))?;
         let mut state = self.inner.state.lock();
-        self.append_record(&mut state, KIND_TRUNCATE, &payload)
+        self.inner
+            .wal
+            .append(KIND_TRUNCATE, &payload)
             .map_err(|e| write_error::<C>(&e))?;
         state.truncate(log_id.index);
+        if state.cache_len() == 0 && !state.is_empty() {
+            let last = state.end() - 1;
+            let wanted = state.lsns(last, last + 1);
+            let starts = state.starts_before(last);
+            let entries = self
+                .read_from_log(&wanted, &starts, StateLock::Locked)
+                .map_err(read_error::<C>)?;
+            state.fill_front(entries);
+        }
         Ok(())
     }
 
@@ -304,30 +605,39 @@ where
         let payload = record::encode(&log_id).map_err(|e| write_error::<C>(&e))?;
         let keep_from = {
             let mut state = self.inner.state.lock();
-            let marker = self
-                .append_record(&mut state, KIND_PURGE, &payload)
-                .map_err(|e| write_error::<C>(&e))?;
-            state.purge(log_id);
-            if let Some(vote) = state.vote.clone() {
-                let payload = record::encode(&vote).map_err(|e| write_error::<C>(&e))?;
-                self.append_record(&mut state, KIND_VOTE, &payload)
-                    .map_err(|e| write_error::<C>(&e))?;
+            let mut batch = vec![(KIND_PURGE, payload)];
+            if let Some(vote) = &state.vote {
+                batch.push((
+                    KIND_VOTE,
+                    record::encode(vote).map_err(|e| write_error::<C>(&e))?,
+                ));
             }
             if state.committed.is_some() {
-                let payload =
-                    record::encode(&state.committed.clone()).map_err(|e| write_error::<C>(&e))?;
-                self.append_record(&mut state, KIND_COMMITTED, &payload)
-                    .map_err(|e| write_error::<C>(&e))?;
+                batch.push((
+                    KIND_COMMITTED,
+                    record::encode(&state.committed).map_err(|e| write_error::<C>(&e))?,
+                ));
             }
-            state.log.first_key_value().map_or(marker, |(_, s)| s.lsn)
+            let marker = append_records(
+                &self.inner.wal,
+                batch.iter().map(|(kind, p)| (*kind, p.as_slice())),
+            )
+            .map_err(|e| write_error::<C>(&e))?[0];
+            state.purge(log_id);
+            state.first_lsn().unwrap_or(marker)
         };
         self.flush_all()
             .await
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
+        // A read from the log holds the reader's lock: the files it reads stay until it is
+        // done, and a follower kept for the next read may point into a removed segment.
+        let mut reader = self.inner.reader.lock();
+        *reader = None;
         self.inner
             .wal
             .purge_before(keep_from)
             .map_err(|e| write_error::<C>(&e))?;
+        drop(reader);
         Ok(())
     }
 }

@@ -1,15 +1,18 @@
 //! openraft's own storage test suite (`openraft::testing::Suite::test_all`) against the log
-//! store, once per walcrypt mode, each test on a fresh log with its own key ring.
+//! store, once per walcrypt mode, each test on a fresh log with its own key ring: with the
+//! default cache, and with a cache of one entry, where every read but the last entry's goes
+//! to the log.
 
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
 use tempfile::TempDir;
 use walcrypt::{Config, KeyRing, Mode, SyncMode};
-use walcrypt_openraft::WalLogStore;
 use walcrypt_openraft::kv::{KvStateMachine, NodeId, TypeConfig};
+use walcrypt_openraft::{StoreOptions, WalLogStore};
 
 struct Builder {
     mode: Mode,
+    options: StoreOptions,
 }
 
 impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> for Builder {
@@ -23,28 +26,34 @@ impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> 
             .sync(SyncMode::Durable)
             .page_size(4096)
             .segment_size(64 * 1024);
-        let store = WalLogStore::open(dir.path(), config).expect("open the log store");
+        let store = WalLogStore::open_with(dir.path(), config, self.options.clone())
+            .expect("open the log store");
         Ok((dir, store, KvStateMachine::default()))
     }
 }
 
-/// The three modes run at once, each on its own thread: the suite's fixed sleeps (8 s per
-/// mode) then overlap whatever the test runner's thread count is.
+/// The three modes, with both caches, run at once, each on its own thread: the suite's
+/// fixed sleeps (8 s a run) then overlap whatever the test runner's thread count is.
 #[test]
 fn suite_in_every_mode() {
     let runs: Vec<_> = Mode::ALL
         .into_iter()
-        .map(|mode| {
+        .flat_map(|mode| [(mode, None), (mode, Some(1))])
+        .map(|(mode, cache)| {
+            let options = cache.map_or_else(StoreOptions::default, |n| {
+                StoreOptions::default().cache_entries(n)
+            });
             (
                 mode,
+                cache,
                 std::thread::spawn(move || {
-                    Suite::test_all(Builder { mode }).map_err(|e| format!("{e:?}"))
+                    Suite::test_all(Builder { mode, options }).map_err(|e| format!("{e:?}"))
                 }),
             )
         })
         .collect();
-    for (mode, run) in runs {
+    for (mode, cache, run) in runs {
         let result = run.join().expect("suite thread");
-        assert!(result.is_ok(), "{mode}: {result:?}");
+        assert!(result.is_ok(), "{mode}, cache {cache:?}: {result:?}");
     }
 }

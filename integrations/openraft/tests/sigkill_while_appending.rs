@@ -1,10 +1,15 @@
 //! Real crashes of a raft node's log store: this test binary re-executes itself as a child that
-//! opens the store and appends entries (with votes, truncations and purges mixed in), printing
-//! each entry after its flush callback fired, each vote after `save_vote` returned and each
-//! purge after `purge` returned. The parent SIGKILLs the child at a random moment, reopens the
-//! store and checks that every reported entry is there with its payload, that the vote and purge
-//! point are at least the reported ones, and that the log has no hole. The next child writes on
-//! top.
+//! opens the store and appends entries (with votes, committed log ids, truncations and purges
+//! mixed in), printing each entry after its flush callback fired, each vote after `save_vote`
+//! returned, each purge after `purge` returned, and each committed log id once a later flush
+//! (an append's callback, a vote, a purge) covered it. The parent SIGKILLs the child at a
+//! random moment, reopens the store and checks that every reported entry is there with its
+//! payload, that the vote, committed log id and purge point are at least the reported ones,
+//! that the committed log id names an entry of the log (unless purged), and that the log has no
+//! hole. The next child writes on top.
+//!
+//! As in raft, the child never truncates at or below the committed index, and its committed
+//! log id is the log id of an entry it appended, never moving back.
 //!
 //! Environment: WALCRYPT_RAFT_CRASH_CYCLES (cycles per mode, default 6), WALCRYPT_RAFT_CRASH_SEED.
 
@@ -18,7 +23,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-use openraft::{RaftLogReader, Vote};
+use openraft::{LogId, RaftLogReader, Vote};
 use support::{assert_entry, config, entry, log_id};
 use walcrypt::{KeyRing, Mode};
 use walcrypt_openraft::kv::TypeConfig;
@@ -98,6 +103,15 @@ fn crash_child() {
             .map_or(0, |v| v.leader_id.term);
         let mut term = vote_term.max(state.last_log_id.map_or(0, |l| l.leader_id.term)) + 1;
         let mut next = state.last_log_id.map_or(1, |l| l.index + 1);
+        let mut last = state.last_log_id;
+        let mut committed = store.read_committed().await.unwrap();
+        // A committed log id saved but not yet covered by a flush.
+        let mut pending: Option<LogId<u64>> = None;
+        let committed_line = |pending: &mut Option<LogId<u64>>| {
+            pending.take().map_or_else(String::new, |c| {
+                format!("@C {} {}\n", c.leader_id.term, c.index)
+            })
+        };
         store.save_vote(&Vote::new(term, 1)).await.unwrap();
         report(&format!("@READY\n@V {term}\n"));
         for _ in 0..MAX_STEPS {
@@ -108,37 +122,45 @@ fn crash_child() {
                 .last_purged_log_id
                 .map_or(1, |l| l.index + 1);
             let roll = rng.below(100);
-            if roll < 5 && next >= first + 4 {
+            let committed_index = committed.map_or(0, |c| c.index);
+            if roll < 5 && next >= first + 4 && next - 3 > committed_index {
                 let since = next - 3;
                 report(&format!("@TRUNCATING {since}\n"));
                 store.truncate(log_id(term, since)).await.unwrap();
                 store.blocking_append([entry(term, since)]).await.unwrap();
                 next = since + 1;
-                report(&format!("@E {term} {since}\n"));
+                last = Some(log_id(term, since));
+                report(&format!(
+                    "@E {term} {since}\n{}",
+                    committed_line(&mut pending)
+                ));
             } else if roll < 8 && next >= first + 20 {
                 let upto = next - 10;
                 let at = store.try_get_log_entries(upto..=upto).await.unwrap();
                 store.purge(at[0].log_id).await.unwrap();
-                report(&format!("@P {upto}\n"));
+                report(&format!("@P {upto}\n{}", committed_line(&mut pending)));
             } else if roll < 12 {
-                store
-                    .save_committed(Some(log_id(term, next - 1)))
-                    .await
-                    .unwrap();
+                if last.is_some() && last != committed {
+                    store.save_committed(last).await.unwrap();
+                    committed = last;
+                    pending = last;
+                }
             } else if roll < 15 {
                 term += 1;
                 store.save_vote(&Vote::new(term, 1)).await.unwrap();
-                report(&format!("@V {term}\n"));
+                report(&format!("@V {term}\n{}", committed_line(&mut pending)));
             } else {
                 let n = 1 + rng.below(4);
                 store
                     .blocking_append((next..next + n).map(|i| entry(term, i)))
                     .await
                     .unwrap();
-                let lines: String = (next..next + n)
+                let mut lines: String = (next..next + n)
                     .map(|i| format!("@E {term} {i}\n"))
                     .collect();
+                lines.push_str(&committed_line(&mut pending));
                 next += n;
+                last = Some(log_id(term, next - 1));
                 report(&lines);
             }
         }
@@ -159,6 +181,8 @@ struct Expected {
     truncating: Option<u64>,
     vote: u64,
     purged: u64,
+    /// (term, index) of the newest committed log id reported durable.
+    committed: Option<(u64, u64)>,
 }
 
 impl Expected {
@@ -182,6 +206,7 @@ impl Expected {
                 self.entries = self.entries.split_off(&(words[0] + 1));
             }
             "@V" => self.vote = self.vote.max(words[0]),
+            "@C" => self.committed = self.committed.max(Some((words[0], words[1]))),
             _ => {}
         }
     }
@@ -229,6 +254,29 @@ async fn verify(store: &mut Store, expected: &Expected, mode: Mode, cycle: u64, 
             .or(state.last_purged_log_id)
     );
     let by_index: BTreeMap<u64, _> = entries.iter().map(|e| (e.log_id.index, e)).collect();
+    let committed = store.read_committed().await.unwrap();
+    let got = committed.map(|c| (c.leader_id.term, c.index));
+    assert!(
+        got >= expected.committed,
+        "{ctx}: committed {got:?} older than reported {:?}",
+        expected.committed
+    );
+    if let Some(c) = committed {
+        let last = state.last_log_id.map_or(0, |l| l.index);
+        assert!(
+            c.index <= last,
+            "{ctx}: committed {c} is past the last entry {last}"
+        );
+        if c.index > purged {
+            let at = by_index
+                .get(&c.index)
+                .unwrap_or_else(|| panic!("{ctx}: committed entry {} is missing", c.index));
+            assert_eq!(
+                at.log_id, c,
+                "{ctx}: the committed log id is not in the log"
+            );
+        }
+    }
     for (&index, &term) in &expected.entries {
         if index <= purged || expected.truncating.is_some_and(|s| index >= s) {
             continue;
@@ -319,15 +367,19 @@ fn crash_cycles(mode: Mode) {
     let log = dir.path().join("raft-log");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mut checked = 0;
+    let mut committed = 0;
     for cycle in 0..cycles {
         let expected = run_child(&log, &keyfile, mode, &mut rng);
         checked += expected.entries.len();
+        committed += u64::from(expected.committed.is_some());
         runtime.block_on(async {
             let mut store = open_store(&log, mode, &keys);
             verify(&mut store, &expected, mode, cycle, seed).await;
         });
     }
-    eprintln!("{mode}: {cycles} cycles, {checked} reported entries checked");
+    eprintln!(
+        "{mode}: {cycles} cycles, {checked} reported entries and {committed} committed log ids checked"
+    );
     assert!(
         checked > 0 || cycles < 3,
         "{mode}: no child reported a flushed entry"
