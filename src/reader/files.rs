@@ -392,6 +392,12 @@ impl LogFiles {
         if starts.last().copied() <= newest {
             return Ok(None);
         }
+        self.reopened(ring).map(Some)
+    }
+
+    /// The files as the directory holds them now, which must still be the same log: the keys
+    /// of `ring`, or without one the keys these files use.
+    pub(crate) fn reopened(&self, ring: Option<&KeyRing>) -> Result<LogFiles> {
         let mut files = LogFiles::open(&self.dir, self.storage.clone(), ring)?;
         if files.log_id != self.log_id {
             return Err(Error::corrupt(
@@ -407,7 +413,7 @@ impl LogFiles {
         if ring.is_none() && self.keys.is_some() {
             files.share_keys(self.keys.clone())?;
         }
-        Ok(Some(files))
+        Ok(files)
     }
 
     /// Uses `keys` (already expanded, for example a writer's) and checks them against every

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::cursor::{Cursor, Parked, Step, Stored};
-use super::files::LogFiles;
+use super::files::{LogFiles, list_segments};
 use super::{RawRecord, Record, SegmentInfo, Settled, raw_record, settle};
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
@@ -66,7 +66,9 @@ const DAMAGE_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// writer never makes it scan to the end of a segment at each new end.
 ///
 /// The follower must stay ahead of [`Wal::purge_before`]: a segment purged before the
-/// follower reached it gives an I/O error naming the file.
+/// follower reached it gives an I/O error naming the file. Segments that a writer opening the
+/// log removes after its end (one prepared ahead, or one holding only a torn tail) and creates
+/// again as it writes are not an error: the follower takes the files as they are and waits.
 ///
 /// ```
 /// use std::time::Duration;
@@ -311,6 +313,44 @@ impl Follower {
         &mut self,
         convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
     ) -> Result<Option<T>> {
+        match self.poll_files(convert) {
+            Err(e) if is_not_found(&e) => self.after_vanished(e),
+            other => other,
+        }
+    }
+
+    /// A segment file the follower knew was gone when it went to read it. A writer opening the
+    /// log removes the segments after its end (a segment prepared ahead that the log never
+    /// reached, or one holding only a torn tail) and may create them again as it writes: the
+    /// follower takes the files as they are now and looks again later. A segment gone from
+    /// before the oldest one left was purged before the follower got there: that is `error`.
+    fn after_vanished<T>(&mut self, error: Error) -> Result<Option<T>> {
+        let Some(files) = self.files.as_ref() else {
+            return Err(error);
+        };
+        let starts = list_segments(self.storage.as_ref(), &self.dir)?;
+        let purged = starts
+            .first()
+            .is_none_or(|oldest| files.geo.segment_start(self.pos) < u64::from(*oldest));
+        if purged {
+            return Err(error);
+        }
+        match files.reopened(self.ring.as_ref()) {
+            Ok(now) => {
+                self.files = Some(now);
+                self.parked = Parked::default();
+                Ok(None)
+            }
+            // Still changing under the writer's hands.
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn poll_files<T>(
+        &mut self,
+        convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
+    ) -> Result<Option<T>> {
         if !self.load()? {
             return Ok(None);
         }
@@ -390,11 +430,15 @@ impl Follower {
     }
 }
 
+fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// The files with the segments that have appeared since, if any. A segment removed while
 /// the directory is read (the writer purging old ones) means: look again later.
 fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>> {
     match files.refreshed(ring) {
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if is_not_found(&e) => Ok(None),
         other => other,
     }
 }

@@ -1,0 +1,38 @@
+//! A follower must stay ahead of `Wal::purge_before`: one that has not reached a segment
+//! before it was purged fails with an I/O error naming that file, and does not take the
+//! purge for the writer replacing segments after the end of the log.
+
+mod support;
+
+use support::{payload, small_config};
+use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Wal};
+
+#[test]
+fn follower_behind_a_purge_fails_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let keys = KeyRing::generate().unwrap();
+    let segment = 8 * 512;
+    let wal = Wal::open(
+        dir,
+        small_config(Mode::PerRecord, &keys).prepare_segments(false),
+    )
+    .unwrap();
+    let mut last = Lsn::default();
+    while u64::from(last) < 2 * segment + 512 {
+        last = wal.append(1, &payload(u64::from(last), 200)).unwrap();
+        wal.flush(last).unwrap();
+    }
+    let mut follower = Follower::open(dir, Some(keys.clone()), Lsn::default()).unwrap();
+    assert_eq!(wal.purge_before(last).unwrap(), 2);
+
+    let first = dir.join(walcrypt::inspect::segment_file_name(Lsn(0)));
+    match follower.poll() {
+        Err(Error::Io { path, source, .. }) => {
+            assert_eq!(path, first);
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        other => panic!("expected the purged segment's I/O error, got {other:?}"),
+    }
+    wal.close().unwrap();
+}
