@@ -64,19 +64,6 @@ impl Mode {
     pub fn is_authenticated(self) -> bool {
         self == Mode::PerRecordGcm
     }
-
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            Mode::Plaintext => 0,
-            Mode::PerRecord => 1,
-            Mode::PageLevel => 2,
-            Mode::PerRecordGcm => 3,
-        }
-    }
-
-    pub(crate) fn from_code(code: u8) -> Option<Mode> {
-        Mode::ALL.into_iter().find(|m| m.code() == code)
-    }
 }
 
 impl fmt::Display for Mode {

@@ -21,22 +21,93 @@ use crate::error::CorruptionKind;
 pub const FORMAT_VERSION: u32 = 2;
 /// First 8 bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"WALCRYPT";
+
+// Segment header (page 0), field by field. Each offset follows from the one before it.
+/// Segment header: offset of the magic ([`SEGMENT_MAGIC`], 8 bytes).
+pub const SEG_MAGIC_AT: usize = 0;
+/// Segment header: offset of the format version (u32).
+pub const SEG_VERSION_AT: usize = SEG_MAGIC_AT + SEGMENT_MAGIC.len();
+/// Segment header: offset of the mode code (u8, see [`mode_code`]).
+pub const SEG_MODE_AT: usize = SEG_VERSION_AT + 4;
+/// Segment header: offset of a reserved byte, zero.
+pub const SEG_RSV_AT: usize = SEG_MODE_AT + 1;
+/// Segment header: offset of the number of key check values (u16).
+pub const SEG_NKEYS_AT: usize = SEG_RSV_AT + 1;
+/// Segment header: offset of the page size (u32).
+pub const SEG_PAGE_SIZE_AT: usize = SEG_NKEYS_AT + 2;
+/// Segment header: offset of a reserved u32, zero.
+pub const SEG_RESERVED_AT: usize = SEG_PAGE_SIZE_AT + 4;
+/// Segment header: offset of the segment size (u64).
+pub const SEG_SEGMENT_SIZE_AT: usize = SEG_RESERVED_AT + 4;
+/// Segment header: offset of the log id (u64).
+pub const SEG_LOG_ID_AT: usize = SEG_SEGMENT_SIZE_AT + 8;
+/// Segment header: offset of the segment's start LSN (u64).
+pub const SEG_START_AT: usize = SEG_LOG_ID_AT + 8;
 /// Fixed part of the segment header, before the key check values.
-pub const SEGMENT_HEADER_FIXED: usize = 48;
+pub const SEGMENT_HEADER_FIXED: usize = SEG_START_AT + 8;
+/// Key check value entry: offset of the key id (u32).
+pub const KCV_ID_AT: usize = 0;
+/// Key check value entry: offset of the check value ([`KCV_LEN`] bytes).
+pub const KCV_VALUE_AT: usize = KCV_ID_AT + 4;
 /// One key check value entry: key id (u32) and check value (8 bytes).
-pub const KCV_ENTRY: usize = 4 + KCV_LEN;
+pub const KCV_ENTRY: usize = KCV_VALUE_AT + KCV_LEN;
+/// Length of the checksum (CRC32C, u32) that ends the segment header.
+pub const SEGMENT_CRC_LEN: usize = 4;
+
+/// Offset in the segment header of the `i`-th key check value entry.
+pub const fn kcv_entry_at(i: usize) -> usize {
+    SEGMENT_HEADER_FIXED + i * KCV_ENTRY
+}
 
 /// Magic of every page header.
 pub const PAGE_MAGIC: u16 = 0xC7A1;
+
+// Page header, field by field.
+/// Page header: offset of the magic ([`PAGE_MAGIC`], u16).
+pub const PAGE_MAGIC_AT: usize = 0;
+/// Page header: offset of the flags (u8).
+pub const PAGE_FLAGS_AT: usize = PAGE_MAGIC_AT + 2;
+/// Page header: offset of a reserved byte, zero.
+pub const PAGE_RSV_AT: usize = PAGE_FLAGS_AT + 1;
+/// Page header: offset of the key id (u32).
+pub const PAGE_KEY_ID_AT: usize = PAGE_RSV_AT + 1;
+/// Page header: offset of the page's own LSN (u64).
+pub const PAGE_LSN_AT: usize = PAGE_KEY_ID_AT + 4;
+/// Page header: offset of the remaining length of a record begun earlier (u32).
+pub const PAGE_REM_LEN_AT: usize = PAGE_LSN_AT + 8;
+/// Page header: offset of the header checksum (u32), which covers every other field.
+pub const PAGE_CRC_AT: usize = PAGE_REM_LEN_AT + 4;
+/// Page header: offset of the durable LSN hint (u64).
+pub const PAGE_DURABLE_AT: usize = PAGE_CRC_AT + 4;
+/// Page header: offset of the body's IV ([`IV_LEN`] bytes).
+pub const PAGE_IV_AT: usize = PAGE_DURABLE_AT + 8;
 /// Size of a page header, the same in every mode.
-pub const PAGE_HEADER_LEN: usize = 48;
+pub const PAGE_HEADER_LEN: usize = PAGE_IV_AT + IV_LEN;
 /// Page flag: the body is encrypted (pagelevel).
 pub const PAGE_FLAG_ENCRYPTED: u8 = 0x01;
 
+// Record header, field by field.
+/// Record header: offset of the checksum (u32).
+pub const REC_CRC_AT: usize = 0;
+/// Record header: offset of the stored length (u32).
+pub const REC_LEN_AT: usize = REC_CRC_AT + 4;
+/// Record header: offset of the embedder's record kind (u8).
+pub const REC_KIND_AT: usize = REC_LEN_AT + 4;
+/// Record header: offset of the flags (u8).
+pub const REC_FLAGS_AT: usize = REC_KIND_AT + 1;
+/// Record header: offset of the reserved u16, zero.
+pub const REC_RSV_AT: usize = REC_FLAGS_AT + 1;
 /// Record header size without encryption fields (plaintext and pagelevel).
-pub const RECORD_HEADER_PLAIN: usize = 12;
+pub const RECORD_HEADER_PLAIN: usize = REC_RSV_AT + 2;
+/// Record header: offset of the key id (u32), present when encrypted.
+pub const REC_KEY_ID_AT: usize = RECORD_HEADER_PLAIN;
+/// Record header: offset of the IV ([`IV_LEN`] bytes), present when encrypted.
+pub const REC_IV_AT: usize = REC_KEY_ID_AT + 4;
+/// Record header: offset of the IV's last 4 bytes, which an authenticated record keeps zero
+/// (the GCM nonce is the 12 bytes before them).
+pub const REC_NONCE_COUNTER_AT: usize = REC_IV_AT + 12;
 /// Record header size with key id and IV (perrecord).
-pub const RECORD_HEADER_ENCRYPTED: usize = 32;
+pub const RECORD_HEADER_ENCRYPTED: usize = REC_IV_AT + IV_LEN;
 /// Record flag: the payload is encrypted with the key id and IV in the header.
 pub const RECORD_FLAG_ENCRYPTED: u8 = 0x01;
 /// Record flag: a segment switch. It carries no payload; the rest of its segment is unused and
@@ -68,11 +139,31 @@ pub const RECORD_FLAGS_KNOWN: u8 = RECORD_FLAG_ENCRYPTED
     | RECORD_FLAG_COMPRESSED;
 /// Length of the authentication tag after an authenticated record's ciphertext.
 pub const TAG_LEN: usize = 16;
-/// Length of the associated data an authenticated record's tag covers.
-pub const AAD_LEN: usize = 32;
+// Associated data of an authenticated record, field by field (see [`auth_aad`]).
+/// Associated data: offset of the log id (u64).
+pub const AAD_LOG_ID_AT: usize = 0;
+/// Associated data: offset of the key id (u32).
+pub const AAD_KEY_ID_AT: usize = AAD_LOG_ID_AT + 8;
+/// Associated data: offset of the stored length with the tag (u32).
+pub const AAD_STORED_LEN_AT: usize = AAD_KEY_ID_AT + 4;
+/// Associated data: offset of the record kind (u8).
+pub const AAD_KIND_AT: usize = AAD_STORED_LEN_AT + 4;
+/// Associated data: offset of the record flags (u8).
+pub const AAD_FLAGS_AT: usize = AAD_KIND_AT + 1;
+/// Associated data: offset of 6 zero bytes.
+pub const AAD_ZERO_AT: usize = AAD_FLAGS_AT + 1;
 /// Offset of the LSN in the associated data: the whole last 8 bytes, so the writer can bind
 /// the position after sealing (see `aead.rs`).
-pub const AAD_LSN_AT: usize = 24;
+pub const AAD_LSN_AT: usize = AAD_ZERO_AT + 6;
+/// Length of the associated data an authenticated record's tag covers.
+pub const AAD_LEN: usize = AAD_LSN_AT + 8;
+
+// The layout as docs/FORMAT.md draws it; a change to one offset that moves the others fails
+// the build here.
+const _: () = assert!(SEGMENT_HEADER_FIXED == 48 && KCV_ENTRY == 12);
+const _: () = assert!(PAGE_CRC_AT == 20 && PAGE_HEADER_LEN == 48);
+const _: () = assert!(RECORD_HEADER_PLAIN == 12 && RECORD_HEADER_ENCRYPTED == 32);
+const _: () = assert!(REC_NONCE_COUNTER_AT == 28 && AAD_LSN_AT == 24 && AAD_LEN == 32);
 /// Largest payload one record may carry (1 GiB). Bounds every allocation a reader makes.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 
@@ -80,6 +171,22 @@ pub const MAX_PAYLOAD: usize = 1 << 30;
 pub const MIN_PAGE_SIZE: u32 = 512;
 /// Largest page size accepted.
 pub const MAX_PAGE_SIZE: u32 = 1 << 20;
+
+/// The mode's code in the segment header: `0` plaintext, `1` perrecord, `2` pagelevel, `3`
+/// perrecord-gcm.
+pub fn mode_code(mode: Mode) -> u8 {
+    match mode {
+        Mode::Plaintext => 0,
+        Mode::PerRecord => 1,
+        Mode::PageLevel => 2,
+        Mode::PerRecordGcm => 3,
+    }
+}
+
+/// The mode a segment header's code names; `None` for a code this build does not know.
+pub fn mode_from_code(code: u8) -> Option<Mode> {
+    Mode::ALL.into_iter().find(|m| mode_code(*m) == code)
+}
 
 /// Name of the segment file that starts at `start`: 16 hex digits and `.wal`.
 pub fn segment_file_name(start: Lsn) -> String {
@@ -189,24 +296,41 @@ impl SegmentHeader {
     /// Writes the header into `page` (at least `encoded_len` bytes; the rest is left alone).
     pub fn encode(&self, page: &mut [u8]) {
         let n = self.key_checks.len();
-        page[0..8].copy_from_slice(&SEGMENT_MAGIC);
-        page[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        page[12] = self.mode.code();
-        page[13] = 0;
-        page[14..16].copy_from_slice(&(n as u16).to_le_bytes());
-        page[16..20].copy_from_slice(&(self.geometry.page_size as u32).to_le_bytes());
-        page[20..24].copy_from_slice(&0u32.to_le_bytes());
-        page[24..32].copy_from_slice(&self.geometry.segment_size.to_le_bytes());
-        page[32..40].copy_from_slice(&self.log_id.to_le_bytes());
-        page[40..48].copy_from_slice(&u64::from(self.start).to_le_bytes());
-        let mut at = SEGMENT_HEADER_FIXED;
-        for (id, kcv) in &self.key_checks {
-            page[at..at + 4].copy_from_slice(&id.to_le_bytes());
-            page[at + 4..at + KCV_ENTRY].copy_from_slice(kcv);
-            at += KCV_ENTRY;
+        put(page, SEG_MAGIC_AT, &SEGMENT_MAGIC);
+        put(page, SEG_VERSION_AT, &FORMAT_VERSION.to_le_bytes());
+        put(page, SEG_MODE_AT, &[mode_code(self.mode)]);
+        put(page, SEG_RSV_AT, &[0]);
+        put(page, SEG_NKEYS_AT, &(n as u16).to_le_bytes());
+        put(
+            page,
+            SEG_PAGE_SIZE_AT,
+            &(self.geometry.page_size as u32).to_le_bytes(),
+        );
+        put(page, SEG_RESERVED_AT, &0u32.to_le_bytes());
+        put(
+            page,
+            SEG_SEGMENT_SIZE_AT,
+            &self.geometry.segment_size.to_le_bytes(),
+        );
+        put(page, SEG_LOG_ID_AT, &self.log_id.to_le_bytes());
+        put(page, SEG_START_AT, &u64::from(self.start).to_le_bytes());
+        for (i, (id, kcv)) in self.key_checks.iter().enumerate() {
+            let at = kcv_entry_at(i);
+            put(page, at + KCV_ID_AT, &id.to_le_bytes());
+            put(page, at + KCV_VALUE_AT, kcv);
         }
-        let crc = crc32c::crc32c(&page[..at]);
-        page[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+        let end = kcv_entry_at(n);
+        let crc = crc32c::crc32c(&page[..end]);
+        put(page, end, &crc.to_le_bytes());
+    }
+
+    /// The full length of the header whose fixed part starts `fixed`, from its key count:
+    /// how many bytes to read before [`SegmentHeader::decode`]. `None` when `fixed` is
+    /// shorter than [`SEGMENT_HEADER_FIXED`].
+    pub fn len_from_fixed(fixed: &[u8]) -> Option<usize> {
+        fixed.get(..SEGMENT_HEADER_FIXED)?;
+        let n = le_u16(fixed, SEG_NKEYS_AT)? as usize;
+        Some(kcv_entry_at(n) + SEGMENT_CRC_LEN)
     }
 
     /// Parses a segment header from the first bytes of a segment file.
@@ -215,49 +339,52 @@ impl SegmentHeader {
     /// report both versions.
     pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
         use CorruptionKind::*;
-        if bytes.len() < SEGMENT_HEADER_FIXED + 4 || bytes[0..8] != SEGMENT_MAGIC {
+        let field = |what| HeaderError::Corrupt(SegmentHeaderField(what));
+        if bytes.len() < SEGMENT_HEADER_FIXED + SEGMENT_CRC_LEN
+            || field_bytes::<8>(bytes, SEG_MAGIC_AT) != Some(SEGMENT_MAGIC)
+        {
             return Err(HeaderError::Corrupt(BadMagic));
         }
-        let version = le_u32(bytes, 8);
+        let version = le_u32(bytes, SEG_VERSION_AT).ok_or(field("version"))?;
         if version != FORMAT_VERSION {
             return Err(HeaderError::Version(version));
         }
-        let n = le_u16(bytes, 14) as usize;
-        let end = SEGMENT_HEADER_FIXED + n * KCV_ENTRY;
-        if end + 4 > bytes.len() {
-            return Err(HeaderError::Corrupt(SegmentHeaderField("key count")));
-        }
-        let expected = le_u32(bytes, end);
-        let got = crc32c::crc32c(&bytes[..end]);
+        let n = le_u16(bytes, SEG_NKEYS_AT).ok_or(field("key count"))? as usize;
+        let end = kcv_entry_at(n);
+        let expected = le_u32(bytes, end).ok_or(field("key count"))?;
+        let got = crc32c::crc32c(bytes.get(..end).ok_or(field("key count"))?);
         if expected != got {
             return Err(HeaderError::Corrupt(SegmentHeaderChecksum {
                 expected,
                 got,
             }));
         }
-        let mode =
-            Mode::from_code(bytes[12]).ok_or(HeaderError::Corrupt(SegmentHeaderField("mode")))?;
-        let page_size = le_u32(bytes, 16) as u64;
-        let segment_size = le_u64(bytes, 24);
+        let mode = byte_at(bytes, SEG_MODE_AT)
+            .and_then(mode_from_code)
+            .ok_or(field("mode"))?;
+        if byte_at(bytes, SEG_RSV_AT) != Some(0) || le_u32(bytes, SEG_RESERVED_AT) != Some(0) {
+            return Err(field("reserved bytes are not zero"));
+        }
+        let page_size = le_u32(bytes, SEG_PAGE_SIZE_AT).ok_or(field("page size"))? as u64;
+        let segment_size = le_u64(bytes, SEG_SEGMENT_SIZE_AT).ok_or(field("segment size"))?;
         let geometry = Geometry {
             page_size,
             segment_size,
         };
-        validate_geometry(geometry)
-            .map_err(|what| HeaderError::Corrupt(SegmentHeaderField(what)))?;
+        validate_geometry(geometry).map_err(field)?;
         let key_checks = (0..n)
             .map(|i| {
-                let at = SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
-                let mut kcv = [0u8; KCV_LEN];
-                kcv.copy_from_slice(&bytes[at + 4..at + KCV_ENTRY]);
-                (le_u32(bytes, at), kcv)
+                let at = kcv_entry_at(i);
+                let id = le_u32(bytes, at + KCV_ID_AT)?;
+                Some((id, field_bytes::<KCV_LEN>(bytes, at + KCV_VALUE_AT)?))
             })
-            .collect();
+            .collect::<Option<Vec<_>>>()
+            .ok_or(field("key count"))?;
         Ok(SegmentHeader {
             mode,
             geometry,
-            log_id: le_u64(bytes, 32),
-            start: Lsn(le_u64(bytes, 40)),
+            log_id: le_u64(bytes, SEG_LOG_ID_AT).ok_or(field("log id"))?,
+            start: Lsn(le_u64(bytes, SEG_START_AT).ok_or(field("start"))?),
             key_checks,
         })
     }
@@ -326,48 +453,55 @@ impl PageHeader {
     /// Encodes into `out[..PAGE_HEADER_LEN]`; the checksum is seeded with the log id so a page
     /// from another log never validates.
     pub fn encode(&self, log_id: u64, out: &mut [u8]) {
-        out[0..2].copy_from_slice(&PAGE_MAGIC.to_le_bytes());
-        out[2] = self.flags;
-        out[3] = 0;
-        out[4..8].copy_from_slice(&self.key_id.to_le_bytes());
-        out[8..16].copy_from_slice(&u64::from(self.page_lsn).to_le_bytes());
-        out[16..20].copy_from_slice(&self.rem_len.to_le_bytes());
-        out[24..32].copy_from_slice(&u64::from(self.durable_hint).to_le_bytes());
-        out[32..48].copy_from_slice(&self.iv);
-        let crc = page_header_crc(log_id, out);
-        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        let mut h = [0u8; PAGE_HEADER_LEN];
+        put(&mut h, PAGE_MAGIC_AT, &PAGE_MAGIC.to_le_bytes());
+        put(&mut h, PAGE_FLAGS_AT, &[self.flags]);
+        put(&mut h, PAGE_RSV_AT, &[0]);
+        put(&mut h, PAGE_KEY_ID_AT, &self.key_id.to_le_bytes());
+        put(&mut h, PAGE_LSN_AT, &u64::from(self.page_lsn).to_le_bytes());
+        put(&mut h, PAGE_REM_LEN_AT, &self.rem_len.to_le_bytes());
+        put(
+            &mut h,
+            PAGE_DURABLE_AT,
+            &u64::from(self.durable_hint).to_le_bytes(),
+        );
+        put(&mut h, PAGE_IV_AT, &self.iv);
+        let crc = page_header_crc(log_id, &h);
+        put(&mut h, PAGE_CRC_AT, &crc.to_le_bytes());
+        out[..PAGE_HEADER_LEN].copy_from_slice(&h);
     }
 
     /// Decodes and checks a page header. `None` means the bytes are not a valid page header
-    /// of this log (never written, torn, garbage, or from another log).
+    /// of this log (never written, torn, garbage, or from another log, or fewer than
+    /// [`PAGE_HEADER_LEN`] bytes).
     pub fn decode(log_id: u64, bytes: &[u8]) -> Option<PageHeader> {
-        if bytes.len() < PAGE_HEADER_LEN || le_u16(bytes, 0) != PAGE_MAGIC || bytes[3] != 0 {
+        let h = field_bytes::<PAGE_HEADER_LEN>(bytes, 0)?;
+        if le_u16(&h, PAGE_MAGIC_AT)? != PAGE_MAGIC || byte_at(&h, PAGE_RSV_AT)? != 0 {
             return None;
         }
-        if le_u32(bytes, 20) != page_header_crc(log_id, bytes) {
+        if le_u32(&h, PAGE_CRC_AT)? != page_header_crc(log_id, &h) {
             return None;
         }
-        let flags = bytes[2];
+        let flags = byte_at(&h, PAGE_FLAGS_AT)?;
         if flags & !PAGE_FLAG_ENCRYPTED != 0 {
             return None;
         }
-        let mut iv = [0u8; IV_LEN];
-        iv.copy_from_slice(&bytes[32..48]);
         Some(PageHeader {
             flags,
-            key_id: le_u32(bytes, 4),
-            page_lsn: Lsn(le_u64(bytes, 8)),
-            rem_len: le_u32(bytes, 16),
-            durable_hint: Lsn(le_u64(bytes, 24)),
-            iv,
+            key_id: le_u32(&h, PAGE_KEY_ID_AT)?,
+            page_lsn: Lsn(le_u64(&h, PAGE_LSN_AT)?),
+            rem_len: le_u32(&h, PAGE_REM_LEN_AT)?,
+            durable_hint: Lsn(le_u64(&h, PAGE_DURABLE_AT)?),
+            iv: field_bytes::<IV_LEN>(&h, PAGE_IV_AT)?,
         })
     }
 }
 
-fn page_header_crc(log_id: u64, header: &[u8]) -> u32 {
+/// CRC32C of the log id and every header byte but the checksum field's.
+fn page_header_crc(log_id: u64, header: &[u8; PAGE_HEADER_LEN]) -> u32 {
     let crc = crc32c::crc32c(&log_id.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc, &header[0..20]);
-    crc32c::crc32c_append(crc, &header[24..PAGE_HEADER_LEN])
+    let crc = crc32c::crc32c_append(crc, &header[..PAGE_CRC_AT]);
+    crc32c::crc32c_append(crc, &header[PAGE_DURABLE_AT..])
 }
 
 /// A record header. The checksum covers the header after the checksum field and the payload
@@ -394,21 +528,25 @@ impl RecordHeader {
 
     /// Encodes the header into `out[..self.len_bytes()]`, with the checksum field as stored.
     pub fn encode(&self, out: &mut [u8]) {
-        out[0..4].copy_from_slice(&self.crc.to_le_bytes());
-        out[4..8].copy_from_slice(&self.len.to_le_bytes());
-        out[8] = self.kind;
-        out[9] = self.flags;
-        out[10..12].copy_from_slice(&0u16.to_le_bytes());
+        put(out, REC_CRC_AT, &self.crc.to_le_bytes());
+        put(out, REC_LEN_AT, &self.len.to_le_bytes());
+        put(out, REC_KIND_AT, &[self.kind]);
+        put(out, REC_FLAGS_AT, &[self.flags]);
+        put(out, REC_RSV_AT, &0u16.to_le_bytes());
         if let Some((key_id, iv)) = &self.encryption {
-            out[12..16].copy_from_slice(&key_id.to_le_bytes());
-            out[16..32].copy_from_slice(iv);
+            put(out, REC_KEY_ID_AT, &key_id.to_le_bytes());
+            put(out, REC_IV_AT, iv);
         }
     }
 
     /// Decodes the first [`RECORD_HEADER_PLAIN`] bytes plus, when flagged, the encryption
-    /// fields. `bytes` must hold `header_len_for_flags(bytes[9])` bytes.
+    /// fields. `bytes` must hold `header_len_for_flags` of its flags byte; fewer is an error.
     pub fn decode(bytes: &[u8]) -> Result<RecordHeader, &'static str> {
-        let flags = bytes[9];
+        const SHORT: &str = "header shorter than its flags require";
+        let flags = byte_at(bytes, REC_FLAGS_AT).ok_or(SHORT)?;
+        if bytes.len() < header_len_for_flags(flags) {
+            return Err(SHORT);
+        }
         if flags & !RECORD_FLAGS_KNOWN != 0 {
             return Err("unknown flags");
         }
@@ -422,10 +560,10 @@ impl RecordHeader {
         if flags & RECORD_FLAG_RESUME != 0 && flags != RECORD_FLAG_RESUME {
             return Err("resume record with other flags");
         }
-        if le_u16(bytes, 10) != 0 {
+        if le_u16(bytes, REC_RSV_AT).ok_or(SHORT)? != 0 {
             return Err("reserved bytes are not zero");
         }
-        let len = le_u32(bytes, 4);
+        let len = le_u32(bytes, REC_LEN_AT).ok_or(SHORT)?;
         let tag = if authenticated { TAG_LEN } else { 0 };
         if len as usize > MAX_PAYLOAD + tag {
             return Err("payload length beyond the 1 GiB limit");
@@ -433,18 +571,22 @@ impl RecordHeader {
         if (len as usize) < tag {
             return Err("authenticated record shorter than its tag");
         }
-        if authenticated && le_u32(bytes, 28) != 0 {
+        if authenticated && le_u32(bytes, REC_NONCE_COUNTER_AT).ok_or(SHORT)? != 0 {
             return Err("nonce block counter is not zero");
         }
-        let encryption = (flags & RECORD_FLAG_ENCRYPTED != 0).then(|| {
-            let mut iv = [0u8; IV_LEN];
-            iv.copy_from_slice(&bytes[16..32]);
-            (le_u32(bytes, 12), iv)
-        });
+        let encryption = if flags & RECORD_FLAG_ENCRYPTED != 0 {
+            let key_id = le_u32(bytes, REC_KEY_ID_AT).ok_or(SHORT)?;
+            Some((
+                key_id,
+                field_bytes::<IV_LEN>(bytes, REC_IV_AT).ok_or(SHORT)?,
+            ))
+        } else {
+            None
+        };
         Ok(RecordHeader {
-            crc: le_u32(bytes, 0),
+            crc: le_u32(bytes, REC_CRC_AT).ok_or(SHORT)?,
             len,
-            kind: bytes[8],
+            kind: byte_at(bytes, REC_KIND_AT).ok_or(SHORT)?,
             flags,
             encryption,
         })
@@ -466,33 +608,46 @@ pub fn header_len_for_flags(flags: u8) -> usize {
 pub fn auth_aad(log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
     let mut aad = [0u8; AAD_LEN];
     let key_id = header.encryption.map_or(0, |(id, _)| id);
-    aad[0..8].copy_from_slice(&log_id.to_le_bytes());
-    aad[8..12].copy_from_slice(&key_id.to_le_bytes());
-    aad[12..16].copy_from_slice(&header.len.to_le_bytes());
-    aad[16] = header.kind;
-    aad[17] = header.flags;
-    aad[AAD_LSN_AT..].copy_from_slice(&lsn.to_le_bytes());
+    put(&mut aad, AAD_LOG_ID_AT, &log_id.to_le_bytes());
+    put(&mut aad, AAD_KEY_ID_AT, &key_id.to_le_bytes());
+    put(&mut aad, AAD_STORED_LEN_AT, &header.len.to_le_bytes());
+    put(&mut aad, AAD_KIND_AT, &[header.kind]);
+    put(&mut aad, AAD_FLAGS_AT, &[header.flags]);
+    put(&mut aad, AAD_LSN_AT, &lsn.to_le_bytes());
     aad
 }
 
-/// The record checksum over an encoded header and the stored payload.
+/// The record checksum over an encoded header and the stored payload: everything after the
+/// checksum field. A header shorter than that field contributes nothing.
 pub fn record_crc(header: &[u8], stored_payload: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&header[4..]);
+    let crc = crc32c::crc32c(header.get(REC_LEN_AT..).unwrap_or_default());
     crc32c::crc32c_append(crc, stored_payload)
 }
 
-fn le_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+/// Writes `bytes` into `out` at `at`. Encoders only: their buffers are sized by the caller.
+fn put(out: &mut [u8], at: usize, bytes: &[u8]) {
+    out[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
-pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+/// The `N` bytes at `at`, or `None` when `b` ends before them.
+fn field_bytes<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
-pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
+fn byte_at(b: &[u8], at: usize) -> Option<u8> {
+    b.get(at).copied()
+}
+
+fn le_u16(b: &[u8], at: usize) -> Option<u16> {
+    field_bytes(b, at).map(u16::from_le_bytes)
+}
+
+fn le_u32(b: &[u8], at: usize) -> Option<u32> {
+    field_bytes(b, at).map(u32::from_le_bytes)
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    field_bytes(b, at).map(u64::from_le_bytes)
 }
 
 #[cfg(test)]
@@ -553,6 +708,159 @@ mod tests {
         // Version 1 (data under the raw data keys) is another format.
         page[8] = 1;
         assert_eq!(SegmentHeader::decode(&page), Err(HeaderError::Version(1)));
+    }
+
+    fn segment_header() -> SegmentHeader {
+        SegmentHeader {
+            mode: Mode::PerRecordGcm,
+            geometry: Geometry {
+                page_size: 4096,
+                segment_size: 1 << 20,
+            },
+            log_id: 0x0123_4567_89ab_cdef,
+            start: Lsn(3 << 20),
+            key_checks: vec![(1, [1; KCV_LEN]), (7, [7; KCV_LEN])],
+        }
+    }
+
+    #[test]
+    fn every_decoder_refuses_every_truncation_of_a_valid_header() {
+        let seg = segment_header();
+        let mut page = vec![0u8; seg.encoded_len()];
+        seg.encode(&mut page);
+        assert_eq!(SegmentHeader::decode(&page), Ok(seg.clone()));
+        assert_eq!(SegmentHeader::len_from_fixed(&page), Some(page.len()));
+        for n in 0..page.len() {
+            assert!(
+                SegmentHeader::decode(&page[..n]).is_err(),
+                "segment header, {n} bytes"
+            );
+            let fixed = SegmentHeader::len_from_fixed(&page[..n]);
+            assert_eq!(
+                fixed.is_some(),
+                n >= SEGMENT_HEADER_FIXED,
+                "key count, {n} bytes"
+            );
+        }
+
+        let ph = PageHeader {
+            flags: PAGE_FLAG_ENCRYPTED,
+            key_id: 7,
+            page_lsn: Lsn(3 << 20 | 4096),
+            rem_len: 9,
+            durable_hint: Lsn(3 << 20),
+            iv: [5; IV_LEN],
+        };
+        let mut bytes = [0u8; PAGE_HEADER_LEN];
+        ph.encode(seg.log_id, &mut bytes);
+        assert_eq!(PageHeader::decode(seg.log_id, &bytes), Some(ph));
+        for n in 0..bytes.len() {
+            assert_eq!(
+                PageHeader::decode(seg.log_id, &bytes[..n]),
+                None,
+                "page, {n} bytes"
+            );
+        }
+
+        let plain = RecordHeader {
+            crc: 0xdead_beef,
+            len: 100,
+            kind: 3,
+            flags: RECORD_FLAG_COMPRESSED,
+            encryption: None,
+        };
+        let ctr = RecordHeader {
+            flags: RECORD_FLAG_ENCRYPTED,
+            encryption: Some((7, [9; IV_LEN])),
+            ..plain
+        };
+        let mut gcm_iv = [9; IV_LEN];
+        gcm_iv[REC_NONCE_COUNTER_AT - REC_IV_AT..].fill(0);
+        let gcm = RecordHeader {
+            flags: RECORD_FLAG_ENCRYPTED | RECORD_FLAG_AUTHENTICATED,
+            encryption: Some((7, gcm_iv)),
+            ..plain
+        };
+        for h in [plain, ctr, gcm] {
+            let mut bytes = [0u8; RECORD_HEADER_ENCRYPTED];
+            let len = h.len_bytes();
+            h.encode(&mut bytes[..len]);
+            assert_eq!(RecordHeader::decode(&bytes[..len]), Ok(h));
+            for n in 0..len {
+                assert!(
+                    RecordHeader::decode(&bytes[..n]).is_err(),
+                    "{h:?}, {n} bytes"
+                );
+            }
+            // The checksum of a header too short to hold its own checksum field covers nothing.
+            for n in 0..=len {
+                let _ = record_crc(&bytes[..n], b"payload");
+            }
+        }
+    }
+
+    #[test]
+    fn decoders_return_instead_of_panicking_on_garbage() {
+        // Valid headers with one byte changed, then cut anywhere: every decoder answers.
+        let seg = segment_header();
+        let mut page = vec![0u8; seg.encoded_len()];
+        seg.encode(&mut page);
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut decoded = 0;
+        for _ in 0..20_000 {
+            let mut bytes = page.clone();
+            let at = next() as usize % bytes.len();
+            bytes[at] = next() as u8;
+            let cut = next() as usize % (bytes.len() + 1);
+            let bytes = &bytes[..cut];
+            decoded += usize::from(SegmentHeader::decode(bytes).is_ok());
+            let _ = SegmentHeader::len_from_fixed(bytes);
+            decoded += usize::from(PageHeader::decode(seg.log_id, bytes).is_some());
+            for from in [0, REC_LEN_AT, RECORD_HEADER_PLAIN] {
+                let rest = bytes.get(from..).unwrap_or_default();
+                decoded += usize::from(RecordHeader::decode(rest).is_ok());
+            }
+        }
+        // A panic fails the test; the count shows that inputs also got past the first checks.
+        assert!(decoded > 0);
+    }
+
+    #[test]
+    fn segment_header_with_reserved_bytes_set_is_refused() {
+        let seg = segment_header();
+        for at in [SEG_RSV_AT, SEG_RESERVED_AT, SEG_RESERVED_AT + 3] {
+            let mut page = vec![0u8; seg.encoded_len()];
+            seg.encode(&mut page);
+            page[at] = 1;
+            // Recompute the checksum, so only the reserved byte is wrong.
+            let end = kcv_entry_at(seg.key_checks.len());
+            let crc = crc32c::crc32c(&page[..end]);
+            page[end..end + SEGMENT_CRC_LEN].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                SegmentHeader::decode(&page),
+                Err(HeaderError::Corrupt(CorruptionKind::SegmentHeaderField(
+                    "reserved bytes are not zero"
+                ))),
+                "byte {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn mode_codes_are_the_documented_ones() {
+        let codes: Vec<u8> = Mode::ALL.into_iter().map(mode_code).collect();
+        assert_eq!(codes, [0, 1, 2, 3]);
+        for mode in Mode::ALL {
+            assert_eq!(mode_from_code(mode_code(mode)), Some(mode));
+        }
+        assert_eq!(mode_from_code(4), None);
+        assert_eq!(mode_from_code(u8::MAX), None);
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! least what the previous open recovered. In pagelevel mode this covers the first rewrite after
 //! each open: the writer continues on a fresh page instead of re-encrypting the recovered tail.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 
-use common::{FaultStorage, Rng, Tear, check_payload, payload_for};
+use support::faults::{FaultStorage, Tear};
+use support::{Rng, check_payload, payload_for};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {

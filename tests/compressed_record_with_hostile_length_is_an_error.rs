@@ -9,7 +9,9 @@ mod support;
 use std::os::unix::fs::FileExt;
 
 use support::small_config;
-use walcrypt::inspect::{RECORD_HEADER_PLAIN, record_crc, segment_file_name};
+use walcrypt::inspect::{
+    REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_PLAIN, record_crc, segment_file_name,
+};
 use walcrypt::{Compression, CorruptionKind, Error, KeyRing, Lsn, Mode, Reader, Wal};
 
 /// A plaintext log whose 6th record is compressed and lies inside one page; returns the log,
@@ -47,7 +49,7 @@ fn file(dir: &tempfile::TempDir) -> std::fs::File {
 
 fn rewrite(dir: &tempfile::TempDir, lsn: Lsn, bytes: &mut [u8]) {
     let crc = record_crc(&bytes[..RECORD_HEADER_PLAIN], &bytes[RECORD_HEADER_PLAIN..]);
-    bytes[..4].copy_from_slice(&crc.to_le_bytes());
+    bytes[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file(dir).write_all_at(bytes, u64::from(lsn)).unwrap();
 }
 
@@ -96,8 +98,9 @@ fn absurd_length_prefix_is_an_error_with_position() {
 fn damaged_stream_is_an_error_with_position() {
     let (dir, lsns, mut bytes) = log();
     // Cut the stream short: the header's length loses 3 bytes, the CRC is recomputed.
-    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) - 3;
-    bytes[4..8].copy_from_slice(&len.to_le_bytes());
+    let at = REC_LEN_AT..REC_LEN_AT + 4;
+    let len = u32::from_le_bytes(bytes[at.clone()].try_into().unwrap()) - 3;
+    bytes[at].copy_from_slice(&len.to_le_bytes());
     bytes.truncate(bytes.len() - 3);
     rewrite(&dir, lsns[5], &mut bytes);
     expect_bad_compressed(&dir, &lsns, "damaged stream");

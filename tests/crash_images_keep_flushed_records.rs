@@ -10,13 +10,12 @@
 //!
 //! WALCRYPT_CRASH_IMAGE_RUNS sets the runs per mode (default 8), WALCRYPT_CRASH_SEED the seed.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
-use common::{
-    Effect, FaultStorage, Op, Rng, Tear, check_payload, env_usize, payload_for, seed_from_env,
-};
+use support::faults::{Effect, FaultStorage, Op, Tear};
+use support::{Rng, check_payload, env_usize, payload_for, seed_from_env};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const EIO: i32 = libc::EIO;
@@ -46,7 +45,8 @@ fn reopen(dir: &Path, mode: Mode, keys: &KeyRing, page: u64, what: &str) -> walc
     let lsn = wal.append(kind, &payload).unwrap();
     wal.flush(lsn).unwrap();
     wal.close().unwrap_or_else(|e| panic!("{what}: close: {e}"));
-    let read = common::read_all(dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
+    let read =
+        support::try_read_records(dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
     let ids: Vec<u64> = read
         .iter()
         .map(|r| check_payload(r.kind, &r.payload).unwrap_or_else(|e| panic!("{what}: {e}")))
@@ -113,7 +113,7 @@ fn one_run(
         let keep = std::env::var_os("WALCRYPT_KEEP_IMAGE").map(std::path::PathBuf::from);
         if let Some(keep) = &keep {
             let _ = std::fs::remove_dir_all(keep);
-            common::copy_dir(&image, keep);
+            support::copy_dir(&image, keep);
         }
         match reopen(&image, mode, &keys, page, &what) {
             Ok(m) => {

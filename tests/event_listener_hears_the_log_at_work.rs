@@ -2,12 +2,13 @@
 //! and the poisoned error keeps the operating system's error kind. Listener calls run with no
 //! lock of the log held: a listener may call back into the same `Wal`.
 
-mod common;
+mod support;
 
 use std::io::ErrorKind;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use common::{Effect, FaultStorage, Op, small_config};
+use support::config_4k_pages;
+use support::faults::{Effect, FaultStorage, Op};
 use walcrypt::{
     Error, EventListener, FlushRound, KeyRing, Mode, PoisonCause, RecoverySummary, SegmentSwitch,
     SyncMode, Wal,
@@ -51,7 +52,7 @@ fn listener_hears_recovery_rounds_switches_and_poisoning() {
     let keys = KeyRing::generate().unwrap();
     let heard = Arc::new(Heard::default());
     let storage = FaultStorage::new();
-    let config = small_config(Mode::PerRecord, &keys, SyncMode::Durable)
+    let config = config_4k_pages(Mode::PerRecord, &keys, SyncMode::Durable)
         .storage(storage.arc())
         .listener(Arc::new(Listener(heard.clone())));
 
@@ -142,7 +143,7 @@ fn without_a_listener_nothing_is_reported_and_stats_still_count() {
     let keys = KeyRing::generate().unwrap();
     let wal = Wal::open(
         dir.path(),
-        small_config(Mode::Plaintext, &keys, SyncMode::Durable),
+        config_4k_pages(Mode::Plaintext, &keys, SyncMode::Durable),
     )
     .unwrap();
     assert!(wal.recovery_summary().unwrap().created);

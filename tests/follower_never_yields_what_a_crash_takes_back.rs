@@ -4,11 +4,12 @@
 //! that asked for `Visibility::Written` has no such promise, and under `SyncMode::Buffered`
 //! the images do take back records it yielded (so the check above can fail).
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
 
-use common::{FaultStorage, Rng, Tear, payload_for};
+use support::faults::{FaultStorage, Tear};
+use support::{Rng, payload_for};
 use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, Reader, SyncMode, Visibility, Wal};
 
 fn config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {

@@ -8,7 +8,7 @@ mod support;
 
 use support::tamper::{fix_crc, single_page_records, write_at};
 use support::{append_all, payload, small_config};
-use walcrypt::inspect::RECORD_HEADER_ENCRYPTED;
+use walcrypt::inspect::{REC_KIND_AT, RECORD_HEADER_ENCRYPTED};
 use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, Wal};
 
 fn log_with_records(mode: Mode, keys: &KeyRing) -> (tempfile::TempDir, Vec<Lsn>) {
@@ -89,7 +89,7 @@ fn flipped_tag_bit_or_kind_with_recomputed_crc_fails_authentication() {
     assert_fails_at(dir.path(), &keys, &lsns, n, "tag bit");
 
     let (dir, lsns) = log_with_records(Mode::PerRecordGcm, &keys);
-    let n = tamper(dir.path(), &lsns, |b| b[8] = 9);
+    let n = tamper(dir.path(), &lsns, |b| b[REC_KIND_AT] = 9);
     assert_fails_at(dir.path(), &keys, &lsns, n, "kind byte");
 }
 

@@ -4,9 +4,11 @@
 
 mod support;
 
-use support::tamper::{fix_crc, single_page_records, write_at};
+use support::tamper::{fix_crc, set_stored_len, single_page_records, stored_len, write_at};
 use support::{append_all, payload, small_config};
-use walcrypt::inspect::{RECORD_FLAG_AUTHENTICATED, TAG_LEN};
+use walcrypt::inspect::{
+    REC_FLAGS_AT, RECORD_FLAG_AUTHENTICATED, RECORD_HEADER_ENCRYPTED, TAG_LEN,
+};
 use walcrypt::{CorruptionKind, Error, KeyRing, Lsn, Mode, Reader, Wal};
 
 fn log(keys: &KeyRing) -> (tempfile::TempDir, Vec<Lsn>) {
@@ -27,8 +29,8 @@ fn rewrite(dir: &std::path::Path, lsns: &[Lsn], edit: impl Fn(&mut Vec<u8>)) -> 
         .unwrap();
     let mut bytes = target.bytes.clone();
     edit(&mut bytes);
-    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    bytes.truncate(32 + len);
+    let len = stored_len(&bytes) as usize;
+    bytes.truncate(RECORD_HEADER_ENCRYPTED + len);
     fix_crc(&mut bytes);
     write_at(dir, target.lsn, &bytes);
     lsns.iter()
@@ -50,8 +52,8 @@ fn truncated_tag_fails_authentication() {
     for cut in [1u32, 8, TAG_LEN as u32] {
         let (dir, lsns) = log(&keys);
         let n = rewrite(dir.path(), &lsns, |b| {
-            let len = u32::from_le_bytes(b[4..8].try_into().unwrap());
-            b[4..8].copy_from_slice(&(len - cut).to_le_bytes());
+            let len = stored_len(b);
+            set_stored_len(b, len - cut);
         });
         match error_at(dir.path(), &keys, lsns[n]) {
             Error::AuthenticationFailed { at, key_id: 1 } => assert_eq!(at.lsn, lsns[n]),
@@ -65,9 +67,9 @@ fn stripped_authentication_flag_is_refused() {
     let keys = KeyRing::generate().unwrap();
     let (dir, lsns) = log(&keys);
     let n = rewrite(dir.path(), &lsns, |b| {
-        b[9] &= !RECORD_FLAG_AUTHENTICATED;
-        let len = u32::from_le_bytes(b[4..8].try_into().unwrap());
-        b[4..8].copy_from_slice(&(len - TAG_LEN as u32).to_le_bytes());
+        b[REC_FLAGS_AT] &= !RECORD_FLAG_AUTHENTICATED;
+        let len = stored_len(b);
+        set_stored_len(b, len - TAG_LEN as u32);
     });
     match error_at(dir.path(), &keys, lsns[n]) {
         Error::Corrupt {

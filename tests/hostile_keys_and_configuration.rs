@@ -1,7 +1,7 @@
 //! Bad key files, bad configurations, wrong or missing keys and a second writer get clear
 //! errors that name what and where; nothing is written or lost.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -130,7 +130,7 @@ fn segment_size_not_a_multiple_of_the_page_size_is_refused() {
 }
 
 fn small(mode: Mode, keys: &KeyRing) -> Config {
-    common::small_config(mode, keys, SyncMode::Durable)
+    support::config_4k_pages(mode, keys, SyncMode::Durable)
 }
 
 #[test]
@@ -159,7 +159,10 @@ fn wrong_key_is_reported_as_a_wrong_key() {
         );
         let after = std::fs::read(dir.path().join("0000000000000000.wal")).unwrap();
         assert!(before == after, "{mode}: a failed open changed the log");
-        assert_eq!(common::read_all(dir.path(), &keys).unwrap().len(), 1);
+        assert_eq!(
+            support::try_read_records(dir.path(), &keys).unwrap().len(),
+            1
+        );
     }
 }
 
@@ -212,7 +215,7 @@ fn missing_key_id_is_reported() {
         );
         // The right ring still reads it.
         assert_eq!(
-            common::read_all(dir.path(), &keys).unwrap()[0].payload,
+            support::try_read_records(dir.path(), &keys).unwrap()[0].payload,
             b"under key 5"
         );
     }
@@ -237,7 +240,10 @@ fn second_open_on_the_same_directory_is_locked_out() {
     wal.close().unwrap();
     let again = Wal::open(dir.path(), small(Mode::PerRecord, &keys)).unwrap();
     drop(again);
-    assert_eq!(common::read_all(dir.path(), &keys).unwrap().len(), 2);
+    assert_eq!(
+        support::try_read_records(dir.path(), &keys).unwrap().len(),
+        2
+    );
 }
 
 #[test]

@@ -2,11 +2,12 @@
 //! (Error::Poisoned) and reopens, with the real file system and from a crash image, to a prefix
 //! of what was appended that holds every record whose flush returned Ok.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
-use common::{Effect, FaultStorage, Op, Rng, Tear, check_payload, payload_for, small_config};
+use support::faults::{Effect, FaultStorage, Op, Tear};
+use support::{Rng, check_payload, config_4k_pages, payload_for};
 use walcrypt::{Error, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const EIO: i32 = libc::EIO;
@@ -24,7 +25,7 @@ struct Outcome {
 /// Appends records 1, 2, ... (flushing every third) through `storage` until an error or
 /// `limit` records; after an error, checks that the log refuses further work.
 fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u64) -> Outcome {
-    let config = small_config(mode, keys, SyncMode::Durable).storage(storage.arc());
+    let config = config_4k_pages(mode, keys, SyncMode::Durable).storage(storage.arc());
     let mut out = Outcome {
         acked: 0,
         appended: 0,
@@ -90,7 +91,7 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
 /// Opens `dir` with the real file system and checks it holds records 1..=m in order, with
 /// `acked <= m <= appended`; then appends one more record and reads it back. Returns m.
 fn verify_prefix(dir: &Path, mode: Mode, keys: &KeyRing, out: &Outcome, what: &str) -> u64 {
-    let config = small_config(mode, keys, SyncMode::Durable);
+    let config = config_4k_pages(mode, keys, SyncMode::Durable);
     let mut ids = Vec::new();
     let wal = Wal::open_and_replay(dir, config.clone(), Lsn::default(), |rec| {
         ids.push(check_payload(rec.kind, &rec.payload).map_err(|e| panic!("{what}: {e}"))?);
@@ -122,7 +123,7 @@ fn verify_prefix(dir: &Path, mode: Mode, keys: &KeyRing, out: &Outcome, what: &s
     let lsn = wal.append(7, b"after reopen").unwrap();
     wal.flush(lsn).unwrap();
     wal.close().unwrap();
-    let all = common::read_all(dir, keys).unwrap();
+    let all = support::try_read_records(dir, keys).unwrap();
     assert_eq!(all.len() as u64, m + 1, "{what}: record after reopen");
     assert_eq!(all.last().unwrap().payload, b"after reopen");
     m

@@ -4,12 +4,13 @@
 //! new KEK) and holds every key the log in the same image needs: every record that reached
 //! the image reads back.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{Effect, FaultStorage, Op, Rng, Tear};
+use support::Rng;
+use support::faults::{Effect, FaultStorage, Op, Tear};
 use walcrypt::{Config, Kek, KeyProvider, KeyRing, KeyStore, Lsn, Mode, Reader, SyncMode, Wal};
 
 const OPS: [Op; 5] = [Op::Create, Op::Write, Op::Sync, Op::Rename, Op::SyncDir];

@@ -8,7 +8,7 @@
 //!
 //! WALCRYPT_PROPTEST_CASES sets the cases per property (default 64).
 
-mod common;
+mod support;
 
 use std::path::Path;
 
@@ -20,7 +20,7 @@ const PAGE: u64 = 512;
 const SEGMENT: u64 = 4096;
 
 fn cases() -> u32 {
-    common::env_usize("WALCRYPT_PROPTEST_CASES", 64) as u32
+    support::env_usize("WALCRYPT_PROPTEST_CASES", 64) as u32
 }
 
 fn config(mode: Mode, keys: &KeyRing, compress: bool) -> Config {
@@ -110,7 +110,7 @@ proptest! {
         let keys = KeyRing::generate().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let written = write_log(dir.path(), mode, &keys, compress, &records);
-        let read: Written = common::read_all(dir.path(), &keys)
+        let read: Written = support::try_read_records(dir.path(), &keys)
             .unwrap()
             .into_iter()
             .map(|r| (r.lsn, r.kind, r.payload))
@@ -279,7 +279,7 @@ proptest! {
             let lsn = wal.append(9, b"after damage").unwrap();
             wal.flush(lsn).unwrap();
             wal.close().unwrap();
-            let after: Written = common::read_all(dir.path(), &keys)
+            let after: Written = support::try_read_records(dir.path(), &keys)
                 .unwrap()
                 .into_iter()
                 .map(|r| (r.lsn, r.kind, r.payload))

@@ -3,9 +3,9 @@
 //! record, the writer keeps writing, and the log reopens. A second purge of the same range
 //! removes nothing.
 
-mod common;
+mod support;
 
-use common::{check_payload, payload_for};
+use support::{check_payload, payload_for};
 use walcrypt::{Config, KeyRing, Mode, Reader, SyncMode, Wal};
 
 const SEGMENT: u64 = 16 * 1024;

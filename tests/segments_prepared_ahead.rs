@@ -11,9 +11,10 @@
 //! With background preparation on (the default), a log written across many segments reopens
 //! to every record.
 
-mod common;
+mod support;
 
-use common::{Effect, FaultStorage, Op, Rng, Tear, check_payload, payload_for};
+use support::faults::{Effect, FaultStorage, Op, Tear};
+use support::{Rng, check_payload, payload_for};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const SEGMENT: u64 = 64 * 1024;

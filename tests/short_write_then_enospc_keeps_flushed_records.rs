@@ -4,9 +4,10 @@
 //! gives back every flushed record, in every mode, at 4 KiB and at the default 8 KiB page
 //! size. The short write leaves the first half of the new page image over the old one.
 
-mod common;
+mod support;
 
-use common::{Effect, FaultStorage, Op, Rng, Tear};
+use support::Rng;
+use support::faults::{Effect, FaultStorage, Op, Tear};
 use walcrypt::{Config, Error, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 fn config(mode: Mode, keys: &KeyRing, page: u64) -> Config {

@@ -9,7 +9,7 @@
 //! (replay a run; the seed is printed on failure). Timing decides exactly where a kill lands,
 //! so a seed replays the same plan (modes, sync modes, kill points) rather than the same bytes.
 
-mod common;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Rng, check_payload, env_usize, payload_for, seed_from_env};
+use support::{Rng, check_payload, env_usize, payload_for, seed_from_env};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const CHILD_ENV: &str = "WALCRYPT_CRASH_CHILD";

@@ -5,11 +5,11 @@
 //! soak_sixteen_threads -- --ignored --nocapture`. WALCRYPT_SOAK_RECORDS sets the total (default
 //! 2,000,000), WALCRYPT_SOAK_MODE one mode (default: all three in turn).
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 
-use common::{Rng, env_usize};
+use support::{Rng, env_usize};
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const THREADS: u64 = 16;

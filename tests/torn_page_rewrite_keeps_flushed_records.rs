@@ -9,12 +9,12 @@
 //! pagelevel keeps a page's IV for all its rewrites within one open and encrypts only the
 //! filled part of the body.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::Rng;
+use support::Rng;
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 const PAGE: u64 = 8192;
@@ -71,7 +71,7 @@ fn story(mode: Mode, keys: &KeyRing, flushed: u64, next_len: usize) -> Story {
         let lsn = wal.append(1, &payload(id, small_len(mode))).unwrap();
         wal.flush(lsn).unwrap();
     }
-    common::copy_dir(live.path(), &base.path().join("log"));
+    support::copy_dir(live.path(), &base.path().join("log"));
     let old = page1(live.path());
     let lsn = wal.append(1, &payload(flushed + 1, next_len)).unwrap();
     wal.flush(lsn).unwrap();
@@ -92,7 +92,7 @@ fn story(mode: Mode, keys: &KeyRing, flushed: u64, next_len: usize) -> Story {
 fn check(mode: Mode, keys: &KeyRing, s: &Story, torn: &[u8], what: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
-    common::copy_dir(&s.base.path().join("log"), &dir);
+    support::copy_dir(&s.base.path().join("log"), &dir);
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join(SEGMENT_FILE))
@@ -117,7 +117,8 @@ fn check(mode: Mode, keys: &KeyRing, s: &Story, torn: &[u8], what: &str) {
             assert_eq!(p, &payload(id, len), "{what}: record {id} altered");
         }
     };
-    let read = common::read_all(&dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
+    let read =
+        support::try_read_records(&dir, keys).unwrap_or_else(|e| panic!("{what}: reader: {e}"));
     let read: Vec<Vec<u8>> = read.into_iter().map(|r| r.payload).collect();
     expect(&read, false);
     let mut replayed = Vec::new();
@@ -131,7 +132,7 @@ fn check(mode: Mode, keys: &KeyRing, s: &Story, torn: &[u8], what: &str) {
     let lsn = wal.append(2, &marker).unwrap();
     wal.flush(lsn).unwrap();
     wal.close().unwrap();
-    let after = common::read_all(&dir, keys)
+    let after = support::try_read_records(&dir, keys)
         .unwrap_or_else(|e| panic!("{what}: reader after the writer continued: {e}"));
     let after: Vec<Vec<u8>> = after.into_iter().map(|r| r.payload).collect();
     expect(&after, true);

@@ -4,9 +4,10 @@
 //! may be on disk beyond what the writer accounted for. Reopening gives a prefix of what was
 //! appended, holding every record acknowledged before the failure.
 
-mod common;
+mod support;
 
-use common::{Effect, FaultStorage, Op, check_payload, payload_for};
+use support::faults::{Effect, FaultStorage, Op};
+use support::{check_payload, payload_for};
 use walcrypt::{Config, Error, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {

@@ -227,7 +227,7 @@ impl<'a> Cursor<'a> {
         {
             return Ok(Err(inv));
         }
-        let hlen = format::header_len_for_flags(head[9]);
+        let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
         if hlen > RECORD_HEADER_PLAIN
             && let Err(inv) = self.read_into(
                 &mut pos,

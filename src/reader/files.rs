@@ -50,12 +50,8 @@ pub(crate) fn read_segment_header(
     let mut buf = vec![0u8; format::SEGMENT_HEADER_FIXED];
     let mut n = read_full(file.as_ref(), &mut buf, 0)
         .map_err(|e| Error::io("read segment header", path, e))?;
-    if n == buf.len() {
-        let keys = u16::from_le_bytes([buf[14], buf[15]]) as usize;
-        buf.resize(
-            format::SEGMENT_HEADER_FIXED + keys * format::KCV_ENTRY + 4,
-            0,
-        );
+    if let Some(len) = SegmentHeader::len_from_fixed(&buf[..n]) {
+        buf.resize(len, 0);
         n += read_full(file.as_ref(), &mut buf[n..], n as u64)
             .map_err(|e| Error::io("read segment header", path, e))?;
     }

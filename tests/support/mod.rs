@@ -1,16 +1,139 @@
-//! Helpers shared by the scenario tests in this directory.
+//! Helpers shared by the scenario tests in this directory: a seeded RNG and deterministic
+//! payloads, small configurations, reading a log back, a storage that records what the log
+//! does ([`RecordingStorage`]), one that injects faults and builds crash images ([`faults`]),
+//! and tampering with stored records ([`tamper`]).
 #![allow(dead_code)]
 
+use std::fs;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod faults;
 pub mod tamper;
 
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};
 
-/// A small geometry so that tests cross many page and segment boundaries quickly.
+// ---------------------------------------------------------------------------------------------
+// Seeds and randomness
+
+/// xorshift64*: tiny, seeded, reproducible.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo)
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// The seed from `var` (decimal or 0x hex) or a fresh one from the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    if let Ok(s) = std::env::var(var) {
+        let s = s.trim();
+        let parsed = match s.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => s.parse(),
+        };
+        return parsed.unwrap_or_else(|_| panic!("{var}={s} is not a number"));
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    nanos ^ (std::process::id() as u64) << 32
+}
+
+/// A number from env `var`, or `default`.
+pub fn env_usize(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic records
+
+/// The kind and payload of record `id`: 8 bytes of id, then bytes derived from it. Sizes mix
+/// small records, page-sized ones and a few that span several 4 KiB pages.
+pub fn payload_for(id: u64) -> (u8, Vec<u8>) {
+    let mut rng = Rng::new(id.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let len = match rng.below(100) {
+        0..=59 => rng.range(0, 200),
+        60..=89 => rng.range(200, 2000),
+        90..=97 => rng.range(2000, 9000),
+        _ => rng.range(9000, 20_000),
+    } as usize;
+    let mut payload = vec![0u8; 8 + len];
+    payload[..8].copy_from_slice(&id.to_le_bytes());
+    rng.fill(&mut payload[8..]);
+    ((id % 251) as u8, payload)
+}
+
+/// The id a payload claims, if the payload is exactly what `payload_for` makes for that id.
+pub fn check_payload(kind: u8, payload: &[u8]) -> Result<u64, String> {
+    if payload.len() < 8 {
+        return Err(format!("payload of {} bytes has no id", payload.len()));
+    }
+    let id = u64::from_le_bytes(payload[..8].try_into().unwrap());
+    let (k, expected) = payload_for(id);
+    if k != kind || expected != payload {
+        return Err(format!(
+            "record claiming id {id} is altered (kind {kind} vs {k}, {} vs {} bytes)",
+            payload.len(),
+            expected.len()
+        ));
+    }
+    Ok(id)
+}
+
+/// 4 KiB pages and 64 KiB segments, none prepared ahead (so the storage sees every operation
+/// in the appending order): the reliability scenarios roll segments often, with records that
+/// span pages.
+pub fn config_4k_pages(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(sync)
+        .page_size(4096)
+        .segment_size(64 * 1024)
+        .buffer_size(32 * 1024)
+        .prepare_segments(false)
+}
+
+/// Every record of the log in `dir`, or the first error.
+pub fn try_read_records(dir: &Path, keys: &KeyRing) -> walcrypt::Result<Vec<Record>> {
+    let reader = Reader::open(dir, Some(keys.clone()))?;
+    reader.records_from(Lsn::default()).collect()
+}
+
+/// 512-byte pages and 4 KiB segments, durable flushes: tests cross many page and segment
+/// boundaries quickly.
 pub fn small_config(mode: Mode, keys: &KeyRing) -> Config {
     Config::new(mode)
         .keys(keys.clone())
@@ -20,17 +143,12 @@ pub fn small_config(mode: Mode, keys: &KeyRing) -> Config {
         .sync(SyncMode::Durable)
 }
 
-/// A payload whose bytes depend on `seed`, so a misplaced or altered payload never matches.
+/// A payload of `len` bytes drawn from [`Rng`] seeded with `seed`, so a misplaced or altered
+/// payload never matches.
 pub fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut p = vec![0u8; len];
+    Rng::new(seed).fill(&mut p);
+    p
 }
 
 /// Every record of the log in `dir`, as (lsn, kind, payload); panics on any read error.
@@ -57,11 +175,14 @@ pub fn append_all(wal: &Wal, records: &[(u8, Vec<u8>)]) -> Vec<Lsn> {
         .collect()
 }
 
-/// Copies every file of `from` into the (existing) directory `to`.
+/// Copies the regular files of `from` into `to`, creating `to` if needed.
 pub fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).expect("read dir") {
+    fs::create_dir_all(to).expect("create copy directory");
+    for entry in fs::read_dir(from).expect("read dir") {
         let entry = entry.expect("dir entry");
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy file");
+        if entry.file_type().expect("file type").is_file() {
+            fs::copy(entry.path(), to.join(entry.file_name())).expect("copy file");
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use walcrypt::inspect::{RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name};
+use walcrypt::inspect::{
+    REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name,
+};
 use walcrypt::{Lsn, Reader};
 
 /// A record as it sits in the files: its position and stored bytes (header and payload).
@@ -61,5 +63,15 @@ pub fn write_at(dir: &Path, lsn: u64, bytes: &[u8]) {
 pub fn fix_crc(record: &mut [u8]) {
     let (header, payload) = record.split_at(RECORD_HEADER_ENCRYPTED);
     let crc = record_crc(header, payload);
-    record[..4].copy_from_slice(&crc.to_le_bytes());
+    record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The length field of a stored record's header.
+pub fn stored_len(record: &[u8]) -> u32 {
+    u32::from_le_bytes(record[REC_LEN_AT..REC_LEN_AT + 4].try_into().unwrap())
+}
+
+/// Overwrites the length field of a stored record's header (the CRC is left as it was).
+pub fn set_stored_len(record: &mut [u8], len: u32) {
+    record[REC_LEN_AT..REC_LEN_AT + 4].copy_from_slice(&len.to_le_bytes());
 }

@@ -10,7 +10,7 @@
 
 use std::io::Write;
 
-use walcrypt::inspect::{self, KCV_ENTRY, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
 use walcrypt::{IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use crate::Args;
@@ -112,7 +112,7 @@ impl Verify<'_> {
         for seg in self.reader.segments() {
             for (i, (id, kcv)) in seg.header.key_checks.iter().enumerate() {
                 let name = inspect::segment_file_name(seg.header.start);
-                let offset = inspect::SEGMENT_HEADER_FIXED + i * KCV_ENTRY;
+                let offset = inspect::kcv_entry_at(i);
                 match ring.get(*id) {
                     Some(key) if key.log_check_value(seg.header.log_id, *id) != *kcv => {
                         ok = false;

@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 
 use support::*;
 use walcrypt::Mode;
+use walcrypt::inspect::{REC_CRC_AT, REC_IV_AT, RECORD_HEADER_ENCRYPTED, record_crc};
 
 /// Records whose header and payload lie in one page, so the test can rewrite them in place.
 fn within_one_page(a: &Appended) -> bool {
@@ -23,10 +24,10 @@ fn verify_flags_a_duplicate_iv() {
     let second = fitting.nth(20).unwrap();
 
     let (path_a, off_a) = locate(&log, first.lsn);
-    let mut iv = [0u8; 16];
+    let mut iv = [0u8; walcrypt::IV_LEN];
     std::fs::File::open(&path_a)
         .unwrap()
-        .read_exact_at(&mut iv, off_a + 16)
+        .read_exact_at(&mut iv, off_a + REC_IV_AT as u64)
         .unwrap();
 
     let (path_b, off_b) = locate(&log, second.lsn);
@@ -35,11 +36,12 @@ fn verify_flags_a_duplicate_iv() {
         .write(true)
         .open(&path_b)
         .unwrap();
-    let mut record = vec![0u8; 32 + second.payload.len()];
+    let mut record = vec![0u8; RECORD_HEADER_ENCRYPTED + second.payload.len()];
     file.read_exact_at(&mut record, off_b).unwrap();
-    record[16..32].copy_from_slice(&iv);
-    let crc = walcrypt::inspect::record_crc(&record[..32], &record[32..]);
-    record[0..4].copy_from_slice(&crc.to_le_bytes());
+    record[REC_IV_AT..RECORD_HEADER_ENCRYPTED].copy_from_slice(&iv);
+    let (header, stored) = record.split_at(RECORD_HEADER_ENCRYPTED);
+    let crc = record_crc(header, stored);
+    record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, off_b).unwrap();
     drop(file);
 

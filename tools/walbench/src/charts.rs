@@ -1,12 +1,16 @@
-//! SVG charts (plotters): throughput and model vs threads per workload, recovery bars.
+//! SVG charts (plotters): throughput and model vs threads per workload, recovery bars, and
+//! the peer run's commits vs threads; [`draw_study`] and [`draw_peers`] assemble them from
+//! the summaries.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 use walcrypt::Mode;
 
-use crate::peers::System;
+use crate::args::Args;
+use crate::peers::{self, PeerSummary, System};
 use crate::run::BoxError;
+use crate::{model, report};
 
 fn mode_color(mode: Mode) -> RGBColor {
     match mode {
@@ -202,4 +206,155 @@ fn short(y: f64) -> String {
     } else {
         format!("{y:.2}")
     }
+}
+
+/// The study's charts: measured and modelled throughput against threads, recovery bars.
+pub fn draw_study(
+    args: &Args,
+    summary: &[report::Summary],
+    fits: &[model::Fit],
+    recovery: &[report::RecoverySummary],
+) -> Result<(), BoxError> {
+    let measured: Vec<Panel> = args
+        .workloads
+        .iter()
+        .map(|&w| Panel {
+            title: format!("{} ({} B/txn)", w.name(), w.payload_bytes_per_txn()),
+            lines: args
+                .modes
+                .iter()
+                .map(|&m| {
+                    let pts = summary
+                        .iter()
+                        .filter(|r| r.workload == w && r.mode == m)
+                        .map(|r| (r.threads as f64, r.txn_per_s))
+                        .collect();
+                    (m, pts)
+                })
+                .collect(),
+        })
+        .collect();
+    line_panels(
+        &args.out.join("throughput.svg"),
+        &format!(
+            "walbench: measured transactions/s vs threads (sync {}, {} cores)",
+            args.sync.name(),
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        "txn/s",
+        &measured,
+    )?;
+    let modelled: Vec<Panel> = args
+        .workloads
+        .iter()
+        .map(|&w| Panel {
+            title: format!("{} (model)", w.name()),
+            lines: fits
+                .iter()
+                .filter(|f| f.workload == w)
+                .map(|f| {
+                    let pts = model::model_points(args.model_cores)
+                        .into_iter()
+                        .map(|n| (n as f64, f.predict(n)))
+                        .collect();
+                    (f.mode, pts)
+                })
+                .collect(),
+        })
+        .collect();
+    line_panels(
+        &args.out.join("model.svg"),
+        &format!(
+            "MODEL, not measured: X(n) = n / (t_par + n*t_ser) up to {} cores",
+            args.model_cores
+        ),
+        "txn/s (predicted)",
+        &modelled,
+    )?;
+    if !recovery.is_empty() {
+        let mut applies: Vec<f64> = Vec::new();
+        for r in recovery {
+            if !applies.contains(&r.apply_us) {
+                applies.push(r.apply_us);
+            }
+        }
+        let panels: Vec<BarPanel> = applies
+            .iter()
+            .map(|&a| BarPanel {
+                title: if a > 0.0 {
+                    format!("with apply: 8 KiB page copy + {a:.1} us CPU per record")
+                } else {
+                    "decode only (no apply)".to_string()
+                },
+                groups: args
+                    .workloads
+                    .iter()
+                    .map(|&w| {
+                        let bars = recovery
+                            .iter()
+                            .filter(|r| r.workload == w && r.apply_us == a)
+                            .map(|r| (r.mode, r.wall_ratio))
+                            .collect();
+                        (w.name().to_string(), bars)
+                    })
+                    .collect(),
+            })
+            .collect();
+        bar_panels(
+            &args.out.join("recovery.svg"),
+            &format!(
+                "walbench: recovery wall time / plaintext's, lower is better ({} MiB of payload, the same records in every mode)",
+                args.recovery_mib
+            ),
+            "wall time / plaintext",
+            &panels,
+        )?;
+    }
+    Ok(())
+}
+
+/// The peer run's charts: commits/s against threads, one file per sync setting, a panel per
+/// shape.
+pub fn draw_peers(
+    args: &Args,
+    summary: &[PeerSummary],
+    systems: &[System],
+    cores: usize,
+) -> Result<(), BoxError> {
+    for &durable in &args.peer_sync {
+        let panels: Vec<Panel<peers::System>> = args
+            .shapes
+            .iter()
+            .map(|&shape| Panel {
+                title: shape.name(),
+                lines: systems
+                    .iter()
+                    .map(|&s| {
+                        let pts = summary
+                            .iter()
+                            .filter(|r| r.shape == shape && r.durable == durable && r.system == s)
+                            .map(|r| (r.threads as f64, r.txn_per_s))
+                            .collect::<Vec<_>>();
+                        (s, pts)
+                    })
+                    .filter(|(_, pts)| !pts.is_empty())
+                    .collect(),
+            })
+            .collect();
+        let sync = peers::sync_name(durable);
+        line_panels(
+            &args.out.join(format!("peers-sync-{sync}.svg")),
+            &format!(
+                "walbench --peers: commits/s vs threads, sync {sync} ({}), {cores} cores",
+                if durable {
+                    "durable commit"
+                } else {
+                    "handed to the OS"
+                }
+            ),
+            "txn/s",
+            &panels,
+        )?;
+    }
+    Ok(())
 }

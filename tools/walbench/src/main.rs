@@ -11,6 +11,7 @@ mod charts;
 mod cpu;
 mod model;
 mod peers;
+mod recovery;
 mod report;
 mod run;
 mod workload;
@@ -25,12 +26,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use walcrypt::KeyRing;
 
 use crate::args::Args;
-use crate::report::RecoveryRuns;
+use crate::recovery::{Apply, RECOVERY_REPEATS};
 use crate::run::{BoxError, CellSpec};
-use crate::workload::{EngineWork, Workload};
-
-/// Timed replays per recovery log (after one untimed warm-up replay).
-const RECOVERY_REPEATS: usize = 3;
+use crate::workload::EngineWork;
 
 fn main() -> ExitCode {
     // Bad options: clap prints one error line and exits with code 2.
@@ -124,7 +122,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut recoveries = Vec::new();
     if args.recovery_mib > 0 {
         for &workload in &args.workloads {
-            recoveries.extend(recovery(args, &keys, &log_base, workload, &applies, &bar)?);
+            recoveries.extend(recovery::run(
+                args, &keys, &log_base, workload, &applies, &bar,
+            )?);
         }
     }
     bar.finish_and_clear();
@@ -164,7 +164,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
             &report::recovery_csv(&rec_summary),
         )?;
     }
-    draw_charts(args, &summary, &fits, &rec_summary)?;
+    charts::draw_study(args, &summary, &fits, &rec_summary)?;
     println!("wrote CSV files and SVG charts to {}", out.display());
     if args.keep {
         println!("kept the logs under {}", log_base.display());
@@ -240,41 +240,7 @@ fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxErro
     );
     println!("{}", peers::table(&summary, &systems));
     write(&args.out.join("peers.csv"), &peers::csv(&summary))?;
-    for &durable in &args.peer_sync {
-        let panels: Vec<charts::Panel<peers::System>> = args
-            .shapes
-            .iter()
-            .map(|&shape| charts::Panel {
-                title: shape.name(),
-                lines: systems
-                    .iter()
-                    .map(|&s| {
-                        let pts = summary
-                            .iter()
-                            .filter(|r| r.shape == shape && r.durable == durable && r.system == s)
-                            .map(|r| (r.threads as f64, r.txn_per_s))
-                            .collect::<Vec<_>>();
-                        (s, pts)
-                    })
-                    .filter(|(_, pts)| !pts.is_empty())
-                    .collect(),
-            })
-            .collect();
-        let sync = peers::sync_name(durable);
-        charts::line_panels(
-            &args.out.join(format!("peers-sync-{sync}.svg")),
-            &format!(
-                "walbench --peers: commits/s vs threads, sync {sync} ({}), {cores} cores",
-                if durable {
-                    "durable commit"
-                } else {
-                    "handed to the OS"
-                }
-            ),
-            "txn/s",
-            &panels,
-        )?;
-    }
+    charts::draw_peers(args, &summary, &systems, cores)?;
     println!(
         "wrote peers.csv and peers-sync-*.svg to {}",
         args.out.display()
@@ -288,202 +254,6 @@ fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxErro
 fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
     let k = by % items.len().max(1);
     items[k..].iter().chain(&items[..k]).copied().collect()
-}
-
-/// How a recovery replay treats each record.
-#[derive(Debug, Clone, Copy)]
-struct Apply {
-    /// Simulated redo per record in microseconds (0: decode only).
-    us: f64,
-    /// The calibrated redo loop; `None` for decode only.
-    work: Option<EngineWork>,
-}
-
-impl Apply {
-    const DECODE_ONLY: Apply = Apply {
-        us: 0.0,
-        work: None,
-    };
-}
-
-fn recovery(
-    args: &Args,
-    keys: &KeyRing,
-    base: &Path,
-    workload: Workload,
-    applies: &[Apply],
-    bar: &ProgressBar,
-) -> Result<Vec<RecoveryRuns>, BoxError> {
-    let bytes = args.recovery_mib << 20;
-    let mut runs = Vec::new();
-    for &mode in &args.modes {
-        bar.set_message(format!("recovery: writing {} {}", workload.name(), mode));
-        let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-        fresh_dir(&dir)?;
-        let log_bytes =
-            run::write_recovery_log(&dir, keys, workload, mode, bytes, args.compression())
-                .map_err(|e| format!("recovery log {} {}: {e}", workload.name(), mode))?;
-        // Warm-up: the first open may settle the torn tail; later replays see the same log.
-        run::replay(&dir, keys, mode, None)?;
-        bar.inc(2);
-        for apply in applies {
-            runs.push(RecoveryRuns {
-                workload,
-                mode,
-                apply_us: apply.us,
-                log_bytes,
-                runs: Vec::new(),
-            });
-        }
-    }
-    // Every repeat replays each log both ways, back to back, with the order of modes and of
-    // apply kinds rotating, so drifting machine load hits every combination alike.
-    for rep in 0..RECOVERY_REPEATS {
-        for (mi, mode) in rotated(&args.modes, rep).into_iter().enumerate() {
-            for apply in rotated(applies, rep + mi) {
-                bar.set_message(format!(
-                    "recovery: replaying {} {} apply {}",
-                    workload.name(),
-                    mode,
-                    report::apply_label(apply.us)
-                ));
-                let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
-                let r = run::replay_for(&dir, keys, mode, apply.work, args.recovery_secs).map_err(
-                    |e| {
-                        format!(
-                            "replay {} {} apply {}: {e}",
-                            workload.name(),
-                            mode,
-                            report::apply_label(apply.us)
-                        )
-                    },
-                )?;
-                if let Some(slot) = runs
-                    .iter_mut()
-                    .find(|x| x.mode == mode && x.apply_us == apply.us)
-                {
-                    slot.runs.push(r);
-                }
-                bar.inc(1);
-            }
-        }
-    }
-    if !args.keep {
-        for &mode in &args.modes {
-            remove_dir(&base.join(format!("recovery-{}-{}", workload.name(), mode)));
-        }
-    }
-    // Rows: decode only first, then with apply; modes in the order asked.
-    runs.sort_by_key(|r| {
-        let a = applies.iter().position(|x| x.us == r.apply_us).unwrap_or(0);
-        let m = args.modes.iter().position(|x| *x == r.mode).unwrap_or(0);
-        (a, m)
-    });
-    Ok(runs)
-}
-
-fn draw_charts(
-    args: &Args,
-    summary: &[report::Summary],
-    fits: &[model::Fit],
-    recovery: &[report::RecoverySummary],
-) -> Result<(), BoxError> {
-    let measured: Vec<charts::Panel> = args
-        .workloads
-        .iter()
-        .map(|&w| charts::Panel {
-            title: format!("{} ({} B/txn)", w.name(), w.payload_bytes_per_txn()),
-            lines: args
-                .modes
-                .iter()
-                .map(|&m| {
-                    let pts = summary
-                        .iter()
-                        .filter(|r| r.workload == w && r.mode == m)
-                        .map(|r| (r.threads as f64, r.txn_per_s))
-                        .collect();
-                    (m, pts)
-                })
-                .collect(),
-        })
-        .collect();
-    charts::line_panels(
-        &args.out.join("throughput.svg"),
-        &format!(
-            "walbench: measured transactions/s vs threads (sync {}, {} cores)",
-            args.sync.name(),
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        ),
-        "txn/s",
-        &measured,
-    )?;
-    let modelled: Vec<charts::Panel> = args
-        .workloads
-        .iter()
-        .map(|&w| charts::Panel {
-            title: format!("{} (model)", w.name()),
-            lines: fits
-                .iter()
-                .filter(|f| f.workload == w)
-                .map(|f| {
-                    let pts = model::model_points(args.model_cores)
-                        .into_iter()
-                        .map(|n| (n as f64, f.predict(n)))
-                        .collect();
-                    (f.mode, pts)
-                })
-                .collect(),
-        })
-        .collect();
-    charts::line_panels(
-        &args.out.join("model.svg"),
-        &format!(
-            "MODEL, not measured: X(n) = n / (t_par + n*t_ser) up to {} cores",
-            args.model_cores
-        ),
-        "txn/s (predicted)",
-        &modelled,
-    )?;
-    if !recovery.is_empty() {
-        let mut applies: Vec<f64> = Vec::new();
-        for r in recovery {
-            if !applies.contains(&r.apply_us) {
-                applies.push(r.apply_us);
-            }
-        }
-        let panels: Vec<charts::BarPanel> = applies
-            .iter()
-            .map(|&a| charts::BarPanel {
-                title: if a > 0.0 {
-                    format!("with apply: 8 KiB page copy + {a:.1} us CPU per record")
-                } else {
-                    "decode only (no apply)".to_string()
-                },
-                groups: args
-                    .workloads
-                    .iter()
-                    .map(|&w| {
-                        let bars = recovery
-                            .iter()
-                            .filter(|r| r.workload == w && r.apply_us == a)
-                            .map(|r| (r.mode, r.wall_ratio))
-                            .collect();
-                        (w.name().to_string(), bars)
-                    })
-                    .collect(),
-            })
-            .collect();
-        charts::bar_panels(
-            &args.out.join("recovery.svg"),
-            &format!(
-                "walbench: recovery wall time / plaintext's, lower is better ({} MiB of payload, the same records in every mode)",
-                args.recovery_mib
-            ),
-            "wall time / plaintext",
-            &panels,
-        )?;
-    }
-    Ok(())
 }
 
 fn progress_bar(enabled: bool, total: u64) -> ProgressBar {

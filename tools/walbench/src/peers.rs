@@ -232,7 +232,7 @@ pub fn run_peer_cell(spec: &PeerSpec) -> Result<Option<PeerCell>, BoxError> {
                 let shape = spec.shape;
                 s.spawn(move || {
                     let data: Vec<Vec<u8>> = (0..shape.count)
-                        .map(|i| payload(shape.size, 0x9e37 + (t * 1000 + i) as u64))
+                        .map(|i| payload(0x9e37 + (t * 1000 + i) as u64, shape.size))
                         .collect();
                     let records: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
                     barrier.wait();

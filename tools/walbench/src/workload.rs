@@ -63,7 +63,7 @@ impl Workload {
     pub fn data(self, seed: u64) -> Vec<u8> {
         match self {
             Workload::Fpw => page_image(self.max_record(), seed),
-            _ => payload(self.max_record(), seed),
+            _ => payload(seed, self.max_record()),
         }
     }
 
@@ -86,8 +86,9 @@ impl std::str::FromStr for Workload {
     }
 }
 
-/// Payload bytes that look like data (not zeros), different per thread.
-pub fn payload(len: usize, seed: u64) -> Vec<u8> {
+/// Payload bytes that look like data (not zeros), different per thread. Arguments in the
+/// order of the library tests' `payload(seed, len)`.
+pub fn payload(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
         .map(|_| {
@@ -260,16 +261,16 @@ mod tests {
     #[test]
     fn redo_copies_into_the_page_cyclically() {
         let mut redo = RedoApply::new(EngineWork::calibrate(0.0));
-        let a = payload(APPLY_PAGE - 10, 1);
+        let a = payload(1, APPLY_PAGE - 10);
         redo.apply(&a);
         assert_eq!(&redo.page()[..APPLY_PAGE - 10], &a[..]);
         // Wraps at the page end.
-        let b = payload(30, 2);
+        let b = payload(2, 30);
         redo.apply(&b);
         assert_eq!(&redo.page()[APPLY_PAGE - 10..], &b[..10]);
         assert_eq!(&redo.page()[..20], &b[10..]);
         // Larger than the page: page-sized chunks, the last chunk wins where they overlap.
-        let c = payload(2 * APPLY_PAGE + 5, 3);
+        let c = payload(3, 2 * APPLY_PAGE + 5);
         redo.apply(&c);
         let last = &c[2 * APPLY_PAGE..];
         assert_eq!(&redo.page()[20..25], last);
@@ -300,7 +301,7 @@ mod tests {
         let r = ratio(&page);
         assert!((0.3..0.8).contains(&r), "page image compresses to {r:.2}");
         assert!(
-            ratio(&payload(8192, 7)) > 1.0,
+            ratio(&payload(7, 8192)) > 1.0,
             "random bytes stay uncompressed"
         );
     }

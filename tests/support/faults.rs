@@ -1,7 +1,6 @@
-//! Shared helpers for the reliability tests: a seeded RNG, deterministic payloads, and a
-//! fault-injecting [`Storage`] that can fail chosen operations and build crash images that keep
-//! only what was made durable.
-#![allow(dead_code)]
+//! A fault-injecting [`Storage`] for the reliability scenarios: it counts operations, fails
+//! chosen ones (errors, short writes, torn writes), and builds crash images that keep only
+//! what was made durable.
 
 use std::collections::HashMap;
 use std::fs;
@@ -10,136 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode};
 
-// ---------------------------------------------------------------------------------------------
-// Seeds and randomness
-
-/// xorshift64*: tiny, seeded, reproducible.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo)
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
-
-/// The seed from `var` (decimal or 0x hex) or a fresh one from the clock.
-pub fn seed_from_env(var: &str) -> u64 {
-    if let Ok(s) = std::env::var(var) {
-        let s = s.trim();
-        let parsed = match s.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => s.parse(),
-        };
-        return parsed.unwrap_or_else(|_| panic!("{var}={s} is not a number"));
-    }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1);
-    nanos ^ (std::process::id() as u64) << 32
-}
-
-/// A number from env `var`, or `default`.
-pub fn env_usize(var: &str, default: usize) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Deterministic records
-
-/// The kind and payload of record `id`: 8 bytes of id, then bytes derived from it. Sizes mix
-/// small records, page-sized ones and a few that span several 4 KiB pages.
-pub fn payload_for(id: u64) -> (u8, Vec<u8>) {
-    let mut rng = Rng::new(id.wrapping_mul(0xD6E8_FEB8_6659_FD93));
-    let len = match rng.below(100) {
-        0..=59 => rng.range(0, 200),
-        60..=89 => rng.range(200, 2000),
-        90..=97 => rng.range(2000, 9000),
-        _ => rng.range(9000, 20_000),
-    } as usize;
-    let mut payload = vec![0u8; 8 + len];
-    payload[..8].copy_from_slice(&id.to_le_bytes());
-    rng.fill(&mut payload[8..]);
-    ((id % 251) as u8, payload)
-}
-
-/// The id a payload claims, if the payload is exactly what `payload_for` makes for that id.
-pub fn check_payload(kind: u8, payload: &[u8]) -> Result<u64, String> {
-    if payload.len() < 8 {
-        return Err(format!("payload of {} bytes has no id", payload.len()));
-    }
-    let id = u64::from_le_bytes(payload[..8].try_into().unwrap());
-    let (k, expected) = payload_for(id);
-    if k != kind || expected != payload {
-        return Err(format!(
-            "record claiming id {id} is altered (kind {kind} vs {k}, {} vs {} bytes)",
-            payload.len(),
-            expected.len()
-        ));
-    }
-    Ok(id)
-}
-
-/// A test configuration with small pages and segments so tests roll segments often.
-pub fn small_config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(sync)
-        .page_size(4096)
-        .segment_size(64 * 1024)
-        .buffer_size(32 * 1024)
-        .prepare_segments(false)
-}
-
-/// Every record of the log in `dir`, or the first error.
-pub fn read_all(dir: &Path, keys: &KeyRing) -> walcrypt::Result<Vec<Record>> {
-    let reader = Reader::open(dir, Some(keys.clone()))?;
-    reader.records_from(Lsn::default()).collect()
-}
-
-/// Copies the regular files of `from` into a fresh `to`.
-pub fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
-            fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fault-injecting storage
+use super::Rng;
 
 /// Operations the fault storage counts and can fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
