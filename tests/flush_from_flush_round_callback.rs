@@ -3,14 +3,14 @@
 //! appended from inside the callback) instead of waiting for its own thread. The records
 //! appended from the callback are durable and readable after a reopen.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use common::{read_all, small_config};
+use support::{config_4k_pages, try_read_records};
 use walcrypt::{EventListener, FlushRound, KeyRing, Mode, SyncMode, Wal};
 
 #[derive(Default)]
@@ -47,7 +47,7 @@ fn nested_flushes_complete(sync: SyncMode) {
     let keys = KeyRing::generate().unwrap();
     let heard = Arc::new(Nested::default());
     let config =
-        small_config(Mode::PerRecord, &keys, sync).listener(Arc::new(Listener(heard.clone())));
+        config_4k_pages(Mode::PerRecord, &keys, sync).listener(Arc::new(Listener(heard.clone())));
     let wal = Arc::new(Wal::open(dir.path(), config).unwrap());
     heard.wal.set(Arc::downgrade(&wal)).unwrap();
 
@@ -79,7 +79,7 @@ fn nested_flushes_complete(sync: SyncMode) {
     }
     Arc::try_unwrap(wal).ok().unwrap().close().unwrap();
 
-    let records = read_all(dir.path(), &keys).unwrap();
+    let records = try_read_records(dir.path(), &keys).unwrap();
     let from_callback = records.iter().filter(|r| r.kind == 7).count();
     assert_eq!(records.len(), 6);
     assert_eq!(from_callback, 3);

@@ -44,6 +44,9 @@ struct State {
     busy: Option<u64>,
     /// A prepared segment, the key check values its header lists, and its open handle.
     ready: Option<(u64, KeyChecks, Box<dyn StorageFile>)>,
+    /// The last preparation that failed. It may have failed after its rename (at the directory
+    /// sync), leaving a segment file under its name whose header lists the keys of its time.
+    failed: Option<u64>,
     /// The `Wal` is gone: the preparer thread ends.
     closed: bool,
 }
@@ -124,8 +127,9 @@ impl Preparer {
     fn finish_job(&self, start: u64, made: Option<(KeyChecks, Box<dyn StorageFile>)>) {
         let mut state = self.state.lock();
         state.busy = None;
-        if let Some((checks, file)) = made {
-            state.ready = Some((start, checks, file));
+        match made {
+            Some((checks, file)) => state.ready = Some((start, checks, file)),
+            None => state.failed = Some(start),
         }
         drop(state);
         self.changed.notify_all();
@@ -200,6 +204,13 @@ impl Wal {
             Some((s, checks, file)) if s == start => (checks, file),
             other => {
                 state.ready = other;
+                if state.failed == Some(start) {
+                    // A failed preparation may have left the file under its name: never write
+                    // into it (its header may list an older key); the caller makes it anew.
+                    state.failed = None;
+                    drop(state);
+                    self.remove_unused_segment(start, "remove a segment whose preparation failed")?;
+                }
                 return Ok(None);
             }
         };
@@ -208,10 +219,17 @@ impl Wal {
             return Ok(Some(file));
         }
         drop(file);
+        self.remove_unused_segment(start, "remove a segment prepared under an old key")?;
+        Ok(None)
+    }
+
+    /// Removes the never-written segment file at `start`, if there is one.
+    fn remove_unused_segment(&self, start: u64, op: &'static str) -> Result<()> {
         let path = self.dir.join(format::segment_file_name(Lsn(start)));
         match self.storage.remove(&path) {
-            Ok(()) => Ok(None),
-            Err(e) => Err(self.poison("remove a segment prepared under an old key", start, e)),
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.poison(op, start, e)),
         }
     }
 }
