@@ -1,6 +1,7 @@
 //! The writer: append and the WAL buffer (this file); opening a log and resuming it after
-//! recovery (`open`); writing out, group commit, fdatasync, segment creation and purge
-//! (`flush`). docs/DESIGN.md walks through the whole write path.
+//! recovery (`open`); writing out, group commit and fdatasync (`flush`); segment handles,
+//! switch and purge (`segments`); segment creation, also ahead of time (`prepare`); key
+//! rotation (`rotate`). docs/DESIGN.md walks through the whole write path.
 //!
 //! Locks, always taken in this order, never the other way (a lock may be skipped, never
 //! taken after one that comes later in the list):
@@ -90,6 +91,7 @@ mod flush;
 mod open;
 mod prepare;
 mod rotate;
+mod segments;
 
 use flush::GroupCommit;
 use prepare::{Maker, Preparer};
