@@ -1,4 +1,7 @@
-//! Opening a log for writing: end-of-log detection, torn-tail truncation and replay.
+//! Recovery: what a writer opening an existing log resumes from. `recover` finds the end of
+//! the valid log, replays records on the way when asked, and truncates the torn tail; the
+//! writer's open (`writer/open.rs`) claims the directory before and decides how to resume
+//! after.
 //!
 //! Recovery reads forward from a record boundary near the end (or from the replay start) with
 //! the reader's own cursor. The first record that is not valid ends the log, unless a later
@@ -7,176 +10,67 @@
 //! segment) or removed (later segments) before writing resumes, so stale bytes can never be
 //! read as part of the log again.
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
-
 use crate::Lsn;
-use crate::config::{Config, Mode, RecoveryMode};
-use crate::crypto::{Keys, random_u64};
+use crate::config::RecoveryMode;
+use crate::crypto::Keys;
 use crate::error::{Error, Result};
-use crate::events::{RecoverySummary, Salvage};
-use crate::format::{self, Geometry, SegmentHeader};
-use crate::reader::{Cursor, LogFiles, Record, Step, Stored, list_segments};
-use crate::storage::Storage;
-use crate::writer::{Resume, TMP_SUFFIX, Wal, create_segment};
+use crate::events::Salvage;
+use crate::format::{self, Geometry};
+use crate::reader::{Cursor, LogFiles, Record, Step, Stored};
 
-impl Wal {
-    /// Creates the log in `dir` (an empty or missing directory), or opens the log there: finds
-    /// the end of the valid log, truncates a torn tail and continues writing at the end.
-    ///
-    /// The single-writer lock is an exclusive `flock` on the directory's `LOCK` file. A child
-    /// process forked while a `Wal` was open holds a copy of it until it execs or exits.
-    ///
-    /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
-    /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
-    /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
-    /// records follow a damaged one (unless the configuration's [`RecoveryMode`] says to cut
-    /// the log there). Page and segment sizes set in the configuration must match an existing
-    /// log's ([`Error::Mismatch`]); left at their defaults, the log's own are used.
-    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Wal> {
-        open(dir.as_ref(), config, None)
-    }
+/// A replay callback and the LSN from which it wants records.
+pub(crate) type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
 
-    /// Opens the log like [`Wal::open`] and, in the same pass that finds the end of the log,
-    /// hands every record from `from` on to `replay`, in LSN order. Use `Lsn::default()` to
-    /// replay from the oldest record. An error from `replay` aborts the open.
-    ///
-    /// `replay` runs on the calling thread while a helper thread reads ahead (a few MiB at
-    /// most), checks checksums and decrypts, so decoding overlaps with applying.
-    pub fn open_and_replay<F>(
-        dir: impl AsRef<Path>,
-        config: Config,
-        from: Lsn,
-        mut replay: F,
-    ) -> Result<Wal>
-    where
-        F: FnMut(Record) -> Result<()>,
-    {
-        open(dir.as_ref(), config, Some((from, &mut replay)))
-    }
+/// What recovery found and did: where the writer resumes, and what the open reports.
+pub(crate) struct Recovered {
+    /// Where reading started.
+    pub(crate) scanned_from: u64,
+    /// End of the valid log: the next record goes here.
+    pub(crate) end: u64,
+    /// The valid prefix of the page holding `end`, decrypted, and its continuation length.
+    pub(crate) tail_page: Option<(Vec<u8>, u32)>,
+    /// Damage cut away by [`RecoveryMode::TruncateAtDamage`].
+    pub(crate) salvaged: Option<Salvage>,
+    /// Records handed to the replay callback.
+    pub(crate) replayed: u64,
 }
 
-type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
-
-fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
-    let started = Instant::now();
-    let mut config = config;
-    if let Some(store) = &config.key_store {
-        // The store's current keys, even if it was rotated since the configuration was made.
-        config.keys = store.ring();
-    }
-    config.validate()?;
-    let storage = config.storage.clone();
-    create_log_dir(storage.as_ref(), dir)?;
-    let lock = storage
-        .lock_dir(dir)
-        .map_err(|e| Error::io("lock log directory", dir, e))?
-        .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
-    remove_unfinished_segments(&config, dir)?;
-
-    if list_segments(storage.as_ref(), dir)?.is_empty() {
-        let geo = Geometry {
-            page_size: config.page_size,
-            segment_size: config.segment_size,
-        };
-        let log_id = random_u64("a log id")?;
-        let keys = Arc::new(Keys::new(&config.keys, log_id));
-        let header = SegmentHeader {
-            mode: config.mode,
-            geometry: geo,
-            log_id,
-            start: Lsn(0),
-            key_checks: if config.mode.is_encrypted() {
-                keys.active_check_values()
-            } else {
-                Vec::new()
-            },
-        };
-        create_segment(storage.as_ref(), dir, &header)?;
-        let end = geo.skip_headers(0);
-        let resume = Resume {
-            log_id: header.log_id,
-            geo,
-            end,
-            tail_page: None,
-        };
-        let wal = Wal::start(dir, &config, keys, resume, lock)?;
-        wal.recovered(RecoverySummary {
-            created: true,
-            scanned_from: Lsn(end),
-            end: Lsn(end),
-            replayed: 0,
-            salvaged: None,
-            duration: started.elapsed(),
-        });
-        return Ok(wal);
-    }
-
-    let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
-    config.check_existing(files.mode, files.geo)?;
-    let keys = Arc::new(Keys::new(&config.keys, files.log_id));
-    let proven = proven_start(&files)?;
+/// Finds the end of the valid log in `files`, hands every record from the replay's `from` on
+/// to its callback, and truncates everything after the end (`truncate_after`). Nothing is
+/// truncated when the scan or the callback fails.
+pub(crate) fn recover(
+    files: &LogFiles,
+    keys: &Keys,
+    policy: RecoveryMode,
+    replay: Replay<'_>,
+) -> Result<Recovered> {
+    let proven = proven_start(files)?;
     // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
-    let scan_base = match config.recovery {
+    let scan_base = match policy {
         RecoveryMode::RefuseDamage => proven,
-        RecoveryMode::TruncateAtDamage => replay_start(&files, Lsn::default(), proven)?,
+        RecoveryMode::TruncateAtDamage => replay_start(files, Lsn::default(), proven)?,
     };
     let scan_from = match replay.as_ref() {
         None => scan_base,
-        Some((from, _)) => replay_start(&files, *from, scan_base)?,
+        Some((from, _)) => replay_start(files, *from, scan_base)?,
     };
-    let policy = config.recovery;
     let (scanned, replayed) = match replay {
-        None => (read_to_end(&files, scan_from, policy, |_| Ok(()))?, 0),
-        Some((from, replay)) => replay_pipelined(&files, &keys, scan_from, from, policy, replay)?,
+        None => (read_to_end(files, scan_from, policy, |_| Ok(()))?, 0),
+        Some((from, replay)) => replay_pipelined(files, keys, scan_from, from, policy, replay)?,
     };
     let ScanEnd {
         end,
         tail_page,
         salvaged,
     } = scanned;
-    truncate_after(&files, end, proven)?;
-    let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
-    // A fresh page in the next segment is a new segment, made with the current keys.
-    let next_page = files.geo.page_start(end) + files.geo.page_size;
-    let needs_switch = needs_new_segment(&files, &keys, end)
-        && !(fresh_page && files.geo.segment_start(next_page) != files.geo.segment_start(end));
-    let geo = files.geo;
-    let resume = Resume {
-        log_id: files.log_id,
-        geo,
+    truncate_after(files, end, proven)?;
+    Ok(Recovered {
+        scanned_from: scan_from,
         end,
-        // A pagelevel writer never rewrites the page holding the end (see
-        // `resumes_on_fresh_page`); the other modes rewrite its valid prefix byte for byte.
-        tail_page: tail_page.filter(|_| !fresh_page),
-    };
-    drop(files);
-    let wal = Wal::start(dir, &config, keys, resume, lock)?;
-    if fresh_page {
-        wal.resume_on_fresh_page()?;
-    }
-    if needs_switch {
-        wal.switch_segment()?;
-    } else if salvaged.is_some() {
-        wal.restamp_tail()?;
-    }
-    wal.recovered(RecoverySummary {
-        created: false,
-        scanned_from: Lsn(scan_from),
-        end: Lsn(end),
-        replayed,
+        tail_page,
         salvaged,
-        duration: started.elapsed(),
-    });
-    Ok(wal)
-}
-
-/// True when a writer opening a log that ends at `end` must continue on the next page: in
-/// pagelevel mode, when `end` lies inside a page body that already holds records.
-fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: u64) -> bool {
-    let page = geo.page_start(end);
-    mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64
+        replayed,
+    })
 }
 
 /// Where the valid log ends, and the valid prefix of the page holding the end.
@@ -318,37 +212,6 @@ fn replay_pipelined(
     })
 }
 
-/// Creates the log directory (and missing parents) and makes every new directory entry
-/// durable by fsyncing the directory that holds it: without that, a file system that does not
-/// persist a new directory with its children may lose the whole log in a power cut although
-/// flushes returned Ok.
-fn create_log_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    let mut missing = Vec::new();
-    for ancestor in dir.ancestors() {
-        if ancestor.as_os_str().is_empty()
-            || storage
-                .exists(ancestor)
-                .map_err(|e| Error::io("look up log directory", ancestor, e))?
-        {
-            break;
-        }
-        missing.push(ancestor);
-    }
-    storage
-        .create_dir_all(dir)
-        .map_err(|e| Error::io("create log directory", dir, e))?;
-    for created in missing.iter().rev() {
-        let parent = match created.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        storage
-            .sync_dir(parent)
-            .map_err(|e| Error::io("sync directory", parent, e))?;
-    }
-    Ok(())
-}
-
 /// Why the reading stage of a pipelined replay stopped early.
 enum ReplayStop {
     /// Reading failed.
@@ -361,26 +224,6 @@ impl From<Error> for ReplayStop {
     fn from(error: Error) -> Self {
         ReplayStop::Failed(error)
     }
-}
-
-/// Removes segment files left half-made by a crash or a failed creation.
-fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
-    let names = config
-        .storage
-        .list(dir)
-        .map_err(|e| Error::io("list log directory", dir, e))?;
-    for name in names {
-        if let Some(base) = name.strip_suffix(TMP_SUFFIX)
-            && format::parse_segment_file_name(base).is_some()
-        {
-            let path = dir.join(&name);
-            config
-                .storage
-                .remove(&path)
-                .map_err(|e| Error::io("remove unfinished segment", &path, e))?;
-        }
-    }
-    Ok(())
 }
 
 /// A record boundary from which reading surely passes every record that reaches into the last
@@ -497,18 +340,4 @@ fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> 
     storage
         .sync_dir(&files.dir)
         .map_err(|e| Error::io("sync directory", &files.dir, e))
-}
-
-/// True when the segment the log ends in does not list the active key with its check value:
-/// new data must then go to a new segment whose header does.
-fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
-    if !files.mode.is_encrypted() || end.is_multiple_of(files.geo.segment_size) {
-        return false;
-    }
-    let Some(seg) = files.segment(files.geo.segment_start(end)) else {
-        return false;
-    };
-    keys.active_check_values()
-        .iter()
-        .any(|kc| !seg.header.key_checks.contains(kc))
 }

@@ -1,5 +1,7 @@
-//! The writer: append and the WAL buffer (this file); writing out, group commit, fdatasync,
-//! segment creation and purge (`flush`). docs/DESIGN.md walks through the whole write path.
+//! The writer: append and the WAL buffer (this file); opening a log and resuming it after
+//! recovery (`open`); writing out, group commit and fdatasync (`flush`); segment handles,
+//! switch and purge (`segments`); segment creation, also ahead of time (`prepare`); key
+//! rotation (`rotate`). docs/DESIGN.md walks through the whole write path.
 //!
 //! Locks, always taken in this order, never the other way (a lock may be skipped, never
 //! taken after one that comes later in the list):
@@ -86,12 +88,13 @@ use crate::format::{
 use crate::storage::{Storage, StorageFile};
 
 mod flush;
+mod open;
 mod prepare;
 mod rotate;
+mod segments;
 
 use flush::GroupCommit;
 use prepare::{Maker, Preparer};
-pub(crate) use prepare::{TMP_SUFFIX, create_segment};
 
 const NO_PAGE: u64 = u64::MAX;
 

@@ -1,0 +1,219 @@
+//! Segment management: the writer's handles of segment files (opened, created when missing,
+//! retired as the writer moves on), the header a new segment gets, purging whole segments,
+//! and the records that move the log on to a new segment (switch) or a fresh page (resume).
+//! Segments made ahead of time are in `prepare`; writing pages into them is in `flush`.
+
+use std::sync::atomic::Ordering;
+
+use super::prepare::create_segment;
+use super::{Wal, WriteState};
+use crate::Lsn;
+use crate::config::Mode;
+use crate::error::{Error, Result};
+use crate::format::{self, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, SegmentHeader};
+use crate::storage::StorageFile;
+
+impl Wal {
+    /// The open file of the segment starting at `segment`, creating the segment if needed.
+    ///
+    /// The writer keeps the handles of the segment it writes and the one before (a flush may
+    /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
+    /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
+    /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
+    /// writer holds two handles, not one per segment since its last sync.
+    pub(super) fn file_for<'w>(
+        &self,
+        w: &'w mut WriteState,
+        segment: u64,
+    ) -> Result<&'w dyn StorageFile> {
+        if let Some(i) = w.files.iter().position(|(s, _)| *s == segment) {
+            return Ok(w.files[i].1.as_ref());
+        }
+        while w.files.len() >= 2 {
+            w.files.remove(0);
+        }
+        let file = match self.take_prepared(segment)? {
+            Some(file) => file,
+            None => self.open_or_create(segment)?,
+        };
+        w.files.push((segment, file));
+        self.want_prepared(segment + self.geo.segment_size);
+        Ok(w.files
+            .last()
+            .map(|(_, f)| f.as_ref())
+            .expect("pushed just above"))
+    }
+
+    /// Opens the segment at `segment`, creating it here if it does not exist.
+    fn open_or_create(&self, segment: u64) -> Result<Box<dyn StorageFile>> {
+        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+        match self.storage.open(&path, true) {
+            Ok(file) => Ok(file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
+                self.storage.as_ref(),
+                &self.dir,
+                &self.segment_header(segment),
+            )
+            .map_err(|e| self.poison_error(e)),
+            Err(e) => Err(self.poison("open segment", segment, e)),
+        }
+    }
+
+    pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
+        SegmentHeader {
+            mode: self.mode,
+            geometry: self.geo,
+            log_id: self.log_id,
+            start: Lsn(start),
+            // Only the active key: a segment's records and pages use no other.
+            key_checks: if self.mode.is_encrypted() {
+                self.keys.load().active_check_values()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
+    /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
+    /// the log ends in is always kept. Returns how many files were removed.
+    ///
+    /// The write lock is held only to drop the writer's handles of those segments; listing,
+    /// unlinking and the directory sync happen outside it, so commits do not wait for them.
+    /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
+    /// every decrypt-only data key that no remaining segment lists is retired from the store;
+    /// an error there (after the files are gone) is returned, and the next purge retries.
+    pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
+        self.check_poison()?;
+        self.check_process()?;
+        let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
+        let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+            .into_iter()
+            .map(u64::from)
+            .take_while(|start| start.saturating_add(self.geo.segment_size) < limit)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        {
+            let mut w = self.write.lock();
+            w.files.retain(|(s, _)| !doomed.contains(s));
+            w.dirty.retain(|s| !doomed.contains(s));
+        }
+        let mut removed = 0;
+        for start in doomed {
+            let path = self.dir.join(format::segment_file_name(Lsn(start)));
+            match self.storage.remove(&path) {
+                Ok(()) => removed += 1,
+                // A purge running beside this one removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove segment", &path, e)),
+            }
+        }
+        if removed > 0 {
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| Error::io("sync directory", &self.dir, e))?;
+        }
+        // Only now, with the removals durable, may keys no remaining segment lists leave.
+        self.retire_unused_keys()?;
+        Ok(removed)
+    }
+
+    /// Writes a segment-switch record: the rest of the current segment stays unused and the
+    /// next record starts in a new segment, whose header lists the active key.
+    pub(crate) fn switch_segment(&self) -> Result<()> {
+        self.switch_segment_installing(None)
+    }
+
+    /// [`Wal::switch_segment`], installing `keys` (a new active key) once the next segment is
+    /// the insert position, before any lock is released: records sealed under the old key that
+    /// have not been placed yet are sealed again, and the next segment's header lists the new key.
+    pub(super) fn switch_segment_installing(
+        &self,
+        keys: Option<std::sync::Arc<crate::crypto::Keys>>,
+    ) -> Result<()> {
+        let mut sealed = Vec::new();
+        // A switch record is never encrypted, so nothing is left to bind.
+        let _unauthenticated = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
+        // The insert lock is held throughout (insert, then write: the documented order), so no
+        // record and no flush can see the positions between the switch and the next segment
+        // before they are skipped.
+        let mut ins = self.insert.lock();
+        let (_, end) = self.copy_in(&mut ins, &sealed)?;
+        let segment = self.geo.segment_start(end - 1);
+        let next = segment + self.geo.segment_size;
+        // The switch must be durable before anything lands in the next segment.
+        let mut w = self.write.lock();
+        if self.mode == Mode::PageLevel {
+            // The pages rewritten here belong to a segment whose header does not list the
+            // active key: encrypt them under a key it does list.
+            w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
+        }
+        self.write_locked(&mut w, end)?;
+        self.sync_locked(&mut w)?;
+        w.written_to = next;
+        self.written_to.store(next, Ordering::Release);
+        self.synced_to.store(next, Ordering::Release);
+        self.flushed_to.store(next, Ordering::Release);
+        ins.pos = next;
+        self.complete_to.store(next, Ordering::Release);
+        if let Some(keys) = keys {
+            self.keys.store(keys);
+            self.key_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Continues a reopened pagelevel log on a fresh page: writes a resume record at the start
+    /// of the next page's body, naming the end of the log, and never writes the page holding
+    /// the end again. Called once, right after [`Wal::start`], when the log ends inside a page
+    /// body.
+    ///
+    /// Rewriting that page is unsafe either way: under a fresh IV a torn rewrite would mix two
+    /// keystreams over records that were durable, and under its old IV new records would meet
+    /// keystream that may already have encrypted the bytes recovery cut away (a torn or lost
+    /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
+    /// counter block. The rest of the page stays unused.
+    pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
+        let end = self.complete_to.load(Ordering::Acquire);
+        let mut sealed = Vec::new();
+        let _unauthenticated = self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
+        let mut ins = self.insert.lock();
+        let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
+        {
+            let mut w = self.write.lock();
+            w.written_to = page_end;
+            self.written_to.store(page_end, Ordering::Release);
+        }
+        ins.pos = page_end;
+        let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
+        ins.pos = resumed;
+        self.complete_to.store(resumed, Ordering::Release);
+        Ok(())
+    }
+
+    /// The newest key of the ring that the header of the segment at `segment` lists; `None`
+    /// when the segment's file does not exist yet (its pages are all still in the buffer): it
+    /// will be created listing the active key.
+    fn listed_key(&self, segment: u64) -> Result<Option<u32>> {
+        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+        let header =
+            match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
+                Ok(header) => header,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+        header
+            .key_checks
+            .iter()
+            .rev()
+            .find(|(id, kcv)| self.keys.load().check_value(*id) == Some(*kcv))
+            .map(|(id, _)| Some(*id))
+            .ok_or_else(|| {
+                Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
+            })
+    }
+}
