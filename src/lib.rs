@@ -128,6 +128,7 @@ mod keys;
 mod reader;
 mod recovery;
 pub mod storage;
+mod tail;
 mod writer;
 
 use std::fmt;

@@ -6,7 +6,8 @@
 //! Recovery reads forward from a record boundary near the end (or from the replay start) with
 //! the reader's own cursor. The first record that is not valid ends the log, unless a later
 //! page proves the log was durable beyond it: then it is corruption and the open fails rather
-//! than silently dropping acknowledged records. Everything after the end is zeroed (the tail
+//! than silently dropping acknowledged records (that rule, the proven start and the truncation
+//! are in `crate::tail`). Everything after the end is zeroed (the tail
 //! segment) or removed (later segments) before writing resumes, so stale bytes can never be
 //! read as part of the log again.
 
@@ -16,7 +17,8 @@ use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::events::Salvage;
 use crate::format::{self, Geometry};
-use crate::reader::{Cursor, LogFiles, Record, Step, Stored};
+use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start};
+use crate::tail;
 
 /// A replay callback and the LSN from which it wants records.
 pub(crate) type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()>)>;
@@ -36,7 +38,7 @@ pub(crate) struct Recovered {
 }
 
 /// Finds the end of the valid log in `files`, hands every record from the replay's `from` on
-/// to its callback, and truncates everything after the end (`truncate_after`). Nothing is
+/// to its callback, and truncates everything after the end (`tail::truncate_after`). Nothing is
 /// truncated when the scan or the callback fails.
 pub(crate) fn recover(
     files: &LogFiles,
@@ -44,7 +46,7 @@ pub(crate) fn recover(
     policy: RecoveryMode,
     replay: Replay<'_>,
 ) -> Result<Recovered> {
-    let proven = proven_start(files)?;
+    let proven = tail::proven_start(files)?;
     // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
     let scan_base = match policy {
         RecoveryMode::RefuseDamage => proven,
@@ -63,7 +65,7 @@ pub(crate) fn recover(
         tail_page,
         salvaged,
     } = scanned;
-    truncate_after(files, end, proven)?;
+    tail::truncate_after(files, end, proven)?;
     Ok(Recovered {
         scanned_from: scan_from,
         end,
@@ -97,7 +99,7 @@ fn read_to_end<E: From<Error>>(
         match cursor.next()? {
             Step::Record(stored) => deliver(stored)?,
             Step::End(invalid) => {
-                if let Some(error) = files.classify(invalid.clone())? {
+                if let Some(error) = tail::classify(files, invalid.clone())? {
                     salvaged = Some(salvage(files, policy, invalid.lsn, error)?);
                 }
                 break invalid.lsn;
@@ -226,50 +228,6 @@ impl From<Error> for ReplayStop {
     }
 }
 
-/// A record boundary from which reading surely passes every record that reaches into the last
-/// segment and every hole a crash may have left. Walking back from the newest segment, a
-/// candidate is the first record boundary of a segment, or, when a record runs into that
-/// segment from the one before, the first record boundary of the one before (so the crossing
-/// record is read and checked). A candidate is taken only when a page from there on was written
-/// after the log was durable through it: otherwise an unsynced page of an earlier segment may
-/// have been lost in a crash while later ones survived, and the scan must reach that hole.
-/// Everything before the returned position is known to be durable.
-fn proven_start(files: &LogFiles) -> Result<u64> {
-    let geo = files.geo;
-    let oldest = u64::from(files.segments[0].header.start);
-    let oldest_first = files
-        .first_record_in_segment(oldest)?
-        .unwrap_or_else(|| geo.skip_headers(oldest));
-    let mut tail = oldest_first;
-    for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
-        let start = u64::from(seg.header.start);
-        let page1 = start + geo.page_size;
-        let candidate = match files.read_page_header(page1)? {
-            Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
-            Some(_) => {
-                let previous = u64::from(files.segments[i - 1].header.start);
-                files
-                    .first_record_in_segment(previous)?
-                    .filter(|&first| first < start)
-            }
-            None => None,
-        };
-        let Some(first) = candidate else {
-            continue;
-        };
-        let proven = files
-            .page_headers_from(geo.page_start(first))?
-            .iter()
-            .filter_map(|p| p.header)
-            .any(|h| u64::from(h.durable_hint) >= first);
-        if proven {
-            tail = first;
-            break;
-        }
-    }
-    Ok(tail)
-}
-
 /// Where a replay from `from` starts reading: the earlier of `from` (which must be where a
 /// record starts, or `Lsn::default()` for the oldest record) and the proven start.
 fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
@@ -283,7 +241,7 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
     if from < oldest || from > files.end_of_files() {
         return Err(Error::LsnNotAvailable(Lsn(from)));
     }
-    files.check_record_start(from)?;
+    check_record_start(files, from)?;
     Ok(from.min(proven))
 }
 
@@ -300,44 +258,4 @@ fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Optio
     Ok(cursor
         .loaded_page(page)
         .map(|(header, image)| (image[..(end - page) as usize].to_vec(), header.rem_len)))
-}
-
-/// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every
-/// segment from the one holding `synced_before` (before which the log is proven durable) to the
-/// end: whatever the previous writer left in the page cache becomes durable before new pages
-/// claim, through their durable hint, that the log is durable up to `end`.
-fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> {
-    let geo = files.geo;
-    let tail_segment = if end.is_multiple_of(geo.segment_size) {
-        end - geo.segment_size
-    } else {
-        geo.segment_start(end)
-    };
-    let storage = files.storage.as_ref();
-    for seg in files.segments.iter().rev() {
-        let start = u64::from(seg.header.start);
-        if start > tail_segment {
-            storage
-                .remove(&seg.path)
-                .map_err(|e| Error::io("remove segment after the end of the log", &seg.path, e))?;
-        } else {
-            let file = storage
-                .open(&seg.path, true)
-                .map_err(|e| Error::io("open segment", &seg.path, e))?;
-            if start == tail_segment {
-                let keep = end - start;
-                file.set_len(keep)
-                    .and_then(|()| file.set_len(geo.segment_size))
-                    .map_err(|e| Error::io("truncate torn tail of segment", &seg.path, e))?;
-            }
-            file.sync_data()
-                .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
-            if start <= geo.segment_start(synced_before) {
-                break;
-            }
-        }
-    }
-    storage
-        .sync_dir(&files.dir)
-        .map_err(|e| Error::io("sync directory", &files.dir, e))
 }

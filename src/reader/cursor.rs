@@ -1,5 +1,6 @@
 //! The cursor: walks the record stream across pages and segments, validating page headers,
-//! decrypting pagelevel pages and checking record checksums.
+//! decrypting pagelevel pages and checking record checksums; and the record boundaries a read
+//! may start from (`record_start`, `check_record_start`).
 
 use super::Record;
 use super::files::{LogFiles, read_full};
@@ -434,6 +435,63 @@ impl<'a> Cursor<'a> {
     /// Loads the page at `page` (for recovery, to keep the valid prefix of the tail page).
     pub(crate) fn load(&mut self, page: u64) -> Result<bool> {
         Ok(self.load_page(page, page)?.is_ok())
+    }
+}
+
+/// The record boundary where reading from `lsn` starts: the first record of the oldest
+/// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
+/// record's `end_lsn` that falls on a page or segment boundary starts the next record
+/// after the headers there; the end of the last segment file is where the log goes on.
+pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
+    let oldest = files
+        .segments
+        .first()
+        .map_or(0, |s| u64::from(s.header.start));
+    if lsn == Lsn(0) || u64::from(lsn) == oldest {
+        let first = files.first_record_in_segment(oldest)?;
+        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
+    }
+    if u64::from(lsn) < oldest || u64::from(lsn) > files.end_of_files() {
+        return Err(Error::LsnNotAvailable(lsn));
+    }
+    let pos = files.geo.skip_headers(u64::from(lsn));
+    if pos < files.end_of_files() {
+        check_record_start(files, pos)?;
+    }
+    Ok(pos)
+}
+
+/// Checks that `pos` is where a record starts, by walking from the first record boundary of
+/// its page (the page header's continuation length says where that is). Positions in a
+/// part of the log not written yet are left for the iteration to end at.
+pub(crate) fn check_record_start(files: &LogFiles, pos: u64) -> Result<()> {
+    let geo = files.geo;
+    let not_a_record = || Error::NotRecordStart(Lsn(pos));
+    let page = geo.page_start(pos);
+    let body = page + PAGE_HEADER_LEN as u64;
+    if geo.is_header_page(page) || pos < body {
+        return Err(not_a_record());
+    }
+    let Some(header) = files.read_page_header(page)? else {
+        return Ok(());
+    };
+    let mut at = geo.advance(body, header.rem_len as u64);
+    let mut cursor = Cursor::new(files, at);
+    loop {
+        let next = geo.skip_headers(at);
+        if next == pos {
+            return Ok(());
+        }
+        if next > pos {
+            return Err(not_a_record());
+        }
+        match cursor.next()? {
+            // The cursor steps over switch and resume records without returning them, so
+            // the record it returns may start after `at`: compare its own start too.
+            Step::Record(stored) if u64::from(stored.lsn) == pos => return Ok(()),
+            Step::Record(stored) => at = u64::from(stored.end_lsn),
+            Step::End(_) => return Ok(()),
+        }
     }
 }
 

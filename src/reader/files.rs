@@ -1,11 +1,10 @@
-//! The files of a log: segment headers, page headers, key checks, and the rule that tells a
-//! torn tail from corruption.
+//! The files of a log: segment headers, page headers and key checks. Nothing here reads
+//! records; the cursor (`cursor.rs`) does, and the rule that tells a torn tail from corruption
+//! is in `crate::tail`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::cursor::{Cursor, Invalid, Step};
-use super::{PageInfo, SegmentInfo};
 use crate::Lsn;
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
@@ -22,6 +21,29 @@ pub(crate) struct LogFiles {
     pub(crate) log_id: u64,
     pub(crate) keys: Option<Arc<Keys>>,
     pub(crate) segments: Vec<SegmentInfo>,
+}
+
+/// A segment file of the log and its header.
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    /// Path of the file.
+    pub path: PathBuf,
+    /// The decoded segment header.
+    pub header: SegmentHeader,
+}
+
+/// A page header as found on disk, for inspection tools.
+#[derive(Debug, Clone)]
+pub struct PageInfo {
+    /// Start LSN of the segment holding the page.
+    pub segment: Lsn,
+    /// Byte offset of the page in its segment file.
+    pub offset: u64,
+    /// The expected page address.
+    pub page_lsn: Lsn,
+    /// The decoded header, `None` when the page holds no valid header (never written, torn,
+    /// or damaged).
+    pub header: Option<PageHeader>,
 }
 
 /// Lists the segment files in `dir`, sorted by start LSN.
@@ -249,65 +271,6 @@ impl LogFiles {
         Ok(out)
     }
 
-    /// Decides what an invalid record at `lsn` means. A valid page at or after the page
-    /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
-    /// made durable: the record was complete once, so this is corruption, never a torn tail.
-    /// That includes the pages the record itself was read from: a crash cannot damage bytes
-    /// that were durable before a page was rewritten, since every mode rewrites them byte for
-    /// byte (pagelevel keeps a page's IV within an open), and a page's hint never exceeds what
-    /// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
-    /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
-    /// Otherwise the record is the torn tail of a crash, the end of the log.
-    pub(crate) fn classify(&self, invalid: Invalid) -> Result<Option<Error>> {
-        let start_page = self.geo.page_start(invalid.lsn);
-        for page in self.page_headers_from(start_page)? {
-            if let Some(h) = page.header
-                && u64::from(h.durable_hint) > invalid.lsn
-            {
-                return Ok(Some(self.position_error(
-                    invalid.at,
-                    invalid.lsn,
-                    invalid.kind,
-                )));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Checks that `pos` is where a record starts, by walking from the first record boundary of
-    /// its page (the page header's continuation length says where that is). Positions in a
-    /// part of the log not written yet are left for the iteration to end at.
-    pub(crate) fn check_record_start(&self, pos: u64) -> Result<()> {
-        let geo = self.geo;
-        let not_a_record = || Error::NotRecordStart(Lsn(pos));
-        let page = geo.page_start(pos);
-        let body = page + PAGE_HEADER_LEN as u64;
-        if geo.is_header_page(page) || pos < body {
-            return Err(not_a_record());
-        }
-        let Some(header) = self.read_page_header(page)? else {
-            return Ok(());
-        };
-        let mut at = geo.advance(body, header.rem_len as u64);
-        let mut cursor = Cursor::new(self, at);
-        loop {
-            let next = geo.skip_headers(at);
-            if next == pos {
-                return Ok(());
-            }
-            if next > pos {
-                return Err(not_a_record());
-            }
-            match cursor.next()? {
-                // The cursor steps over switch and resume records without returning them, so
-                // the record it returns may start after `at`: compare its own start too.
-                Step::Record(stored) if u64::from(stored.lsn) == pos => return Ok(()),
-                Step::Record(stored) => at = u64::from(stored.end_lsn),
-                Step::End(_) => return Ok(()),
-            }
-        }
-    }
-
     /// Fails unless the header of the segment holding `at` lists `key_id`. A record or page
     /// naming another key of the ring would decrypt to garbage that still passes its checksum
     /// (the checksum covers ciphertext), so this is damage, not the end of the log.
@@ -319,29 +282,6 @@ impl LogFiles {
             }
             _ => Ok(()),
         }
-    }
-
-    /// The record boundary where reading from `lsn` starts: the first record of the oldest
-    /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
-    /// record's `end_lsn` that falls on a page or segment boundary starts the next record
-    /// after the headers there; the end of the last segment file is where the log goes on.
-    pub(crate) fn record_start(&self, lsn: Lsn) -> Result<u64> {
-        let oldest = self
-            .segments
-            .first()
-            .map_or(0, |s| u64::from(s.header.start));
-        if lsn == Lsn(0) || u64::from(lsn) == oldest {
-            let first = self.first_record_in_segment(oldest)?;
-            return Ok(first.unwrap_or_else(|| self.geo.skip_headers(oldest)));
-        }
-        if u64::from(lsn) < oldest || u64::from(lsn) > self.end_of_files() {
-            return Err(Error::LsnNotAvailable(lsn));
-        }
-        let pos = self.geo.skip_headers(u64::from(lsn));
-        if pos < self.end_of_files() {
-            self.check_record_start(pos)?;
-        }
-        Ok(pos)
     }
 
     /// The largest durable hint among the valid page headers from `from_page` on, up to the

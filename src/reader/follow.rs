@@ -303,7 +303,7 @@ impl Follower {
         if self.shared_keys.is_some() {
             files.share_keys(self.shared_keys.clone())?;
         }
-        self.pos = files.record_start(self.from)?;
+        self.pos = super::record_start(&files, self.from)?;
         self.files = Some(files);
         Ok(true)
     }

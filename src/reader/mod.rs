@@ -3,22 +3,23 @@
 //! [`Reader`] is the public face; the [`Cursor`] underneath is shared with crash recovery,
 //! so the reader and recovery agree byte for byte on what a valid record is.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::Lsn;
 use crate::config::Mode;
 use crate::crypto::KeyRing;
 use crate::error::{Error, Result};
-use crate::format::{Geometry, PageHeader, RecordHeader, SegmentHeader};
+use crate::format::{Geometry, RecordHeader};
 use crate::storage::{FsStorage, Storage};
 
 mod cursor;
 mod files;
 mod follow;
 
-pub(crate) use cursor::{Cursor, Invalid, Step, Stored};
+pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
 pub(crate) use files::{LogFiles, list_segments, read_segment_header};
+pub use files::{PageInfo, SegmentInfo};
 pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,29 +49,6 @@ pub struct RawRecord {
     pub stored: Vec<u8>,
     /// The plaintext payload: `Some` unless the payload is encrypted and its key is missing.
     pub payload: Option<Vec<u8>>,
-}
-
-/// A segment file of the log and its header.
-#[derive(Debug, Clone)]
-pub struct SegmentInfo {
-    /// Path of the file.
-    pub path: PathBuf,
-    /// The decoded segment header.
-    pub header: SegmentHeader,
-}
-
-/// A page header as found on disk, for inspection tools.
-#[derive(Debug, Clone)]
-pub struct PageInfo {
-    /// Start LSN of the segment holding the page.
-    pub segment: Lsn,
-    /// Byte offset of the page in its segment file.
-    pub offset: u64,
-    /// The expected page address.
-    pub page_lsn: Lsn,
-    /// The decoded header, `None` when the page holds no valid header (never written, torn,
-    /// or damaged).
-    pub header: Option<PageHeader>,
 }
 
 /// Reads a log directory: records in LSN order across segments, decrypted with the key ring.
@@ -146,7 +124,7 @@ impl Reader {
 
     /// The first record boundary of the oldest segment.
     pub fn first_lsn(&self) -> Result<Lsn> {
-        self.files.record_start(Lsn(0)).map(Lsn)
+        record_start(&self.files, Lsn(0)).map(Lsn)
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to
@@ -166,7 +144,7 @@ impl Reader {
     }
 
     fn walk(&self, lsn: Lsn) -> Walk<'_> {
-        let (cursor, pending) = match self.files.record_start(lsn) {
+        let (cursor, pending) = match record_start(&self.files, lsn) {
             Ok(pos) => (Some(Cursor::new(&self.files, pos)), None),
             Err(e) => (None, Some(e)),
         };
@@ -244,7 +222,7 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// pages; it is reported as damage only if it is still invalid after every pause.
 pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'_>> {
     for pause in SETTLE_PAUSES {
-        if files.classify(invalid.clone())?.is_none() {
+        if crate::tail::classify(files, invalid.clone())?.is_none() {
             return Ok(Settled::End(invalid.lsn));
         }
         std::thread::sleep(pause);
@@ -254,7 +232,7 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
             Step::End(again) => invalid = again,
         }
     }
-    match files.classify(invalid.clone())? {
+    match crate::tail::classify(files, invalid.clone())? {
         None => Ok(Settled::End(invalid.lsn)),
         Some(e) => Err(e),
     }
