@@ -24,4 +24,4 @@ pub use crate::format::{
     header_len_for_flags, kcv_entry_at, mode_code, mode_from_code, parse_segment_file_name,
     record_crc, segment_file_name, validate_geometry, validate_segment_start,
 };
-pub use crate::reader::{PageInfo, RawRecord, RawRecords, SegmentInfo};
+pub use crate::reader::{PageInfo, RawRecord, RawRecords, SegmentInfo, check_page_header};

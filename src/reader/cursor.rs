@@ -3,11 +3,10 @@
 //! may start from (`record_start`, `check_record_start`).
 
 use super::Record;
-use super::files::{LogFiles, read_full};
+use super::files::{LogFiles, check_page_header, read_full};
 use crate::Lsn;
 use crate::aead::NONCE_LEN;
 use crate::compress;
-use crate::config::Mode;
 use crate::crypto::IV_LEN;
 use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Position, Result};
@@ -390,23 +389,11 @@ impl<'a> Cursor<'a> {
         // Bytes past the end of a shortened file read as never written (zeros): records
         // wholly before the cut stay readable, the rest fail their checksums.
         image[n..].fill(0);
-        let Some(header) = PageHeader::decode(self.files.log_id, &image) else {
-            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
+        let header = match check_page_header(self.files.log_id, self.files.mode, page, &image) {
+            Ok(header) => header,
+            Err(kind) => return Ok(Err(invalid(record, page, kind))),
         };
-        if u64::from(header.page_lsn) != page {
-            return Ok(Err(invalid(
-                record,
-                page,
-                CorruptionKind::PageAddress {
-                    expected: Lsn(page),
-                    got: header.page_lsn,
-                },
-            )));
-        }
         let encrypted = header.flags & PAGE_FLAG_ENCRYPTED != 0;
-        if encrypted != (self.files.mode == Mode::PageLevel) {
-            return Ok(Err(invalid(record, page, CorruptionKind::BadPageHeader)));
-        }
         if encrypted {
             self.files.check_key_listed(header.key_id, page)?;
             let keys = self

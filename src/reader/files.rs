@@ -46,6 +46,30 @@ pub struct PageInfo {
     pub header: Option<PageHeader>,
 }
 
+/// Checks the page header in `bytes`, read from the page at `page` of the log with `log_id`
+/// and `mode`: it decodes (magic, checksum seeded with the log id, known flags and reserved
+/// bytes), carries its own address, and has the encryption flag of the mode (set in pagelevel
+/// only). Whether the segment lists the page's key is the caller's check (`lists_key`).
+pub fn check_page_header(
+    log_id: u64,
+    mode: Mode,
+    page: u64,
+    bytes: &[u8],
+) -> std::result::Result<PageHeader, CorruptionKind> {
+    let header = PageHeader::decode(log_id, bytes).ok_or(CorruptionKind::BadPageHeader)?;
+    if u64::from(header.page_lsn) != page {
+        return Err(CorruptionKind::PageAddress {
+            expected: Lsn(page),
+            got: header.page_lsn,
+        });
+    }
+    let encrypted = header.flags & format::PAGE_FLAG_ENCRYPTED != 0;
+    if encrypted != (mode == Mode::PageLevel) {
+        return Err(CorruptionKind::BadPageHeader);
+    }
+    Ok(header)
+}
+
 /// Lists the segment files in `dir`, sorted by start LSN.
 pub(crate) fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<Lsn>> {
     let names = storage

@@ -19,7 +19,7 @@ mod follow;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
 pub(crate) use files::{LogFiles, list_segments, read_segment_header};
-pub use files::{PageInfo, SegmentInfo};
+pub use files::{PageInfo, SegmentInfo, check_page_header};
 pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
 #[derive(Debug, Clone, PartialEq, Eq)]

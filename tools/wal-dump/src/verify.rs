@@ -10,8 +10,8 @@
 
 use std::io::Write;
 
-use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
-use walcrypt::{IV_LEN, KeyRing, Lsn, Mode, Reader};
+use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN};
+use walcrypt::{CorruptionKind, IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use crate::Args;
 use crate::dump::crc_ok;
@@ -221,34 +221,24 @@ impl Verify<'_> {
     fn check_page(&mut self, page: u64, bytes: &[u8], log_id: u64, mode: Mode, listed: &[u32]) {
         let geo = self.geo();
         let at = position(geo, page);
-        let Some(h) = PageHeader::decode(log_id, bytes) else {
-            self.found.damage.push(format!(
-                "{at}: invalid page header (bad magic, flags or checksum)"
-            ));
-            return;
+        let h = match inspect::check_page_header(log_id, mode, page, bytes) {
+            Ok(h) => h,
+            Err(kind @ CorruptionKind::BadPageHeader) => {
+                self.found
+                    .damage
+                    .push(format!("{at}: {kind} (bad magic, flags or checksum)"));
+                return;
+            }
+            Err(kind) => {
+                self.found.damage.push(format!("{at}: {kind}"));
+                return;
+            }
         };
-        if u64::from(h.page_lsn) != page {
-            self.found.damage.push(format!(
-                "{at}: page header carries address {}, expected {} (stale or misplaced page)",
-                fmt_lsn(h.page_lsn.into()),
-                fmt_lsn(page)
-            ));
-            return;
-        }
         let encrypted = h.flags & PAGE_FLAG_ENCRYPTED != 0;
-        if encrypted != (mode == Mode::PageLevel) {
-            self.found.damage.push(format!(
-                "{at}: page encryption flag {} does not fit a {mode} log",
-                if encrypted { "set" } else { "clear" }
-            ));
-            return;
-        }
         if encrypted {
             if !listed.contains(&h.key_id) {
-                self.found.damage.push(format!(
-                    "{at}: page uses key id {}, which its segment header does not list",
-                    h.key_id
-                ));
+                let kind = CorruptionKind::UnlistedKey { key_id: h.key_id };
+                self.found.damage.push(format!("{at}: page {kind}"));
             }
             self.ivs.push(IvUse {
                 key_id: h.key_id,
