@@ -62,11 +62,8 @@
 //! counts) and is kept for the next read when that starts a little further on, as replication
 //! reads do. Only durable entries are ever read back, which the follower's durable visibility
 //! gives. A purge waits for a read in progress before it removes segment files, and a read
-//! that a purge overtook leaves out the entries purged (as reads outside the log do). Where
-//! the follower cannot start at the wanted record (walcrypt's follower refuses a record at the
-//! first byte of a page body in pagelevel mode, where the first record after a reopen goes),
-//! the read starts at one of the entries before it and skips ahead. At open the
-//! cache is refilled from the log when truncations replayed left it short; a truncation below
+//! that a purge overtook leaves out the entries purged (as reads outside the log do). At open
+//! the cache is refilled from the log when truncations replayed left it short; a truncation below
 //! the cache reads the new last entry back.
 //!
 //! The record kinds are in [`record`].

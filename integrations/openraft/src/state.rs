@@ -113,16 +113,6 @@ impl<C: RaftTypeConfig> State<C> {
             .collect()
     }
 
-    /// The LSNs of up to 8 entries before `index`, nearest first: record boundaries a reader
-    /// can start at instead of the entry at `index`.
-    pub(crate) fn starts_before(&self, index: u64) -> Vec<Lsn> {
-        let from = index.saturating_sub(8).max(self.first);
-        let to = index.min(self.end());
-        let mut starts: Vec<Lsn> = self.lsns(from, to).into_iter().map(|(_, l)| l).collect();
-        starts.reverse();
-        starts
-    }
-
     /// Checks that an entry at `index` leaves no hole after the last entry; returns the index
     /// it may have at most otherwise. An empty log takes any index: raft starts a log (or
     /// restarts it after a snapshot) wherever it needs to.

@@ -190,9 +190,8 @@ where
             let lo = state.end() - want as u64;
             let hi = state.cache_first();
             let wanted = state.lsns(lo, hi);
-            let starts = state.starts_before(lo);
             let entries = store
-                .read_from_log(&wanted, &starts, StateLock::Locked)
+                .read_from_log(&wanted, StateLock::Locked)
                 .map_err(Error::ReadBack)?;
             state.fill_front(entries);
         }
@@ -293,10 +292,6 @@ where
     /// Reads the entries whose records start at `wanted` (index, LSN; in index order, all of
     /// them durable) from the log.
     ///
-    /// `starts` are record boundaries before the first wanted record (the LSNs of the entries
-    /// before it, nearest first): where a follower starts when it cannot start at the first
-    /// wanted record itself.
-    ///
     /// `Unlocked` when the caller does not hold the state lock: a purge may then have run
     /// since `wanted` was taken, and the entries it removed are left out (under the reader's
     /// lock, which a purge needs before it removes files). `Locked` when the caller holds the
@@ -304,25 +299,18 @@ where
     fn read_from_log(
         &self,
         wanted: &[(u64, Lsn)],
-        starts: &[Lsn],
         caller: StateLock,
     ) -> Result<Vec<C::Entry>, String> {
         let mut slot = self.inner.reader.lock();
-        let (wanted, starts): (Vec<(u64, Lsn)>, Vec<Lsn>) = match caller {
-            StateLock::Locked => (wanted.to_vec(), starts.to_vec()),
+        let wanted: Vec<(u64, Lsn)> = match caller {
+            StateLock::Locked => wanted.to_vec(),
             StateLock::Unlocked => {
-                let state = self.inner.state.lock();
-                let (first, first_lsn) = (state.first_index(), state.first_lsn());
-                drop(state);
-                let kept = |lsn: &Lsn| first_lsn.is_some_and(|f| *lsn >= f);
-                (
-                    wanted
-                        .iter()
-                        .copied()
-                        .filter(|(i, _)| *i >= first)
-                        .collect(),
-                    starts.iter().copied().filter(kept).collect(),
-                )
+                let first = self.inner.state.lock().first_index();
+                wanted
+                    .iter()
+                    .copied()
+                    .filter(|(i, _)| *i >= first)
+                    .collect()
             }
         };
         let Some(&(_, first)) = wanted.first() else {
@@ -333,7 +321,10 @@ where
             .is_some_and(|f| f.position() <= first && first.0 - f.position().0 <= REUSE_WITHIN);
         if !reusable {
             *slot = None;
-            *slot = Some(self.attach_at_or_before(first, &starts)?);
+            *slot = Some(
+                Follower::attach(&self.inner.wal, first)
+                    .map_err(|e| format!("following the log from LSN {first}: {e}"))?,
+            );
         }
         let Some(follower) = slot.as_mut() else {
             return Err("no reader".into());
@@ -385,24 +376,14 @@ where
     }
 }
 
-/// Appends records as one batch and returns one LSN for each, in order.
-///
-/// A single record goes through `Wal::append`: `Wal::append_batch` of one record returns no
-/// LSN at all in this walcrypt version. The count is checked either way.
+/// Appends records as one batch and returns one LSN for each, in order (checked: the store
+/// maps entries to LSNs by position).
 fn append_records<'a>(
     wal: &Wal,
     records: impl ExactSizeIterator<Item = (u8, &'a [u8])>,
 ) -> walcrypt::Result<Vec<Lsn>> {
     let count = records.len();
-    let lsns = if count == 1 {
-        let mut records = records;
-        match records.next() {
-            Some((kind, payload)) => vec![wal.append(kind, payload)?],
-            None => Vec::new(),
-        }
-    } else {
-        wal.append_batch(records)?
-    };
+    let lsns = wal.append_batch(records)?;
     if lsns.len() != count {
         return Err(walcrypt::Error::Config(format!(
             "the log returned {} LSNs for a batch of {count} records",
@@ -410,34 +391,6 @@ fn append_records<'a>(
         )));
     }
     Ok(lsns)
-}
-
-impl<C: RaftTypeConfig> WalLogStore<C> {
-    /// A follower at `lsn`, or at the nearest of `starts` (earlier record boundaries) where
-    /// one can start, or at the start of the log.
-    ///
-    /// walcrypt's `Follower::attach` refuses a record that starts at the first byte of a
-    /// page body in pagelevel mode (it takes it for the middle of a record): that is where
-    /// the first record after a reopen goes in that mode. Starting earlier and skipping the
-    /// records before the wanted one reads the same entries.
-    fn attach_at_or_before(&self, lsn: Lsn, starts: &[Lsn]) -> Result<Follower, String> {
-        let mut last_error = None;
-        for at in std::iter::once(lsn).chain(starts.iter().copied()) {
-            match Follower::attach(&self.inner.wal, at) {
-                Ok(follower) => return Ok(follower),
-                Err(walcrypt::Error::NotRecordStart(_)) => {
-                    last_error = Some(format!("no record starts at LSN {at}"));
-                }
-                Err(e) => return Err(format!("following the log from LSN {at}: {e}")),
-            }
-        }
-        Follower::attach(&self.inner.wal, Lsn::default()).map_err(|e| {
-            format!(
-                "following the log from its start (after {}): {e}",
-                last_error.unwrap_or_default()
-            )
-        })
-    }
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
@@ -466,23 +419,19 @@ where
         range: RB,
     ) -> StoreResult<Vec<C::Entry>, C> {
         let (lo, hi) = bounds(&range);
-        let (wanted, starts) = {
+        let wanted = {
             let state = self.inner.state.lock();
             if lo >= state.cache_first() || state.is_empty() {
                 return Ok(state.cached(lo, hi).cloned().collect());
             }
-            let wanted = state.lsns(lo, hi.min(state.cache_first()));
-            let starts = wanted
-                .first()
-                .map_or_else(Vec::new, |(i, _)| state.starts_before(*i));
-            (wanted, starts)
+            state.lsns(lo, hi.min(state.cache_first()))
         };
         // Reading the older part can take a while: the state lock is not held, so appends
         // go on. A purge meanwhile waits for the read (it takes the reader's lock), and a
         // truncation leaves the records read in the log: the entries returned are the log as
         // it was when the read began.
         let mut entries = self
-            .read_from_log(&wanted, &starts, StateLock::Unlocked)
+            .read_from_log(&wanted, StateLock::Unlocked)
             .map_err(read_error::<C>)?;
         let next = wanted.last().map_or(lo, |(i, _)| i + 1);
         let state = self.inner.state.lock();
@@ -491,12 +440,11 @@ where
         } else {
             // The cache moved on (evictions by appends meanwhile): read the rest too.
             let rest = state.lsns(next, hi.min(state.cache_first()));
-            let starts = state.starts_before(next);
             let tail_from = rest.last().map_or(next, |(i, _)| i + 1);
             let tail: Vec<_> = state.cached(tail_from, hi).cloned().collect();
             drop(state);
             entries.extend(
-                self.read_from_log(&rest, &starts, StateLock::Unlocked)
+                self.read_from_log(&rest, StateLock::Unlocked)
                     .map_err(read_error::<C>)?,
             );
             entries.extend(tail);
@@ -589,9 +537,8 @@ where
         if state.cache_len() == 0 && !state.is_empty() {
             let last = state.end() - 1;
             let wanted = state.lsns(last, last + 1);
-            let starts = state.starts_before(last);
             let entries = self
-                .read_from_log(&wanted, &starts, StateLock::Locked)
+                .read_from_log(&wanted, StateLock::Locked)
                 .map_err(read_error::<C>)?;
             state.fill_front(entries);
         }
