@@ -1,10 +1,9 @@
 //! AES-256-CTR throughput by record size: the key schedule shared (what the log does), the same
 //! through `cipher`'s `StreamCipherCoreWrapper` (what it did before), expanded per record (the
-//! pitfall), and the whole perrecord seal path (IV, keystream, CRC32C; the fused kernel where
-//! the CPU has one, and the three-pass form it replaced), beside the perrecord-gcm seal path
+//! pitfall), and the whole perrecord seal path (IV, copy, keystream, CRC32C), beside the perrecord-gcm seal path
 //! (AES-256-GCM instead of CTR).
 //!
-//! After the criterion groups, a side-by-side table puts the keystream and both seals beside
+//! After the criterion groups, a side-by-side table puts the keystream and the seal beside
 //! `openssl speed -evp aes-256-ctr -bytes N` at the same sizes, measured in the same run, one
 //! size at a time (OpenSSL, then walcrypt), so drifting machine load hits both alike. Without
 //! the `openssl` command on the PATH the table says so and shows walcrypt's figures alone.
@@ -21,9 +20,7 @@ use aes::Aes256;
 use aes_gcm::aead::AeadInOut;
 use cipher::{InnerIvInit, KeyInit, StreamCipher, StreamCipherCore};
 use criterion::{BenchmarkId, Criterion, Throughput};
-use walcrypt::inspect::{
-    CtrKey, REC_IV_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED as HLEN, ctr_apply_keystream, record_crc,
-};
+use walcrypt::inspect::{RECORD_HEADER_ENCRYPTED as HLEN, ctr_apply_keystream, record_crc};
 use walcrypt::{IV_LEN, Key};
 
 type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
@@ -42,31 +39,21 @@ fn wrapped(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
     cipher::StreamCipherCoreWrapper::from_core(core).apply_keystream(data);
 }
 
-/// The IV of record `n`, built as the log's IV source builds it: one 128-bit value (written
-/// byte range by byte range, reading it back whole would stall on store forwarding).
 fn iv(n: u64) -> [u8; IV_LEN] {
-    ((0x0123_4567_89ab_cdef_u128 << 64) | (u128::from(n as u32) << 32)).to_be_bytes()
+    let mut iv = [0u8; IV_LEN];
+    iv[..8].copy_from_slice(&0x0123_4567_89ab_cdefu64.to_be_bytes());
+    iv[8..12].copy_from_slice(&(n as u32).to_be_bytes());
+    iv
 }
 
 /// What `append` does in perrecord mode before the insert lock, into a buffer reused from call
-/// to call (the writer keeps one per thread): the header with a new IV, then
-/// `CtrKey::seal_append` (the fused kernel where the CPU has AES-NI and SSE4.2): the payload
-/// encrypted straight into the buffer and the record checksum over header and ciphertext.
-fn seal(key: &CtrKey, n: u64, payload: &[u8], sealed: &mut Vec<u8>) -> u32 {
-    sealed.clear();
-    sealed.resize(HLEN, 0);
-    let iv = iv(n);
-    sealed[REC_IV_AT..HLEN].copy_from_slice(&iv);
-    key.seal_append(&iv, payload, sealed, REC_LEN_AT)
-}
-
-/// The seal in three passes, as the log did before the fused kernel: header room, the payload
-/// copied in, encrypted in place (`aes` + `ctr`), then the CRC32C (`crc32c`).
-fn seal_3pass(aes: &Aes256, n: u64, payload: &[u8], sealed: &mut Vec<u8>) -> u32 {
+/// to call (the writer keeps one per thread): header room, the payload copied in, encrypted
+/// in place with a new IV, and the record checksum over header and ciphertext.
+fn seal(aes: &Aes256, n: u64, payload: &[u8], sealed: &mut Vec<u8>) -> u32 {
     sealed.clear();
     sealed.resize(HLEN, 0);
     sealed.extend_from_slice(payload);
-    sealed[REC_IV_AT..HLEN].copy_from_slice(&iv(n));
+    sealed[16..HLEN].copy_from_slice(&iv(n));
     let (header, body) = sealed.split_at_mut(HLEN);
     shared(aes, &iv(n), body);
     record_crc(header, body)
@@ -76,7 +63,6 @@ fn cipher(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
     let key = Key::from_bytes(*bytes);
-    let ctr_key = CtrKey::new(&key);
     let gcm = aes_gcm::Aes256Gcm::from(aes.clone());
     let mut group = c.benchmark_group("aes256ctr");
     group
@@ -114,19 +100,9 @@ fn cipher(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("perrecord_seal", size), &size, |b, _| {
             b.iter(|| {
                 n += 1;
-                black_box(seal(&ctr_key, n, black_box(&payload), &mut sealed))
+                black_box(seal(&aes, n, black_box(&payload), &mut sealed))
             })
         });
-        group.bench_with_input(
-            BenchmarkId::new("perrecord_seal_3pass", size),
-            &size,
-            |b, _| {
-                b.iter(|| {
-                    n += 1;
-                    black_box(seal_3pass(&aes, n, black_box(&payload), &mut sealed))
-                })
-            },
-        );
         // The same for perrecord-gcm: AES-256-GCM over the payload with 32 B of associated
         // data, the tag appended, the CRC32C over all of it. (The LSN is bound into the tag
         // inside the insert lock: one GHASH block, measured by walbench's lock hold times.)
@@ -322,16 +298,14 @@ fn openssl_speed(size: usize) -> Result<f64, String> {
 fn openssl_side_by_side() {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
-    let ctr_key = CtrKey::new(&Key::from_bytes(*bytes));
     println!();
     println!(
-        "SIDE BY SIDE: walcrypt (aes {}, seal kernel {}; portable unless built with target-cpu) vs `openssl speed -evp aes-256-ctr -bytes N -seconds 1`, same run, GB per CPU second (both sides)",
-        aes_version(),
-        ctr_key.seal_kernel()
+        "SIDE BY SIDE: walcrypt (aes {}; portable unless built with target-cpu) vs `openssl speed -evp aes-256-ctr -bytes N -seconds 1`, same run, GB per CPU second (both sides)",
+        aes_version()
     );
     println!(
         "{:>6} {:>9} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6}",
-        "bytes", "openssl", "keystream", "x_ossl", "seal", "x_ossl", "seal_3pass", "x_ossl"
+        "bytes", "openssl", "keystream", "x_ossl", "seal", "x_ossl", "wrapper", "x_ossl"
     );
     let mut missing = None;
     for size in [16usize, 64, 256, 1024, 8192, 16384] {
@@ -346,13 +320,13 @@ fn openssl_side_by_side() {
         let ks = rate(size, Duration::from_millis(600), |n| {
             shared(&aes, &iv(n), black_box(&mut buf))
         });
+        let wr = rate(size, Duration::from_millis(600), |n| {
+            wrapped(&aes, &iv(n), black_box(&mut buf))
+        });
         let payload = common::payload(size);
         let mut sealed = Vec::with_capacity(HLEN + size);
         let sl = rate(size, Duration::from_millis(600), |n| {
-            black_box(seal(&ctr_key, n, black_box(&payload), &mut sealed));
-        });
-        let s3 = rate(size, Duration::from_millis(600), |n| {
-            black_box(seal_3pass(&aes, n, black_box(&payload), &mut sealed));
+            black_box(seal(&aes, n, black_box(&payload), &mut sealed));
         });
         let gb = |r: f64| format!("{:.2}", r / 1e9);
         let ratio = |r: f64| ossl.map_or("-".into(), |o| format!("{:.2}", r / o));
@@ -363,8 +337,8 @@ fn openssl_side_by_side() {
             ratio(ks),
             gb(sl),
             ratio(sl),
-            gb(s3),
-            ratio(s3)
+            gb(wr),
+            ratio(wr)
         );
     }
     if let Some(why) = missing {

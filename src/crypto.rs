@@ -25,9 +25,6 @@ use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 pub(crate) use crate::keys::{Key, KeyRing};
 
-#[cfg(target_arch = "x86_64")]
-mod fused;
-
 /// Length of an AES-256 key in bytes.
 pub const KEY_LEN: usize = 32;
 /// Length of an IV (a full 128-bit counter block).
@@ -93,7 +90,7 @@ fn working_key(key: &Key, log_id: u64, key_id: u32) -> Zeroizing<[u8; KEY_LEN]> 
 /// The schedules are those of the log's working keys (see `working_key`), never of the raw
 /// data keys.
 pub(crate) struct Keys {
-    expanded: Vec<(u32, CtrKey, [u8; KCV_LEN])>,
+    expanded: Vec<(u32, Aes256, [u8; KCV_LEN])>,
     /// The AES-256-GCM state of each key (perrecord-gcm), over the same key schedule.
     gcm: Vec<(u32, GcmKey)>,
     active: Option<u32>,
@@ -105,14 +102,14 @@ impl Keys {
             .entries()
             .map(|(id, key)| {
                 let working = working_key(key, log_id, id);
-                let ctr = CtrKey::from_bytes(&working);
-                let kcv = check_value(ctr.aes());
-                (id, ctr, kcv)
+                let aes = Aes256::new((&*working).into());
+                let kcv = check_value(&aes);
+                (id, aes, kcv)
             })
             .collect::<Vec<_>>();
         let gcm = expanded
             .iter()
-            .map(|(id, ctr, _)| (*id, GcmKey::new(ctr.aes())))
+            .map(|(id, aes, _)| (*id, GcmKey::new(aes)))
             .collect();
         Keys {
             expanded,
@@ -156,17 +153,14 @@ impl Keys {
         iv: &[u8; IV_LEN],
         data: &mut [u8],
     ) -> Result<()> {
-        self.ctr(key_id)?.apply_keystream(iv, data);
-        Ok(())
-    }
-
-    /// The CTR key `key_id`.
-    pub(crate) fn ctr(&self, key_id: u32) -> Result<&CtrKey> {
-        self.expanded
+        let aes = self
+            .expanded
             .iter()
             .find(|(k, _, _)| *k == key_id)
-            .map(|(_, ctr, _)| ctr)
-            .ok_or(Error::MissingKey(key_id))
+            .map(|(_, aes, _)| aes)
+            .ok_or(Error::MissingKey(key_id))?;
+        apply_keystream(aes, iv, data);
+        Ok(())
     }
 }
 
@@ -189,83 +183,6 @@ pub(crate) fn apply_keystream(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) 
 pub fn ctr_apply_keystream(key: &Key, iv: &[u8; IV_LEN], data: &mut [u8]) {
     let aes = Aes256::new(key.bytes().into());
     apply_keystream(&aes, iv, data);
-}
-
-/// An AES-256-CTR key with its schedule expanded once: the keystream and the perrecord seal.
-///
-/// On x86_64 CPUs with AES-NI and SSE4.2 (detected at run time) [`CtrKey::seal_append`] runs
-/// the fused kernel of `crypto/fused.rs` (keystream, XOR into the destination and CRC32C in
-/// one loop); elsewhere it runs `aes` + `ctr` and then `crc32c`. Both give the same bytes and
-/// checksum. The log keeps one per key; tools and benches may build their own.
-pub struct CtrKey {
-    aes: Aes256,
-    #[cfg(target_arch = "x86_64")]
-    fused: Option<fused::Schedule>,
-}
-
-impl std::fmt::Debug for CtrKey {
-    /// Names the seal kernel only; never the key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CtrKey")
-            .field("seal_kernel", &self.seal_kernel())
-            .finish_non_exhaustive()
-    }
-}
-
-impl CtrKey {
-    /// Expands the schedule of `key`.
-    pub fn new(key: &Key) -> CtrKey {
-        CtrKey::from_bytes(key.bytes())
-    }
-
-    fn from_bytes(key: &[u8; KEY_LEN]) -> CtrKey {
-        CtrKey {
-            aes: Aes256::new(key.into()),
-            #[cfg(target_arch = "x86_64")]
-            fused: fused::Schedule::new(key),
-        }
-    }
-
-    fn aes(&self) -> &Aes256 {
-        &self.aes
-    }
-
-    /// XORs the keystream from counter block `iv` into `data` (`aes` + `ctr`).
-    pub fn apply_keystream(&self, iv: &[u8; IV_LEN], data: &mut [u8]) {
-        apply_keystream(&self.aes, iv, data);
-    }
-
-    /// Appends `payload` encrypted from counter block `iv` to `out` and returns the CRC32C
-    /// (`crc32c::crc32c`) of `out[crc_from..]` afterwards: the perrecord seal, where `out`
-    /// holds the record header and `crc_from` is where the checksummed part of it begins.
-    /// A `crc_from` past the end of `out` counts as its end: the checksum is then the
-    /// ciphertext's alone.
-    pub fn seal_append(
-        &self,
-        iv: &[u8; IV_LEN],
-        payload: &[u8],
-        out: &mut Vec<u8>,
-        crc_from: usize,
-    ) -> u32 {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(fused) = &self.fused {
-            return fused.seal_append(iv, payload, out, crc_from);
-        }
-        let start = out.len();
-        out.extend_from_slice(payload);
-        apply_keystream(&self.aes, iv, &mut out[start..]);
-        crc32c::crc32c(&out[crc_from.min(start)..])
-    }
-
-    /// Which implementation [`CtrKey::seal_append`] uses on this CPU: `"vaes"`, `"aes-ni"`
-    /// (the fused kernel) or `"aes+ctr"` (the crates).
-    pub fn seal_kernel(&self) -> &'static str {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(fused) = &self.fused {
-            return if fused.uses_vaes() { "vaes" } else { "aes-ni" };
-        }
-        "aes+ctr"
-    }
 }
 
 /// Hands out IVs (counter blocks) that never repeat under one key; see the module docs.
@@ -295,10 +212,10 @@ impl IvSource {
         } else {
             self.prefix_for_epoch(epoch)?
         };
-        // Built as one 128-bit value, not byte range by byte range: the seal reads the IV back
-        // as a whole, and a read that spans several smaller stores waits for them to retire
-        // (no store forwarding), which cost the 64-byte seal a third of its time.
-        Ok(iv_block(prefix, n as u32))
+        let mut iv = [0u8; IV_LEN];
+        iv[..8].copy_from_slice(&prefix.to_be_bytes());
+        iv[8..12].copy_from_slice(&(n as u32).to_be_bytes());
+        Ok(iv)
     }
 
     #[cold]
@@ -310,11 +227,6 @@ impl IvSource {
         }
         Ok(later[index])
     }
-}
-
-/// The counter block `prefix || sequence || 0` (block counter zero), big-endian.
-fn iv_block(prefix: u64, sequence: u32) -> [u8; IV_LEN] {
-    ((u128::from(prefix) << 64) | (u128::from(sequence) << 32)).to_be_bytes()
 }
 
 /// Draws a random `u64` from the OS; `what` names it in the error (`"an IV prefix"`).
@@ -350,33 +262,6 @@ mod tests {
         assert_eq!(a[12..], [0; 4]);
         let other = IvSource::new().unwrap();
         assert_ne!(other.next_iv().unwrap()[..8], a[..8]);
-    }
-
-    #[test]
-    fn the_portable_seal_gives_what_the_fused_kernel_gives() {
-        let bytes: [u8; KEY_LEN] = std::array::from_fn(|i| (i * 7 + 1) as u8);
-        let fused = CtrKey::from_bytes(&bytes);
-        let portable = CtrKey {
-            aes: Aes256::new((&bytes).into()),
-            #[cfg(target_arch = "x86_64")]
-            fused: None,
-        };
-        assert_eq!(portable.seal_kernel(), "aes+ctr");
-        let payload: Vec<u8> = (0..700u32).map(|i| (i * 3) as u8).collect();
-        for iv in [[0u8; IV_LEN], [0xff; IV_LEN], iv_block(u64::MAX, u32::MAX)] {
-            for len in [0, 1, 16, 33, 128, 129, 700] {
-                let (mut a, mut b) = (vec![1u8; 32], vec![1u8; 32]);
-                let crc_a = fused.seal_append(&iv, &payload[..len], &mut a, 4);
-                let crc_b = portable.seal_append(&iv, &payload[..len], &mut b, 4);
-                assert_eq!((a, crc_a), (b, crc_b), "len {len}");
-            }
-        }
-    }
-
-    #[test]
-    fn iv_blocks_are_prefix_sequence_and_a_zero_block_counter() {
-        let iv = iv_block(0x0102_0304_0506_0708, 0x090a_0b0c);
-        assert_eq!(iv, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 0, 0, 0]);
     }
 
     #[test]

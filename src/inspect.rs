@@ -7,7 +7,7 @@
 //! follows the on-disk format (docs/FORMAT.md) and changes with
 //! [`FORMAT_VERSION`].
 
-pub use crate::crypto::{CtrKey, ctr_apply_keystream};
+pub use crate::crypto::ctr_apply_keystream;
 pub use crate::format::{
     AAD_FLAGS_AT, AAD_KEY_ID_AT, AAD_KIND_AT, AAD_LEN, AAD_LOG_ID_AT, AAD_LSN_AT,
     AAD_STORED_LEN_AT, AAD_ZERO_AT, FORMAT_VERSION, Geometry, HeaderError, KCV_ENTRY, KCV_ID_AT,

@@ -110,9 +110,7 @@
 //! write path and of recovery ([`docs::design`]), and the guarantees with their tests
 //! ([`docs::reliability`]).
 
-// Unsafe code is denied everywhere but in the fused seal kernel (crypto/fused.rs), which
-// allows it for a measured win and documents every block.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod aead;

@@ -81,7 +81,7 @@ use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, REC_LEN_AT, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
+    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
     RECORD_FLAG_ENCRYPTED, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
     RecordHeader, SegmentHeader, TAG_LEN,
 };
@@ -594,9 +594,6 @@ impl Wal {
             RECORD_HEADER_PLAIN
         };
         let tag_len = if auth { TAG_LEN } else { 0 };
-        if encrypt && !auth {
-            return self.seal_ctr(kind, flags, payload, sealed);
-        }
         sealed.clear();
         sealed.resize(hlen, 0);
         sealed.extend_from_slice(payload);
@@ -632,35 +629,6 @@ impl Wal {
             header.encode(&mut sealed[..hlen]);
         }
         Ok(late)
-    }
-
-    /// [`Wal::seal_stored`] of a perrecord (CTR) record: the header, then the payload encrypted
-    /// straight behind it with the record checksum folded in the same pass
-    /// (`CtrKey::seal_append`; docs/BENCHMARKS.md, "Cipher", has the measurements).
-    fn seal_ctr(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<LateBind> {
-        let keys = self.keys.load();
-        let key_id = keys.active().unwrap_or(0);
-        let ctr = keys.ctr(key_id)?;
-        let iv = self.ivs.next_iv()?;
-        let mut header = RecordHeader {
-            crc: 0,
-            len: payload.len() as u32,
-            kind,
-            flags: flags | RECORD_FLAG_ENCRYPTED,
-            encryption: Some((key_id, iv)),
-        };
-        sealed.clear();
-        sealed.resize(RECORD_HEADER_ENCRYPTED, 0);
-        header.encode(sealed);
-        header.crc = ctr.seal_append(&iv, payload, sealed, REC_LEN_AT);
-        header.encode(sealed);
-        Ok(LateBind(None))
     }
 
     /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
