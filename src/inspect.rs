@@ -22,6 +22,6 @@ pub use crate::format::{
     SEG_RESERVED_AT, SEG_RSV_AT, SEG_SEGMENT_SIZE_AT, SEG_START_AT, SEG_VERSION_AT,
     SEGMENT_CRC_LEN, SEGMENT_HEADER_FIXED, SEGMENT_MAGIC, SegmentHeader, TAG_LEN, auth_aad,
     header_len_for_flags, kcv_entry_at, mode_code, mode_from_code, parse_segment_file_name,
-    record_crc, segment_file_name, validate_geometry, validate_segment_start,
+    record_crc, record_crc_whole, segment_file_name, validate_geometry, validate_segment_start,
 };
 pub use crate::reader::{PageInfo, RawRecord, RawRecords, SegmentInfo, check_page_header};

@@ -621,7 +621,7 @@ impl Wal {
             }
         }
         header.encode(&mut sealed[..hlen]);
-        let crc = format::record_crc(&sealed[..hlen], &sealed[hlen..body_end]);
+        let crc = format::record_crc_whole(&sealed[..body_end]);
         if let LateBind(Some((_, crc_before_tag))) = &mut late {
             *crc_before_tag = crc;
         } else {
