@@ -98,6 +98,11 @@ use prepare::{Maker, Preparer};
 
 const NO_PAGE: u64 = u64::MAX;
 
+/// Proof that `Wal::check_process` passed on this call path: only it makes one, and
+/// `write_locked` takes one, so no write-out can skip the fork check.
+#[derive(Clone, Copy)]
+struct SameProcess(());
+
 /// The part of sealing an authenticated record that needs its LSN: bind the LSN into the tag
 /// (one GF(2^128) multiplication) and extend the checksum over the 16 tag bytes. Done inside
 /// the insert lock; empty for every other record. The `u32` is the checksum of the header
@@ -129,7 +134,9 @@ thread_local! {
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
 ///
 /// Lock hold times are measured with a monotonic clock from the moment the lock is acquired
-/// to the moment it is released.
+/// to the moment it is released. For an acquisition that does not wait, the clock is read
+/// just before it (outside the lock), so the hold includes the acquiring compare-and-swap; a
+/// thread that waits reads the clock once it holds the lock, so waiting never counts as held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WalStats {
     /// Records appended.
@@ -673,11 +680,10 @@ impl Wal {
         // Allocated before the lock: the lock only ever copies.
         let mut lsns = Vec::with_capacity(if ends.len() > 1 { ends.len() } else { 0 });
         let mut first = 0;
-        let mut ins = self.insert.lock();
+        let (mut ins, held_since) = flush::timed_lock(&self.insert);
         if epoch != self.key_epoch.load(Ordering::Acquire) {
             return Ok(None);
         }
-        let held_since = Instant::now();
         let mut result = Ok(());
         let mut begin = 0;
         for ((i, &end), late) in ends.iter().enumerate().zip(lates) {
@@ -820,9 +826,10 @@ impl Wal {
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
         }
+        let same = self.check_process()?;
         let mut w = self.write.lock();
         w.written_to = page;
-        self.write_locked(&mut w, end)?;
+        self.write_locked(&mut w, end, same)?;
         self.sync_locked(&mut w)
     }
 
@@ -841,11 +848,11 @@ impl Wal {
 
     /// Writes and fdatasyncs everything appended, under the write lock.
     fn sync_all(&self) -> Result<()> {
-        let mut w = self.write.lock();
-        let held_since = Instant::now();
+        let same = self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);
+        let (mut w, held_since) = flush::timed_lock(&self.write);
         let target = self.complete_to.load(Ordering::Acquire);
-        let result = self.write_locked(&mut w, target).and_then(|()| {
+        let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             self.synced_to.store(target, Ordering::Release);
             self.flushed_to.store(target, Ordering::Release);
@@ -919,7 +926,11 @@ impl Wal {
     /// opener's IVs. Called where bytes go to disk (every write-out, purge, rotation), not per
     /// append: `getpid` is a system call (about 200 ns measured here), and nothing an append
     /// seals reaches the disk without a write-out.
-    fn check_process(&self) -> Result<()> {
+    ///
+    /// Called before the write lock is taken, never inside it: a forked child has one thread,
+    /// so checking before the lock is as good, and the system call stays out of the serial
+    /// part of a commit. `SameProcess` is the proof `write_locked` asks for.
+    fn check_process(&self) -> Result<SameProcess> {
         let caller = std::process::id();
         if caller != self.opener {
             return Err(Error::ForeignProcess {
@@ -927,7 +938,7 @@ impl Wal {
                 caller,
             });
         }
-        Ok(())
+        Ok(SameProcess(()))
     }
 
     fn check_poison(&self) -> Result<()> {
@@ -993,10 +1004,14 @@ impl Drop for Wal {
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }
+        // A forked child dropping its copy writes nothing (`check_process`).
+        let Ok(same) = self.check_process() else {
+            return;
+        };
         let mut w = self.write.lock();
         let target = self.complete_to.load(Ordering::Acquire);
         // Best effort: hand buffered records to the OS. Errors surface through `close`.
-        if self.write_locked(&mut w, target).is_ok() && self.sync == SyncMode::Durable {
+        if self.write_locked(&mut w, target, same).is_ok() && self.sync == SyncMode::Durable {
             let _ = self.sync_locked(&mut w);
         }
     }

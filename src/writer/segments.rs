@@ -139,6 +139,7 @@ impl Wal {
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
+        let same = self.check_process()?;
         let mut ins = self.insert.lock();
         let (_, end) = self.copy_in(&mut ins, &sealed)?;
         let segment = self.geo.segment_start(end - 1);
@@ -150,7 +151,7 @@ impl Wal {
             // active key: encrypt them under a key it does list.
             w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
         }
-        self.write_locked(&mut w, end)?;
+        self.write_locked(&mut w, end, same)?;
         self.sync_locked(&mut w)?;
         w.written_to = next;
         self.written_to.store(next, Ordering::Release);
