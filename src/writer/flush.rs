@@ -95,11 +95,20 @@ impl Wal {
                 continue;
             }
             let segment = self.geo.segment_start(page);
-            let run_start = page;
+            let mut run_start = page;
             let mut scratch = std::mem::take(&mut w.scratch);
             scratch.clear();
             let mut imaged = Ok(());
-            while page < target && self.geo.segment_start(page) == segment {
+            if let Some(from) = self.appendable(w, page, hint) {
+                // Only the bytes appended since the last write of this page: its header and
+                // everything before `from` are on file already, zeros after.
+                let to = target.min(page + ps);
+                scratch.resize((to - from) as usize, 0);
+                imaged = self.page_tail(page, from, &mut scratch);
+                run_start = from;
+                page += ps;
+            }
+            while imaged.is_ok() && page < target && self.geo.segment_start(page) == segment {
                 let at = scratch.len();
                 scratch.resize(at + ps as usize, 0);
                 let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
@@ -107,6 +116,7 @@ impl Wal {
                 if imaged.is_err() {
                     break;
                 }
+                w.imaged = (page, hint);
                 page += ps;
             }
             let written = imaged.and_then(|()| {
@@ -115,13 +125,51 @@ impl Wal {
                         .map_err(|e| self.poison("write segment", segment, e))
                 })
             });
-            self.counters.pages_written.add(scratch.len() as u64 / ps);
+            self.counters
+                .pages_written
+                .add((scratch.len() as u64).div_ceil(ps));
             w.scratch = scratch;
             written?;
             if !w.dirty.contains(&segment) {
                 w.dirty.push(segment);
             }
         }
+        Ok(())
+    }
+
+    /// Where a write-out that starts in `page` may append to the page's bytes on file instead
+    /// of rewriting the whole page: the position the writer reached in it, when this open
+    /// wrote the page's full image (header, records, zeros after them) with the same durable
+    /// hint and the page has grown since. Its header is then unchanged (`rem_len` is fixed
+    /// when the page is entered, the hint is the same), so only the new bytes need writing:
+    /// in `Buffered` mode, where the hint moves only at `sync`, a commit writes what it
+    /// appended instead of a whole page. Never in pagelevel mode, whose rewrite repeats the
+    /// whole encrypted body under the page's one IV.
+    fn appendable(&self, w: &WriteState, page: u64, hint: u64) -> Option<u64> {
+        let from = w.written_to;
+        let appendable = self.mode != Mode::PageLevel
+            && w.imaged == (page, hint)
+            && self.geo.page_start(from) == page
+            && from > page + PAGE_HEADER_LEN as u64;
+        appendable.then_some(from)
+    }
+
+    /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
+    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+        let slot = self.slots[self.slot_index(page)].lock();
+        if slot.page != page {
+            return Err(self.broken_invariant(
+                "write page",
+                page,
+                format!(
+                    "page {} is not in the write buffer (it holds {})",
+                    Lsn(page),
+                    Lsn(slot.page)
+                ),
+            ));
+        }
+        let at = (from - page) as usize;
+        out.copy_from_slice(&slot.data[at..at + out.len()]);
         Ok(())
     }
 

@@ -216,6 +216,9 @@ struct WriteState {
     files: Vec<(u64, Box<dyn StorageFile>)>,
     dirty: Vec<u64>,
     scratch: Vec<u8>,
+    /// The last page whose full image this open wrote, and the durable hint stamped in it
+    /// (`NO_PAGE` before the first): see `appendable`.
+    imaged: (u64, u64),
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -375,6 +378,7 @@ impl Wal {
                 files: Vec::new(),
                 dirty: Vec::new(),
                 scratch: Vec::new(),
+                imaged: (NO_PAGE, 0),
             }),
             group: Mutex::new(GroupCommit::default()),
             group_done: Condvar::new(),
