@@ -1,6 +1,7 @@
-//! The write side of the log: writing pages out (and, in pagelevel mode, encrypting them) under
-//! the write lock, group-commit flushes, fdatasync and close. The segment files the pages go
-//! into (handles, creation, switch and purge) are managed in `segments`.
+//! The write side of the log: write-outs (a range reserved, built and, in pagelevel mode,
+//! encrypted under the write lock, then written with or without it; the ranges in flight are
+//! tracked in `inflight`), group-commit flushes, fdatasync and close. The segment files the
+//! pages go into (handles, creation, switch and purge) are managed in `segments`.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
