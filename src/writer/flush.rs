@@ -1,15 +1,21 @@
-//! The write side of the log: writing pages out (and, in pagelevel mode, encrypting them) under
-//! the write lock, group-commit flushes, fdatasync and close. The segment files the pages go
-//! into (handles, creation, switch and purge) are managed in `segments`.
+//! The write side of the log: write-outs (a range reserved, built and, in pagelevel mode,
+//! encrypted under the write lock, then written with or without it; the ranges in flight are
+//! tracked in `inflight`), group-commit flushes, fdatasync and close. The segment files the
+//! pages go into (handles, creation, switch and purge) are managed in `segments`.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Wal, WriteState};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
 use crate::format::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use crate::storage::StorageFile;
 
 #[derive(Default)]
 pub(super) struct GroupCommit {
@@ -30,73 +36,287 @@ impl Drop for RoundEnd<'_> {
     }
 }
 
+/// Write-outs of up to this many bytes reuse a per-thread buffer.
+const WRITE_BUFFER_KEEP: usize = 1 << 20;
+
+thread_local! {
+    static WRITE_BUFFER: std::cell::Cell<WriteBuffer> = std::cell::Cell::new(WriteBuffer::default());
+}
+
+/// The bytes of one reserved range, built under the write lock and written after it, and the
+/// runs (one per segment) they are written as. Kept per thread, so building a range allocates
+/// nothing once the thread has written one of its size.
+#[derive(Default)]
+pub(super) struct WriteBuffer {
+    bytes: Vec<u8>,
+    runs: Vec<Run>,
+}
+
+/// A contiguous stretch of one segment file: `bytes[at..at + len]` goes to `offset`.
+struct Run {
+    segment: u64,
+    file: Arc<dyn StorageFile>,
+    offset: u64,
+    at: usize,
+    len: usize,
+}
+
+/// A range reserved and registered in flight (`InFlight`), not yet written. Dropped without
+/// landing (a write failed, or the writer unwound), it poisons the log and wakes the
+/// waiters: the range never lands, so nothing after it may be acknowledged, and nothing may
+/// wait for it.
+pub(super) struct Reserved<'a> {
+    wal: &'a Wal,
+    id: u64,
+    buf: WriteBuffer,
+    landed: bool,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.runs.clear();
+        if buf.bytes.capacity() <= WRITE_BUFFER_KEEP {
+            WRITE_BUFFER.set(buf);
+        }
+        if self.landed {
+            return;
+        }
+        let wal = self.wal;
+        if !wal.poisoned.load(Ordering::Acquire) {
+            let position = wal.written_to.load(Ordering::Acquire);
+            let error = wal.broken_invariant(
+                "write segment",
+                position,
+                "a write-out ended without writing its range".into(),
+            );
+            let _ = wal.poison_error(error);
+        }
+        wal.inflight.abandon();
+    }
+}
+
+/// Takes `lock` and returns it with the moment its hold began, for the lock-hold statistics.
+/// The clock is read before an uncontended acquisition, so that read is not part of the hold
+/// (which then counts the acquiring compare-and-swap, a few ns, as held), or right after a
+/// contended one, so time spent waiting is never counted as held.
+pub(super) fn timed_lock<T>(lock: &Mutex<T>) -> (MutexGuard<'_, T>, Instant) {
+    let before = Instant::now();
+    match lock.try_lock() {
+        Some(guard) => (guard, before),
+        None => {
+            let guard = lock.lock();
+            (guard, Instant::now())
+        }
+    }
+}
+
 impl Wal {
-    /// Takes the write lock and writes everything before `target`.
+    /// Writes everything before `target`: reserves it under the write lock, writes it after
+    /// releasing the lock, and waits until everything before `target` has landed. The appender
+    /// that makes room in a full buffer comes here (under the insert lock), and checks first
+    /// that it is the opener's process.
     pub(super) fn write_out(&self, target: u64) -> Result<()> {
-        let mut w = self.write.lock();
-        let held_since = Instant::now();
+        self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);
-        let result = self.write_locked(&mut w, target);
+        let (mut w, held_since) = timed_lock(&self.write);
+        let reserved = self.reserve(&mut w, target);
+        drop(w);
         self.counters
             .write_lock_ns
             .add(held_since.elapsed().as_nanos() as u64);
-        result
+        if let Some(range) = reserved? {
+            self.write_range(range)?;
+        }
+        self.wait_landed(target)
     }
 
-    /// Writes the buffer's pages from the last written position up to `target` (which must be
-    /// copied already). Partly filled pages are written whole and rewritten later. Any error on
-    /// the way poisons the log: pages may already be written past what the writer's position
-    /// says, and appends after a half-done write-out must never be acknowledged.
-    pub(super) fn write_locked(&self, w: &mut WriteState, target: u64) -> Result<()> {
-        self.check_poison()?;
-        self.check_process()?;
-        if target <= w.written_to {
-            return Ok(());
+    /// Writes the buffer's pages from the reserved position up to `target` (which must be
+    /// copied already) and waits until everything before `target` has landed, ranges other
+    /// threads reserved included, all without releasing the write lock. Partly filled pages
+    /// are written whole and rewritten (or appended to) later. Any error on the way poisons the
+    /// log: pages may already be written past what the writer's position says, and appends
+    /// after a half-done write-out must never be acknowledged.
+    ///
+    /// `SameProcess`: the caller checked, before taking the write lock, that this is the
+    /// opener's process.
+    pub(super) fn write_locked(
+        &self,
+        w: &mut WriteState,
+        target: u64,
+        _same: SameProcess,
+    ) -> Result<()> {
+        if let Some(range) = self.reserve(w, target)? {
+            self.write_range(range)?;
         }
-        self.write_pages(w, target)
-            .map_err(|e| self.poison_error(e))?;
-        w.written_to = target;
-        self.written_to.store(target, Ordering::Release);
+        self.wait_landed(target)
+    }
+
+    /// Under the write lock: reserves `[reserved_to, target)`, builds its bytes (page images
+    /// and appends; pagelevel encrypts here) and registers it in flight. `None` when
+    /// everything before `target` is reserved already. The caller writes the range with
+    /// [`Wal::write_range`], with or without the write lock.
+    pub(super) fn reserve(&self, w: &mut WriteState, target: u64) -> Result<Option<Reserved<'_>>> {
+        self.check_poison()?;
+        if target <= w.reserved_to {
+            return Ok(None);
+        }
+        let mut buf = WRITE_BUFFER.take();
+        buf.bytes.clear();
+        buf.runs.clear();
+        if let Err(e) = self.build_pages(w, target, &mut buf) {
+            buf.runs.clear();
+            WRITE_BUFFER.set(buf);
+            return Err(self.poison_error(e));
+        }
+        let lo = buf
+            .runs
+            .first()
+            .map_or(w.reserved_to, |r| r.offset + r.segment);
+        let hi = buf
+            .runs
+            .last()
+            .map_or(w.reserved_to, |r| r.offset + r.segment + r.len as u64);
+        for run in &buf.runs {
+            if !w.dirty.contains(&run.segment) {
+                w.dirty.push(run.segment);
+            }
+        }
+        let id = self.inflight.register(target, lo, hi);
+        w.reserved_to = target;
+        Ok(Some(Reserved {
+            wal: self,
+            id,
+            buf,
+            landed: false,
+        }))
+    }
+
+    /// Writes a reserved range once no earlier range in flight covers its bytes, and marks it
+    /// landed. A failure poisons the log; the range then never lands.
+    pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
+        self.write_runs(range.id, &range.buf)?;
+        self.inflight.land(range.id, &self.written_to);
+        range.landed = true;
         Ok(())
     }
 
-    fn write_pages(&self, w: &mut WriteState, target: u64) -> Result<()> {
+    fn write_runs(&self, id: u64, buf: &WriteBuffer) -> Result<()> {
+        if !self.inflight.wait_clear(id, &self.poisoned) {
+            // Poisoned while it waited: the range is not written.
+            self.check_poison()?;
+            return Err(self.broken_invariant(
+                "write segment",
+                self.written_to.load(Ordering::Acquire),
+                "a write-out was refused by a log that is not poisoned".into(),
+            ));
+        }
+        for run in &buf.runs {
+            run.file
+                .write_all_at(&buf.bytes[run.at..run.at + run.len], run.offset)
+                .map_err(|e| self.poison("write segment", run.segment, e))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until everything before `target` has landed; an error if the log was poisoned
+    /// first.
+    pub(super) fn wait_landed(&self, target: u64) -> Result<()> {
+        if self.written_to.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        if self.inflight.wait_landed(target, &self.poisoned) {
+            return Ok(());
+        }
+        self.check_poison()?;
+        Err(self.broken_invariant(
+            "wait for a write-out",
+            target,
+            "a wait for written pages ended in a log that is not poisoned".into(),
+        ))
+    }
+
+    /// Builds the bytes of `[reserved_to, target)` into `buf`: one run per segment, each a
+    /// contiguous stretch of the file.
+    fn build_pages(&self, w: &mut WriteState, target: u64, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
         let hint = self.synced_to.load(Ordering::Acquire);
-        let mut page = self.geo.page_start(w.written_to);
+        let mut page = self.geo.page_start(w.reserved_to);
         while page < target {
             if self.geo.is_header_page(page) {
                 page += ps;
                 continue;
             }
             let segment = self.geo.segment_start(page);
-            let run_start = page;
-            let mut scratch = std::mem::take(&mut w.scratch);
-            scratch.clear();
-            let mut imaged = Ok(());
-            while page < target && self.geo.segment_start(page) == segment {
-                let at = scratch.len();
-                scratch.resize(at + ps as usize, 0);
-                let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
-                imaged = self.page_image(w, page, valid as usize, hint, &mut scratch[at..]);
-                if imaged.is_err() {
-                    break;
-                }
+            let mut run_start = page;
+            let at = buf.bytes.len();
+            if let Some(from) = self.appendable(w, page, hint) {
+                // Only the bytes appended since the last write of this page: its header and
+                // everything before `from` are on file already (or land first: `InFlight`),
+                // zeros after.
+                let to = target.min(page + ps);
+                buf.bytes.resize(at + (to - from) as usize, 0);
+                self.page_tail(page, from, &mut buf.bytes[at..])?;
+                run_start = from;
                 page += ps;
             }
-            let written = imaged.and_then(|()| {
-                self.file_for(w, segment).and_then(|file| {
-                    file.write_all_at(&scratch, run_start - segment)
-                        .map_err(|e| self.poison("write segment", segment, e))
-                })
-            });
-            self.counters.pages_written.add(scratch.len() as u64 / ps);
-            w.scratch = scratch;
-            written?;
-            if !w.dirty.contains(&segment) {
-                w.dirty.push(segment);
+            let appended = run_start != page;
+            let mut pages = 0;
+            while page < target && self.geo.segment_start(page) == segment {
+                let image_at = buf.bytes.len();
+                buf.bytes.resize(image_at + ps as usize, 0);
+                let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
+                self.page_image(w, page, valid as usize, hint, &mut buf.bytes[image_at..])?;
+                w.imaged = (page, hint);
+                pages += 1;
+                page += ps;
             }
+            self.counters.pages_written.add(pages + u64::from(appended));
+            let file = self.file_for(w, segment)?;
+            buf.runs.push(Run {
+                segment,
+                file,
+                offset: run_start - segment,
+                at,
+                len: buf.bytes.len() - at,
+            });
         }
+        Ok(())
+    }
+
+    /// Where a write-out that starts in `page` may append to the page's bytes on file instead
+    /// of rewriting the whole page: the position the writer reached in it, when this open
+    /// wrote the page's full image (header, records, zeros after them) with the same durable
+    /// hint and the page has grown since. Its header is then unchanged (`rem_len` is fixed
+    /// when the page is entered, the hint is the same), so only the new bytes need writing:
+    /// in `Buffered` mode, where the hint moves only at `sync`, a commit writes what it
+    /// appended instead of a whole page. Never in pagelevel mode, whose rewrite repeats the
+    /// whole encrypted body under the page's one IV.
+    fn appendable(&self, w: &WriteState, page: u64, hint: u64) -> Option<u64> {
+        let from = w.reserved_to;
+        let appendable = self.mode != Mode::PageLevel
+            && w.imaged == (page, hint)
+            && self.geo.page_start(from) == page
+            && from > page + PAGE_HEADER_LEN as u64;
+        appendable.then_some(from)
+    }
+
+    /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
+    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+        let slot = self.slots[self.slot_index(page)].lock();
+        if slot.page != page {
+            return Err(self.broken_invariant(
+                "write page",
+                page,
+                format!(
+                    "page {} is not in the write buffer (it holds {})",
+                    Lsn(page),
+                    Lsn(slot.page)
+                ),
+            ));
+        }
+        let at = (from - page) as usize;
+        out.copy_from_slice(&slot.data[at..at + out.len()]);
         Ok(())
     }
 
@@ -169,7 +389,11 @@ impl Wal {
     /// fdatasyncs every segment written since the last sync. A segment whose handle the writer
     /// has closed since is reopened for it: Linux reports a write-back error that no one has
     /// seen yet to a descriptor opened after it, so the sync still learns of a failure.
+    ///
+    /// It first waits for every reserved range to land, so the fdatasync covers every segment
+    /// on the dirty list in full (a range is listed dirty when it is reserved).
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
+        self.wait_landed(w.reserved_to)?;
         let dirty = std::mem::take(&mut w.dirty);
         for segment in &dirty {
             let reopened;
@@ -221,7 +445,8 @@ impl Wal {
                 // write-lock acquisition per oltp transaction at 1-8 threads on the 2-core
                 // development machine. Rounds measured within run-to-run noise of queueing
                 // on the write lock (docs/BENCHMARKS.md, "The commit path on 2 cores"), so
-                // the simpler path stays.
+                // the simpler path stays. Each flusher holds the write lock only to reserve
+                // and copy its range; the write comes after (`lead_flush`).
                 return self.lead_round(lsn, None);
             }
             let mut round = self.group.lock();
@@ -241,28 +466,58 @@ impl Wal {
     }
 
     /// One group-commit round: takes the write lock and flushes everything appended so far.
+    /// Durable: writes, waits for every range in flight and fdatasyncs, all under the lock.
+    /// Buffered: reserves and builds the range under the lock, writes it after releasing it,
+    /// and waits until everything below its target has landed.
     pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
-        let mut w = self.write.lock();
-        let held_since = Instant::now();
+        let same = self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);
-        let result = self.flush_locked(&mut w, lsn);
+        let (mut w, held_since) = timed_lock(&self.write);
+        if self.sync == SyncMode::Durable {
+            let result = self.flush_locked(&mut w, lsn, same);
+            drop(w);
+            self.counters
+                .write_lock_ns
+                .add(held_since.elapsed().as_nanos() as u64);
+            return result;
+        }
+        // Buffered: only the reservation and the copy under the write lock; the write after
+        // it, in parallel with other commits' writes of other bytes.
+        let reserved = if self.flushed_through(lsn) {
+            Ok(None)
+        } else {
+            let target = self.complete_to.load(Ordering::Acquire);
+            self.reserve(&mut w, target)
+                .map(|range| Some((target, range)))
+        };
+        drop(w);
         self.counters
             .write_lock_ns
             .add(held_since.elapsed().as_nanos() as u64);
-        result
+        let Some((target, range)) = reserved? else {
+            return Ok(());
+        };
+        if let Some(range) = range {
+            self.write_range(range)?;
+        }
+        self.wait_landed(target)?;
+        // No flush returns Ok once the log is poisoned, even one whose own bytes landed.
+        self.check_poison()?;
+        self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        Ok(())
     }
 
-    fn flush_locked(&self, w: &mut WriteState, lsn: u64) -> Result<()> {
+    fn flush_locked(&self, w: &mut WriteState, lsn: u64, same: SameProcess) -> Result<()> {
         if self.flushed_through(lsn) {
             return Ok(());
         }
         let target = self.complete_to.load(Ordering::Acquire);
-        self.write_locked(w, target)?;
+        self.write_locked(w, target, same)?;
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
             self.synced_to.store(target, Ordering::Release);
         }
-        self.flushed_to.store(target, Ordering::Release);
+        self.flushed_to.fetch_max(target, Ordering::AcqRel);
         Ok(())
     }
 

@@ -11,59 +11,81 @@
 //!    before the round's leader takes the write lock: it orders flushers, never data.
 //! 1. the **insert lock** (`insert`): reserves the LSN and copies already-sealed bytes into the
 //!    WAL buffer. Nothing else happens inside it: sealing (encryption and CRC) is done before.
-//! 2. the **write lock** (`write`): copies finished bytes out of the buffer, encrypts pages
-//!    (pagelevel), writes them and calls fdatasync. Flushers take it without the insert lock; an
-//!    appender takes it only when the buffer is full and it must make room, and the open takes
-//!    it under the insert lock when it moves the log on past a segment switch or to a fresh
-//!    page (`switch_segment`, `resume_on_fresh_page`).
-//! 3. a **slot lock** per buffer page (`slots`), held only for a memcpy (and, in pagelevel,
+//! 2. the **write lock** (`write`): reserves the next range of the log for writing
+//!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
+//!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
+//!    flight; a Buffered flush and an appender making room write the range after releasing
+//!    it. Durable rounds, `sync`, `close`, the segment switch and the open write (and wait for
+//!    every range in flight to land) and fdatasync under it. Flushers take it without the
+//!    insert lock; an appender takes it only when the buffer is full and it must make room,
+//!    and the open takes it under the insert lock when it moves the log on past a segment
+//!    switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
+//! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
+//!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;
+//!    threads wait on its condition variable (with the insert or write lock held or not) for
+//!    an earlier range covering the same bytes, or for everything below a position, to land.
+//!    Nothing is taken while it is held, so the threads that land ranges never wait for the
+//!    insert or write lock.
+//! 4. a **slot lock** per buffer page (`slots`), held only for a memcpy (and, in pagelevel,
 //!    to draw the page's IV at its first write-out).
-//! 4. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
+//! 5. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
-//! 5. the **poison cause** (`poison_reason`): set or cloned, under any of the above or none;
-//!    nothing is taken while it is held.
+//! 6. the **poison cause** (`poison_reason`): set or cloned, under any of the above but the
+//!    in-flight lock, or none; nothing is taken while it is held.
 //!
 //! The event listener is called with none of these held.
 //!
-//! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position) say how far
-//! the log has come. Whenever neither the insert nor the write lock is held, and the log is
-//! not poisoned, they satisfy
+//! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
+//! `WriteState::reserved_to`) say how far the log has come. Whenever neither the insert nor
+//! the write lock is held, and the log is not poisoned, they satisfy
 //!
 //! ```text
 //! synced_to <= flushed_to <= complete_to <= insert.pos
-//!              flushed_to <= written_to  <= insert.pos
+//!              flushed_to <= written_to  <= reserved_to <= insert.pos
 //! ```
 //!
 //! - `complete_to`: end of the last record (or batch) copied in full; stored under the insert
 //!   lock. A record boundary. `end_lsn` returns it.
-//! - `written_to`: everything before it has been written to the files; stored under the write
-//!   lock (which keeps its own copy in `WriteState`). Not a record boundary: an appender
-//!   making room writes out whole pages before the page it enters, so while it still holds the
-//!   insert lock with a record (or batch) partly copied, `written_to` may run ahead of
-//!   `complete_to` (and of `insert.pos`, which moves per record) into that unfinished record.
-//!   On disk that is a torn record, which recovery cuts; it is never acknowledged.
+//! - `reserved_to` (in `WriteState`, under the write lock): everything before it belongs to a
+//!   range reserved for writing, landed or in flight. Ranges are reserved in order, each
+//!   starting where the last ended, so they never overlap in the log; on disk only a page
+//!   image's zeros after its valid part reach beyond its range, and `InFlight::wait_clear`
+//!   holds back any later range covering those bytes (a page's first full image lands before
+//!   any append to it, a shorter image never lands after a longer one).
+//! - `written_to`: everything before it has landed in the files (`InFlight::landed_to`, stored
+//!   under the in-flight lock when a range lands and every range before it has). Not a record
+//!   boundary: an appender making room writes out whole pages before the page it enters, so
+//!   while it still holds the insert lock with a record (or batch) partly copied,
+//!   `written_to` and `reserved_to` may run ahead of `complete_to` (and of `insert.pos`, which
+//!   moves per record) into that unfinished record. On disk that is a torn record, which
+//!   recovery cuts; it is never acknowledged. A range that failed never lands (the log is
+//!   poisoned), so `written_to` stops below it for good.
 //! - `flushed_to`: the record boundary through which `flush` guarantees hold (written for
-//!   `Buffered`, fdatasync'ed for `Durable`); stored under the write lock after the write-out
-//!   (and the fdatasync) it vouches for.
+//!   `Buffered`, fdatasync'ed for `Durable`); raised (`fetch_max`) only once `written_to` has
+//!   reached it (and, `Durable`, after the fdatasync it vouches for), never once the log is
+//!   poisoned.
 //! - `synced_to`: the record boundary through which the log is fdatasync'ed; stored under the
 //!   write lock right after the fdatasync and before `flushed_to`, so a thread reading both
-//!   while the lock is held may see it one round ahead. Stamped into page headers as the
-//!   durable hint, so it never exceeds what the files hold durably. `Durable`: equal to
+//!   while the lock is held may see it one round ahead. Every fdatasync first waits for every
+//!   reserved range to land (`sync_locked`), so it covers them all. Stamped into page headers
+//!   as the durable hint, so it never exceeds what the files hold durably. `Durable`: equal to
 //!   `flushed_to` once the write lock is free. `Buffered`: moves only at open, `sync` and
 //!   `close`.
 //!
-//! All four only grow (`restamp_tail` moves back only `WriteState`'s copy of `written_to`, to
-//! rewrite the tail page at open). At open, before the `Wal` is shared, they jump over the
-//! part of the log left unused: `switch_segment` moves all four to the next segment's start,
-//! `resume_on_fresh_page` moves `written_to` and `complete_to` past the rest of the tail page.
+//! All only grow (`restamp_tail` moves back only `reserved_to`, to rewrite the tail page at
+//! open). At open, before the `Wal` is shared, they jump over the part of the log left unused:
+//! `switch_segment` moves all of them to the next segment's start, `resume_on_fresh_page`
+//! moves `reserved_to`, `written_to` and `complete_to` past the rest of the tail page, with
+//! nothing in flight.
 //!
 //! Group commit sits in front of the write lock: one flusher at a time leads a round (write
 //! and fdatasync everything appended so far); the others wait for the round to end and then
 //! either find their record durable or lead the next round for everyone still waiting.
 //!
-//! The buffer is a ring of page slots. A slot is reused only after the page it held was written
-//! out completely, so memory stays bounded and appenders wait (by writing) when it is full.
+//! The buffer is a ring of page slots. A slot is reused only after the page it held has
+//! landed completely (`written_to` past its end), so memory stays bounded and appenders wait
+//! (by writing) when it is full.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -88,6 +110,7 @@ use crate::format::{
 use crate::storage::{Storage, StorageFile};
 
 mod flush;
+mod inflight;
 mod open;
 mod prepare;
 mod rotate;
@@ -97,6 +120,11 @@ use flush::GroupCommit;
 use prepare::{Maker, Preparer};
 
 const NO_PAGE: u64 = u64::MAX;
+
+/// Proof that `Wal::check_process` passed on this call path: only it makes one, and
+/// `write_locked` takes one, so no write-out can skip the fork check.
+#[derive(Clone, Copy)]
+struct SameProcess(());
 
 /// The part of sealing an authenticated record that needs its LSN: bind the LSN into the tag
 /// (one GF(2^128) multiplication) and extend the checksum over the 16 tag bytes. Done inside
@@ -129,7 +157,9 @@ thread_local! {
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
 ///
 /// Lock hold times are measured with a monotonic clock from the moment the lock is acquired
-/// to the moment it is released.
+/// to the moment it is released. For an acquisition that does not wait, the clock is read
+/// just before it (outside the lock), so the hold includes the acquiring compare-and-swap; a
+/// thread that waits reads the clock once it holds the lock, so waiting never counts as held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WalStats {
     /// Records appended.
@@ -202,13 +232,17 @@ struct Slot {
 }
 
 struct WriteState {
-    written_to: u64,
+    /// Everything before it is reserved: written, or being written by the thread that
+    /// reserved it (`InFlight`). Not a record boundary (see `written_to`).
+    reserved_to: u64,
     /// A segment (created before the key was rotated) whose pages use this key, not the active
     /// one: its header lists only the keys of its time.
     segment_key: Option<(u64, u32)>,
-    files: Vec<(u64, Box<dyn StorageFile>)>,
+    files: Vec<(u64, Arc<dyn StorageFile>)>,
     dirty: Vec<u64>,
-    scratch: Vec<u8>,
+    /// The last page whose full image this open wrote, and the durable hint stamped in it
+    /// (`NO_PAGE` before the first): see `appendable`.
+    imaged: (u64, u64),
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -260,6 +294,8 @@ pub struct Wal {
     /// unsynced records durable would turn their loss in a machine crash into corruption.
     synced_to: AtomicU64,
     write: Mutex<WriteState>,
+    /// Write-outs reserved under the write lock and written after it.
+    inflight: inflight::InFlight,
     /// Group commit: whether a flush round is under way, and a count of finished rounds.
     group: Mutex<GroupCommit>,
     /// Signalled when a flush round ends.
@@ -360,14 +396,15 @@ impl Wal {
             slots,
             complete_to: AtomicU64::new(end),
             written_to: AtomicU64::new(end),
+            inflight: inflight::InFlight::new(end),
             flushed_to: AtomicU64::new(end),
             synced_to: AtomicU64::new(end),
             write: Mutex::new(WriteState {
-                written_to: end,
+                reserved_to: end,
                 segment_key: None,
                 files: Vec::new(),
                 dirty: Vec::new(),
-                scratch: Vec::new(),
+                imaged: (NO_PAGE, 0),
             }),
             group: Mutex::new(GroupCommit::default()),
             group_done: Condvar::new(),
@@ -673,11 +710,10 @@ impl Wal {
         // Allocated before the lock: the lock only ever copies.
         let mut lsns = Vec::with_capacity(if ends.len() > 1 { ends.len() } else { 0 });
         let mut first = 0;
-        let mut ins = self.insert.lock();
+        let (mut ins, held_since) = flush::timed_lock(&self.insert);
         if epoch != self.key_epoch.load(Ordering::Acquire) {
             return Ok(None);
         }
-        let held_since = Instant::now();
         let mut result = Ok(());
         let mut begin = 0;
         for ((i, &end), late) in ends.iter().enumerate().zip(lates) {
@@ -820,9 +856,10 @@ impl Wal {
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
         }
+        let same = self.check_process()?;
         let mut w = self.write.lock();
-        w.written_to = page;
-        self.write_locked(&mut w, end)?;
+        w.reserved_to = page;
+        self.write_locked(&mut w, end, same)?;
         self.sync_locked(&mut w)
     }
 
@@ -841,14 +878,14 @@ impl Wal {
 
     /// Writes and fdatasyncs everything appended, under the write lock.
     fn sync_all(&self) -> Result<()> {
-        let mut w = self.write.lock();
-        let held_since = Instant::now();
+        let same = self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);
+        let (mut w, held_since) = flush::timed_lock(&self.write);
         let target = self.complete_to.load(Ordering::Acquire);
-        let result = self.write_locked(&mut w, target).and_then(|()| {
+        let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             self.synced_to.store(target, Ordering::Release);
-            self.flushed_to.store(target, Ordering::Release);
+            self.flushed_to.fetch_max(target, Ordering::AcqRel);
             Ok(())
         });
         self.counters
@@ -919,7 +956,11 @@ impl Wal {
     /// opener's IVs. Called where bytes go to disk (every write-out, purge, rotation), not per
     /// append: `getpid` is a system call (about 200 ns measured here), and nothing an append
     /// seals reaches the disk without a write-out.
-    fn check_process(&self) -> Result<()> {
+    ///
+    /// Called before the write lock is taken, never inside it: a forked child has one thread,
+    /// so checking before the lock is as good, and the system call stays out of the serial
+    /// part of a commit. `SameProcess` is the proof `write_locked` asks for.
+    fn check_process(&self) -> Result<SameProcess> {
         let caller = std::process::id();
         if caller != self.opener {
             return Err(Error::ForeignProcess {
@@ -927,7 +968,7 @@ impl Wal {
                 caller,
             });
         }
-        Ok(())
+        Ok(SameProcess(()))
     }
 
     fn check_poison(&self) -> Result<()> {
@@ -993,10 +1034,14 @@ impl Drop for Wal {
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }
+        // A forked child dropping its copy writes nothing (`check_process`).
+        let Ok(same) = self.check_process() else {
+            return;
+        };
         let mut w = self.write.lock();
         let target = self.complete_to.load(Ordering::Acquire);
         // Best effort: hand buffered records to the OS. Errors surface through `close`.
-        if self.write_locked(&mut w, target).is_ok() && self.sync == SyncMode::Durable {
+        if self.write_locked(&mut w, target, same).is_ok() && self.sync == SyncMode::Durable {
             let _ = self.sync_locked(&mut w);
         }
     }

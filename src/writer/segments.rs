@@ -3,6 +3,7 @@
 //! and the records that move the log on to a new segment (switch) or a fresh page (resume).
 //! Segments made ahead of time are in `prepare`; writing pages into them is in `flush`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::prepare::create_segment;
@@ -21,13 +22,13 @@ impl Wal {
     /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
     /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
     /// writer holds two handles, not one per segment since its last sync.
-    pub(super) fn file_for<'w>(
+    pub(super) fn file_for(
         &self,
-        w: &'w mut WriteState,
+        w: &mut WriteState,
         segment: u64,
-    ) -> Result<&'w dyn StorageFile> {
-        if let Some(i) = w.files.iter().position(|(s, _)| *s == segment) {
-            return Ok(w.files[i].1.as_ref());
+    ) -> Result<Arc<dyn StorageFile>> {
+        if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
+            return Ok(file.clone());
         }
         while w.files.len() >= 2 {
             w.files.remove(0);
@@ -36,12 +37,10 @@ impl Wal {
             Some(file) => file,
             None => self.open_or_create(segment)?,
         };
-        w.files.push((segment, file));
+        let file: Arc<dyn StorageFile> = Arc::from(file);
+        w.files.push((segment, file.clone()));
         self.want_prepared(segment + self.geo.segment_size);
-        Ok(w.files
-            .last()
-            .map(|(_, f)| f.as_ref())
-            .expect("pushed just above"))
+        Ok(file)
     }
 
     /// Opens the segment at `segment`, creating it here if it does not exist.
@@ -139,6 +138,7 @@ impl Wal {
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
+        let same = self.check_process()?;
         let mut ins = self.insert.lock();
         let (_, end) = self.copy_in(&mut ins, &sealed)?;
         let segment = self.geo.segment_start(end - 1);
@@ -150,12 +150,13 @@ impl Wal {
             // active key: encrypt them under a key it does list.
             w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
         }
-        self.write_locked(&mut w, end)?;
+        self.write_locked(&mut w, end, same)?;
         self.sync_locked(&mut w)?;
-        w.written_to = next;
-        self.written_to.store(next, Ordering::Release);
+        // Nothing is in flight: `sync_locked` waited for every reserved range to land.
+        w.reserved_to = next;
+        self.inflight.jump(next, &self.written_to);
         self.synced_to.store(next, Ordering::Release);
-        self.flushed_to.store(next, Ordering::Release);
+        self.flushed_to.fetch_max(next, Ordering::AcqRel);
         ins.pos = next;
         self.complete_to.store(next, Ordering::Release);
         if let Some(keys) = keys {
@@ -182,9 +183,10 @@ impl Wal {
         let mut ins = self.insert.lock();
         let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
         {
+            // At open: nothing is in flight.
             let mut w = self.write.lock();
-            w.written_to = page_end;
-            self.written_to.store(page_end, Ordering::Release);
+            w.reserved_to = page_end;
+            self.inflight.jump(page_end, &self.written_to);
         }
         ins.pos = page_end;
         let (_, resumed) = self.copy_in(&mut ins, &sealed)?;

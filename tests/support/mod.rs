@@ -1,6 +1,7 @@
 //! Helpers shared by the scenario tests in this directory: a seeded RNG and deterministic
 //! payloads, small configurations, reading a log back, a storage that records what the log
 //! does ([`RecordingStorage`]), one that injects faults and builds crash images ([`faults`]),
+//! one that delays and reorders writes ([`delay`]),
 //! and tampering with stored records ([`tamper`]).
 #![allow(dead_code)]
 
@@ -9,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub mod delay;
 pub mod faults;
 pub mod tamper;
 
