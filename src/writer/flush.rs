@@ -473,7 +473,11 @@ impl Wal {
         let same = self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
-        if self.sync == SyncMode::Durable {
+        // Durable: the fdatasync needs the write lock anyway. pagelevel: every commit rewrites
+        // its partly filled page whole, so commits' writes overlap and would only wait for each
+        // other outside the lock (0.9-1.6 us more CPU per oltp transaction at 4-8 threads,
+        // measured); it writes inside the lock, as the study's design does.
+        if self.sync == SyncMode::Durable || self.mode == Mode::PageLevel {
             let result = self.flush_locked(&mut w, lsn, same);
             drop(w);
             self.counters
