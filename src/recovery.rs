@@ -12,7 +12,7 @@
 //! read as part of the log again.
 
 use crate::Lsn;
-use crate::config::{Mode, RecoveryMode};
+use crate::config::RecoveryMode;
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::events::Salvage;
@@ -154,16 +154,9 @@ fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> R
 /// Log bytes a replay reads on the caller's thread alone before it starts a second thread:
 /// small logs (tests, a short tail after a checkpoint) do not pay for a thread.
 const PIPELINE_AFTER_BYTES: u64 = 1 << 20;
-/// Records per batch handed from the reading thread to the replaying one.
-const REPLAY_BATCH_RECORDS: usize = 256;
-/// Payload bytes after which a batch is handed over early.
-const REPLAY_BATCH_BYTES: usize = 1 << 20;
-/// Batches in flight: bounds the memory of the pipeline to a few MiB.
-const REPLAY_PIPELINE_DEPTH: usize = 4;
-
 /// Hands every record from `from` on (reading from `start`) to `replay`, in LSN order, and
 /// finds the end of the valid log. The first [`PIPELINE_AFTER_BYTES`] are read on the caller's
-/// thread; past them a second thread takes part (`replay_pipelined`, `replay_prefetched`).
+/// thread; past them a second thread takes part ([`replay_prefetched`]).
 /// Every error, and every decision between a torn tail and damage, is made by the same cursor
 /// code at the same record either way.
 fn replay_records(
@@ -187,13 +180,7 @@ fn replay_records(
     if let Some(scanned) = read_until(&mut cursor, files, policy, until, &mut deliver)? {
         return Ok((scanned, replayed));
     }
-    let scanned = if files.mode == Mode::PageLevel {
-        replay_prefetched(cursor, files, policy, &mut deliver)?
-    } else {
-        let pos = cursor.position();
-        drop(cursor);
-        replay_pipelined(files, keys, pos, from, policy, &mut deliver)?
-    };
+    let scanned = replay_prefetched(cursor, files, policy, &mut deliver)?;
     Ok((scanned, replayed))
 }
 
@@ -207,105 +194,14 @@ fn replay_prefetched(
     policy: RecoveryMode,
     deliver: &mut impl FnMut(Stored) -> Result<()>,
 ) -> Result<ScanEnd> {
-    let from_page = files.geo.page_start(cursor.position());
-    let (feed, pages, spent) = PageFeed::channels();
+    let from = cursor.position();
+    let (feed, batches, spent) = PageFeed::channels();
     std::thread::scope(|scope| {
-        scope.spawn(move || prefetch_pages(files, from_page, pages, spent));
+        scope.spawn(move || prefetch_pages(files, from, batches, spent));
         // Returning (or unwinding) drops the cursor and with it the feed, which stops the
         // prefetching thread before the scope joins it.
         read_to_end(cursor.with_feed(feed), files, policy, deliver)
     })
-}
-
-/// Replays in two stages on two threads: a reader thread reads pages and checks CRCs while the
-/// calling thread decrypts (perrecord) and runs `deliver` on earlier batches, in LSN order.
-/// The reader decrypts a batch itself only when the channel is full (applying is the
-/// bottleneck and the reader would wait anyway), so in a replay bound by reading the
-/// decryption runs beside it rather than in it. A failing callback stops the reader; its error
-/// is returned. Records before `from` are read (to find the end) but never handed over.
-fn replay_pipelined(
-    files: &LogFiles,
-    keys: &Keys,
-    start: u64,
-    from: Lsn,
-    policy: RecoveryMode,
-    deliver: &mut impl FnMut(Stored) -> Result<()>,
-) -> Result<ScanEnd> {
-    let (batches, received) = crossbeam::channel::bounded::<Vec<Stored>>(REPLAY_PIPELINE_DEPTH);
-    std::thread::scope(|scope| {
-        let reader = scope.spawn(move || {
-            let mut batch = Vec::with_capacity(REPLAY_BATCH_RECORDS);
-            let mut batch_bytes = 0;
-            let hand_over = |batch: &mut Vec<Stored>| -> std::result::Result<(), ReplayStop> {
-                let mut full = std::mem::replace(batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
-                if batches.is_full() {
-                    for stored in &mut full {
-                        stored.decrypt(Some(keys))?;
-                    }
-                }
-                // A closed channel means the callback failed; its error is what the caller
-                // sees, so this only stops the reading.
-                batches.send(full).map_err(|_| ReplayStop::CallbackFailed)
-            };
-            let cursor = Cursor::reading_ahead(files, start);
-            let scanned = read_to_end(
-                cursor,
-                files,
-                policy,
-                |stored| -> std::result::Result<(), ReplayStop> {
-                    if stored.lsn < from {
-                        return Ok(());
-                    }
-                    batch_bytes += stored.stored.len();
-                    batch.push(stored);
-                    if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
-                        batch_bytes = 0;
-                        hand_over(&mut batch)?;
-                    }
-                    Ok(())
-                },
-            )?;
-            if !batch.is_empty() {
-                hand_over(&mut batch)?;
-            }
-            Ok(scanned)
-        });
-        let mut applied = Ok(());
-        'batches: for batch in received.iter() {
-            for stored in batch {
-                if let Err(e) = deliver(stored) {
-                    applied = Err(e);
-                    break 'batches;
-                }
-            }
-        }
-        drop(received);
-        let scanned = match reader.join() {
-            Ok(scanned) => scanned,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        applied?;
-        match scanned {
-            Ok(scanned) => Ok(scanned),
-            Err(ReplayStop::Failed(e)) => Err(e),
-            // Only after the callback failed, whose error was returned just above.
-            Err(ReplayStop::CallbackFailed) => unreachable!("the replay callback failed"),
-        }
-    })
-}
-
-/// Why the reading stage of a pipelined replay stopped early.
-enum ReplayStop {
-    /// Reading failed.
-    Failed(Error),
-    /// The applying stage stopped because the replay callback failed.
-    CallbackFailed,
-}
-
-impl From<Error> for ReplayStop {
-    fn from(error: Error) -> Self {
-        ReplayStop::Failed(error)
-    }
 }
 
 /// Where a replay from `from` starts reading: the earlier of `from` (which must be where a

@@ -333,6 +333,14 @@ impl<'a> Cursor<'a> {
             self.files.check_key_listed(key_id, start)?;
             self.listed = Some((segment, key_id));
         }
+        let mut header = header;
+        if let Some((key_id, iv)) = header.encryption
+            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
+            && let Some(feed) = self.feed.as_mut()
+            && feed.decrypt(start, key_id, &iv, &mut stored)
+        {
+            header.encryption = None;
+        }
         Ok(Ok(Stored {
             lsn: Lsn(start),
             end_lsn: Lsn(pos),
@@ -402,10 +410,20 @@ impl<'a> Cursor<'a> {
             if let Some(old) = self.page.take() {
                 feed.give_back(old.image);
             }
+            let mut image = fetched.image;
+            if fetched.encrypted {
+                let keys = self
+                    .files
+                    .keys
+                    .as_ref()
+                    .ok_or(Error::MissingKey(fetched.header.key_id))?;
+                let body = &mut image[PAGE_HEADER_LEN..];
+                keys.apply_keystream(fetched.header.key_id, &fetched.header.iv, body)?;
+            }
             return Ok(Ok(self.page.insert(LoadedPage {
                 lsn: fetched.lsn,
                 header: fetched.header,
-                image: fetched.image,
+                image,
             })));
         }
         let geo = self.files.geo;
