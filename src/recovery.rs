@@ -184,10 +184,13 @@ fn replay_records(
     Ok((scanned, replayed))
 }
 
-/// Replays a pagelevel log in two stages: a second thread reads pages in large chunks, checks
-/// their headers and decrypts them (`reader::ahead`), while the caller's thread parses records,
-/// checks their CRCs and applies them. Page decryption is the only work pagelevel adds to a
-/// replay, and it lands on the stage that plaintext leaves idle.
+/// Replays in two stages on two threads. A prefetching thread (`reader::ahead`) reads pages in
+/// large chunks, checks their headers, decrypts pagelevel bodies and makes the keystream of
+/// each perrecord record; the caller's thread parses records, checks their CRCs, decrypts them
+/// with that keystream (an XOR) and applies them, in LSN order. The AES work encryption adds
+/// to a replay thus runs beside the parsing and applying, on the thread that a plaintext replay
+/// leaves nearly idle; when the caller's thread is the one waiting, the prefetcher leaves
+/// decryption to it (see `prefetch_pages`).
 fn replay_prefetched(
     cursor: Cursor<'_>,
     files: &LogFiles,
