@@ -200,10 +200,15 @@ fn replay_prefetched(
     let from = cursor.position();
     let (feed, batches, spent) = PageFeed::channels();
     std::thread::scope(|scope| {
-        scope.spawn(move || prefetch_pages(files, from, batches, spent));
-        // Returning (or unwinding) drops the cursor and with it the feed, which stops the
-        // prefetching thread before the scope joins it.
-        read_to_end(cursor.with_feed(feed), files, policy, deliver)
+        let prefetcher = scope.spawn(move || prefetch_pages(files, from, batches, spent));
+        // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
+        // thread's next send fails and it returns: the join below (or the scope's own wait
+        // when `deliver` panicked) cannot block on it.
+        let scanned = read_to_end(cursor.with_feed(feed), files, policy, deliver);
+        if let Err(panic) = prefetcher.join() {
+            std::panic::resume_unwind(panic);
+        }
+        scanned
     })
 }
 

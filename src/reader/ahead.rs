@@ -137,7 +137,7 @@ impl PageFeed {
     /// ends.
     pub(crate) fn channels() -> (PageFeed, Sender<Batch>, Receiver<Vec<u8>>) {
         let (batches_tx, batches) = crossbeam::channel::bounded(PREFETCH_DEPTH);
-        let (spent, spent_rx) = crossbeam::channel::bounded(PREFETCH_DEPTH * 64);
+        let (spent, spent_rx) = crossbeam::channel::bounded(2 * READ_AHEAD_BYTES / 4096);
         let feed = PageFeed {
             batches,
             spent,
