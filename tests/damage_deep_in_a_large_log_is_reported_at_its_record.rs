@@ -66,7 +66,10 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
         let read: Vec<_> = reader.records_from(Lsn::default()).collect();
         assert_eq!(read.len(), n + 1, "{mode}: {n} records, then the error");
         let Some(Err(Error::Corrupt { at, kind })) = read.last() else {
-            panic!("{mode}: the reader must report corruption, got {:?}", read.last());
+            panic!(
+                "{mode}: the reader must report corruption, got {:?}",
+                read.last()
+            );
         };
         assert_eq!(at.lsn, lsns[n], "{mode}");
 
@@ -91,6 +94,10 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
             }
             other => panic!("{mode}: recovery must refuse the damaged log, got {other:?}"),
         }
-        assert_eq!(seen, lsns[..n], "{mode}: every record before the damage, in order");
+        assert_eq!(
+            seen,
+            lsns[..n],
+            "{mode}: every record before the damage, in order"
+        );
     }
 }

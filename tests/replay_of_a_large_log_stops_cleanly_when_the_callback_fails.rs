@@ -81,8 +81,16 @@ fn callback_error_and_panic_stop_the_replay_and_leave_no_thread() {
             other => panic!("{mode}: expected the callback's error, got {other:?}"),
         }
         assert_eq!(seen, lsns[..stop_at], "{mode}");
-        assert_eq!(during, before + 1, "{mode}: one reading thread past the first MiB");
-        assert_eq!(threads_after_exit(before), before, "{mode}: the reading thread ended");
+        assert_eq!(
+            during,
+            before + 1,
+            "{mode}: one reading thread past the first MiB"
+        );
+        assert_eq!(
+            threads_after_exit(before),
+            before,
+            "{mode}: the reading thread ended"
+        );
 
         // A panicking callback: the panic reaches the caller, the reading thread ends, and the
         // directory is free again.

@@ -55,9 +55,14 @@ fn last_record_cut_short_in_a_three_mib_log() {
         let path = dir
             .path()
             .join(walcrypt::inspect::segment_file_name(Lsn(segment)));
-        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         let mut last_byte = [0u8; 1];
-        file.read_exact_at(&mut last_byte, end - 1 - segment).unwrap();
+        file.read_exact_at(&mut last_byte, end - 1 - segment)
+            .unwrap();
         file.set_len(end - 1 - segment).unwrap();
         drop(file);
         // A cut-off zero byte reads back as the zero it was: the record is then still whole.

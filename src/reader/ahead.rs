@@ -244,7 +244,13 @@ pub(crate) fn prefetch_pages(
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            walker.walk(&prev.pages, &batch.pages, limit, decrypt, &mut prev.keystreams);
+            walker.walk(
+                &prev.pages,
+                &batch.pages,
+                limit,
+                decrypt,
+                &mut prev.keystreams,
+            );
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
             }
@@ -363,7 +369,12 @@ impl<'a> Walker<'a> {
             hint: (0, 0),
         };
         while let Some(pos) = self.pos {
-            let start = geo.skip_headers(pos);
+            // Only a position at a page or segment start has headers to skip.
+            let start = if pos % geo.page_size == 0 {
+                geo.skip_headers(pos)
+            } else {
+                pos
+            };
             if start >= limit {
                 return;
             }
@@ -381,9 +392,24 @@ impl<'a> Walker<'a> {
         out: &mut Keystreams,
     ) -> Option<u64> {
         let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
-        window.stream_bytes(geo, start, &mut head[..RECORD_HEADER_PLAIN])?;
-        let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
-        window.stream_bytes(geo, start, &mut head[..hlen])?;
+        let page = geo.page_start(start);
+        let in_page = (start - page) as usize;
+        let page_size = geo.page_size as usize;
+        // Most headers lie within one page: read them straight from it.
+        let hlen = match window.page(page) {
+            Some(image) if in_page + RECORD_HEADER_ENCRYPTED <= page_size => {
+                let flags = image[in_page + format::REC_FLAGS_AT];
+                let hlen = format::header_len_for_flags(flags);
+                head[..hlen].copy_from_slice(&image[in_page..in_page + hlen]);
+                hlen
+            }
+            _ => {
+                window.stream_bytes(geo, start, &mut head[..RECORD_HEADER_PLAIN])?;
+                let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
+                window.stream_bytes(geo, start, &mut head[..hlen])?;
+                hlen
+            }
+        };
         let header = RecordHeader::decode(&head[..hlen]).ok()?;
         if header.flags & RECORD_FLAG_SWITCH != 0 {
             return Some(geo.segment_start(start) + geo.segment_size);
@@ -412,7 +438,12 @@ impl<'a> Walker<'a> {
                 len,
             });
         }
-        Some(geo.advance(start, (hlen + len) as u64))
+        let total = hlen + len;
+        if in_page + total < page_size {
+            // Ends inside the same page, short of its end: the next record starts right here.
+            return Some(start + total as u64);
+        }
+        Some(geo.advance(start, total as u64))
     }
 }
 

@@ -126,9 +126,9 @@ pub(crate) struct Cursor<'a> {
     page: Option<LoadedPage>,
     file: Option<(u64, Box<dyn StorageFile>)>,
     /// Large reads instead of one per page (recovery only; see `reader::ahead`).
-    ahead: Option<ReadAhead>,
+    ahead: Option<Box<ReadAhead>>,
     /// Pages read, checked and decrypted by another thread (recovery only).
-    feed: Option<PageFeed>,
+    feed: Option<Box<PageFeed>>,
     /// The segment and key id last found listed, so a run of records under one key in one
     /// segment looks the segment up once.
     listed: Option<(u64, u32)>,
@@ -163,14 +163,14 @@ impl<'a> Cursor<'a> {
     /// writes while it reads (recovery holds the directory).
     pub(crate) fn reading_ahead(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
         Cursor {
-            ahead: Some(ReadAhead::new()),
+            ahead: Some(Box::new(ReadAhead::new())),
             ..Cursor::new(files, pos)
         }
     }
 
     /// Takes pages from `feed` where it has them; the others are read as before.
     pub(crate) fn with_feed(mut self, feed: PageFeed) -> Cursor<'a> {
-        self.feed = Some(feed);
+        self.feed = Some(Box::new(feed));
         self
     }
 
@@ -369,8 +369,19 @@ impl<'a> Cursor<'a> {
         let geo = self.files.geo;
         let mut done = 0;
         while done < out.len() {
-            *pos = geo.skip_headers(*pos);
-            let page = geo.page_start(*pos);
+            let page = match self.page.as_ref() {
+                // Inside the body of the page loaded last, past its first byte: no header to
+                // skip, and no division to find the page (the common case, once per field).
+                Some(p)
+                    if *pos > p.lsn + PAGE_HEADER_LEN as u64 && *pos < p.lsn + geo.page_size =>
+                {
+                    p.lsn
+                }
+                _ => {
+                    *pos = geo.skip_headers(*pos);
+                    geo.page_start(*pos)
+                }
+            };
             let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
             let loaded = match self.load_page(page, record)? {
                 Ok(p) => p,
