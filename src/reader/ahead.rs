@@ -26,10 +26,12 @@ use crate::storage::StorageFile;
 
 /// Bytes one read-ahead system call asks for (32 pages of 8 KiB).
 pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
-/// Page batches in flight between the prefetching thread and the cursor. With
-/// [`READ_AHEAD_BYTES`] of pages per batch (and, perrecord, at most as much keystream plus one
-/// record of up to [`KEYSTREAM_MAX_RECORD`]), the prefetcher holds about 1.5 MiB of pages and
-/// at most a few MiB of keystream ahead of the cursor.
+/// Page batches in flight between the prefetching thread and the cursor. With the batch it
+/// holds back and the one it is reading, the prefetcher is at most six batches of
+/// [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor. With the recycled page buffers,
+/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; perrecord
+/// keystream adds at most the payload bytes of those pages plus one record of up to
+/// [`KEYSTREAM_MAX_RECORD`] per batch (4.5 MiB in the worst case, about 1.5 MiB in practice).
 pub(crate) const PREFETCH_DEPTH: usize = 4;
 /// Records with a longer payload get no keystream ahead; the cursor decrypts them itself. It
 /// bounds what a damaged length field can make the prefetcher allocate.

@@ -44,7 +44,8 @@ impl Wal {
     /// replay from the oldest record. An error from `replay` aborts the open.
     ///
     /// `replay` runs on the calling thread. Past the first MiB of log a second thread reads
-    /// ahead (about 1.5 MiB of pages, plus perrecord keystream, at most), checks page headers
+    /// ahead (1.5 MiB of pages, plus perrecord keystream; a replay holds at most a few MiB),
+    /// checks page headers
     /// and does the AES work of decryption, while the calling thread checks each record's
     /// checksum, decrypts it only then, and calls `replay`. The second thread ends before this
     /// returns, also when `replay` fails or panics.
