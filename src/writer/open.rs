@@ -45,10 +45,9 @@ impl Wal {
     ///
     /// `replay` runs on the calling thread. Past the first MiB of log a second thread reads
     /// ahead (1.5 MiB of pages, plus perrecord keystream; a replay holds at most a few MiB),
-    /// checks page headers
-    /// and does the AES work of decryption, while the calling thread checks each record's
-    /// checksum, decrypts it only then, and calls `replay`. The second thread ends before this
-    /// returns, also when `replay` fails or panics.
+    /// checks page headers and does the AES work of decryption, while the calling thread
+    /// checks each record's checksum, decrypts it only then, and calls `replay`. The second
+    /// thread ends before this returns, also when `replay` fails or panics.
     pub fn open_and_replay<F>(
         dir: impl AsRef<Path>,
         config: Config,
