@@ -17,6 +17,7 @@ use crate::crypto::Keys;
 use crate::error::{Error, Result};
 use crate::events::Salvage;
 use crate::format::{self, Geometry};
+use crate::reader::ahead::{PageFeed, prefetch_pages};
 use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start};
 use crate::tail;
 
@@ -57,8 +58,11 @@ pub(crate) fn recover(
         Some((from, _)) => replay_start(files, *from, scan_base)?,
     };
     let (scanned, replayed) = match replay {
-        None => (read_to_end(files, scan_from, policy, |_| Ok(()))?, 0),
-        Some((from, replay)) => replay_pipelined(files, keys, scan_from, from, policy, replay)?,
+        None => {
+            let cursor = Cursor::reading_ahead(files, scan_from);
+            (read_to_end(cursor, files, policy, |_| Ok(()))?, 0)
+        }
+        Some((from, replay)) => replay_records(files, keys, scan_from, from, policy, replay)?,
     };
     let ScanEnd {
         end,
@@ -83,19 +87,37 @@ struct ScanEnd {
     salvaged: Option<Salvage>,
 }
 
-/// Reads every record from `start` to the end of the valid log, handing each to `deliver`.
-/// Damage that later pages prove was durable is an error under [`RecoveryMode::RefuseDamage`]
-/// and the end of the log under [`RecoveryMode::TruncateAtDamage`]; otherwise the first invalid
-/// record is the end (a torn tail).
+/// Reads every record from the cursor's position to the end of the valid log, handing each to
+/// `deliver`. Damage that later pages prove was durable is an error under
+/// [`RecoveryMode::RefuseDamage`] and the end of the log under [`RecoveryMode::TruncateAtDamage`];
+/// otherwise the first invalid record is the end (a torn tail).
 fn read_to_end<E: From<Error>>(
+    mut cursor: Cursor<'_>,
     files: &LogFiles,
-    start: u64,
     policy: RecoveryMode,
     mut deliver: impl FnMut(Stored) -> std::result::Result<(), E>,
 ) -> std::result::Result<ScanEnd, E> {
-    let mut cursor = Cursor::new(files, start);
+    loop {
+        if let Some(end) = read_until(&mut cursor, files, policy, u64::MAX, &mut deliver)? {
+            return Ok(end);
+        }
+    }
+}
+
+/// Like [`read_to_end`], but stops (returning `None`) at the first record boundary at or
+/// past `until` when the log goes on beyond it.
+fn read_until<E: From<Error>>(
+    cursor: &mut Cursor<'_>,
+    files: &LogFiles,
+    policy: RecoveryMode,
+    until: u64,
+    deliver: &mut impl FnMut(Stored) -> std::result::Result<(), E>,
+) -> std::result::Result<Option<ScanEnd>, E> {
     let mut salvaged = None;
     let end = loop {
+        if cursor.position() >= until {
+            return Ok(None);
+        }
         match cursor.next()? {
             Step::Record(stored) => deliver(stored)?,
             Step::End(invalid) => {
@@ -106,12 +128,12 @@ fn read_to_end<E: From<Error>>(
             }
         }
     };
-    let tail_page = tail_prefix(&mut cursor, files.geo, end)?;
-    Ok(ScanEnd {
+    let tail_page = tail_prefix(cursor, files.geo, end)?;
+    Ok(Some(ScanEnd {
         end,
         tail_page,
         salvaged,
-    })
+    }))
 }
 
 /// The recovery policy's decision about damage proven to lie inside the durable log: the
@@ -129,20 +151,15 @@ fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> R
     }
 }
 
-/// Records per batch handed from the reading thread to the replaying one.
-const REPLAY_BATCH_RECORDS: usize = 256;
-/// Payload bytes after which a batch is handed over early.
-const REPLAY_BATCH_BYTES: usize = 1 << 20;
-/// Batches in flight: bounds the memory of the pipeline to a few MiB.
-const REPLAY_PIPELINE_DEPTH: usize = 4;
-
-/// Replays in two stages on two threads: a reader thread reads pages and checks CRCs while the
-/// calling thread runs `replay` on earlier batches, in LSN order. Decryption (perrecord) goes
-/// to whichever stage has slack: the reader decrypts a batch when the caller still has batches
-/// waiting (applying is the bottleneck), and leaves it to the caller when the caller is idle
-/// (reading is). Either way it overlaps with the other stage instead of adding to it. A failing
-/// callback stops the reader; its error is returned.
-fn replay_pipelined(
+/// Log bytes a replay reads on the caller's thread alone before it starts a second thread:
+/// small logs (tests, a short tail after a checkpoint) do not pay for a thread.
+const PIPELINE_AFTER_BYTES: u64 = 1 << 20;
+/// Hands every record from `from` on (reading from `start`) to `replay`, in LSN order, and
+/// finds the end of the valid log. The first [`PIPELINE_AFTER_BYTES`] are read on the caller's
+/// thread; past them a second thread takes part ([`replay_prefetched`]).
+/// Every error, and every decision between a torn tail and damage, is made by the same cursor
+/// code at the same record either way.
+fn replay_records(
     files: &LogFiles,
     keys: &Keys,
     start: u64,
@@ -150,82 +167,49 @@ fn replay_pipelined(
     policy: RecoveryMode,
     replay: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<(ScanEnd, u64)> {
-    let (batches, received) = crossbeam::channel::bounded::<Vec<Stored>>(REPLAY_PIPELINE_DEPTH);
-    std::thread::scope(|scope| {
-        let reader = scope.spawn(move || {
-            let mut batch = Vec::with_capacity(REPLAY_BATCH_RECORDS);
-            let mut batch_bytes = 0;
-            let hand_over = |batch: &mut Vec<Stored>| -> std::result::Result<(), ReplayStop> {
-                let mut full = std::mem::replace(batch, Vec::with_capacity(REPLAY_BATCH_RECORDS));
-                if !batches.is_empty() {
-                    for stored in &mut full {
-                        stored.decrypt(Some(keys))?;
-                    }
-                }
-                // A closed channel means the callback failed; its error is what the caller
-                // sees, so this only stops the reading.
-                batches.send(full).map_err(|_| ReplayStop::CallbackFailed)
-            };
-            let scanned = read_to_end(
-                files,
-                start,
-                policy,
-                |stored| -> std::result::Result<(), ReplayStop> {
-                    if stored.lsn < from {
-                        return Ok(());
-                    }
-                    batch_bytes += stored.stored.len();
-                    batch.push(stored);
-                    if batch.len() >= REPLAY_BATCH_RECORDS || batch_bytes >= REPLAY_BATCH_BYTES {
-                        batch_bytes = 0;
-                        hand_over(&mut batch)?;
-                    }
-                    Ok(())
-                },
-            )?;
-            if !batch.is_empty() {
-                hand_over(&mut batch)?;
-            }
-            Ok(scanned)
-        });
-        let mut applied = Ok(());
-        let mut replayed = 0;
-        'batches: for batch in received.iter() {
-            for stored in batch {
-                if let Err(e) = stored.into_record(Some(keys)).and_then(&mut *replay) {
-                    applied = Err(e);
-                    break 'batches;
-                }
-                replayed += 1;
-            }
+    let mut replayed = 0;
+    let mut deliver = |stored: Stored| -> Result<()> {
+        if stored.lsn >= from {
+            replay(stored.into_record(Some(keys))?)?;
+            replayed += 1;
         }
-        drop(received);
-        let scanned = match reader.join() {
-            Ok(scanned) => scanned,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        applied?;
-        match scanned {
-            Ok(scanned) => Ok((scanned, replayed)),
-            Err(ReplayStop::Failed(e)) => Err(e),
-            // Only after the callback failed, whose error was returned just above.
-            Err(ReplayStop::CallbackFailed) => unreachable!("the replay callback failed"),
-        }
-    })
-}
-
-/// Why the reading stage of a pipelined replay stopped early.
-enum ReplayStop {
-    /// Reading failed.
-    Failed(Error),
-    /// The applying stage stopped because the replay callback failed.
-    CallbackFailed,
-}
-
-impl From<Error> for ReplayStop {
-    fn from(error: Error) -> Self {
-        ReplayStop::Failed(error)
+        Ok(())
+    };
+    let mut cursor = Cursor::reading_ahead(files, start);
+    let until = start.saturating_add(PIPELINE_AFTER_BYTES);
+    if let Some(scanned) = read_until(&mut cursor, files, policy, until, &mut deliver)? {
+        return Ok((scanned, replayed));
     }
+    let scanned = replay_prefetched(cursor, files, policy, &mut deliver)?;
+    Ok((scanned, replayed))
+}
+
+/// Replays in two stages on two threads. A prefetching thread (`reader::ahead`) reads pages in
+/// large chunks, checks their headers, decrypts pagelevel bodies and makes the keystream of
+/// each perrecord record; the caller's thread parses records, checks their CRCs, decrypts them
+/// with that keystream (an XOR) and applies them, in LSN order. The AES work encryption adds
+/// to a replay thus runs beside the parsing and applying, on the thread that a plaintext replay
+/// leaves nearly idle; when the caller's thread is the one waiting, the prefetcher leaves
+/// decryption to it (see `prefetch_pages`).
+fn replay_prefetched(
+    cursor: Cursor<'_>,
+    files: &LogFiles,
+    policy: RecoveryMode,
+    deliver: &mut impl FnMut(Stored) -> Result<()>,
+) -> Result<ScanEnd> {
+    let from = cursor.position();
+    let (feed, batches, spent) = PageFeed::channels();
+    std::thread::scope(|scope| {
+        let prefetcher = scope.spawn(move || prefetch_pages(files, from, batches, spent));
+        // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
+        // thread's next send fails and it returns: the join below (or the scope's own wait
+        // when `deliver` panicked) cannot block on it.
+        let scanned = read_to_end(cursor.with_feed(feed), files, policy, deliver);
+        if let Err(panic) = prefetcher.join() {
+            std::panic::resume_unwind(panic);
+        }
+        scanned
+    })
 }
 
 /// Where a replay from `from` starts reading: the earlier of `from` (which must be where a

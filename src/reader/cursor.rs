@@ -3,6 +3,7 @@
 //! may start from (`record_start`, `check_record_start`).
 
 use super::Record;
+use super::ahead::{PageFeed, ReadAhead};
 use super::files::{LogFiles, check_page_header, read_full};
 use crate::Lsn;
 use crate::aead::NONCE_LEN;
@@ -124,6 +125,13 @@ pub(crate) struct Cursor<'a> {
     pos: u64,
     page: Option<LoadedPage>,
     file: Option<(u64, Box<dyn StorageFile>)>,
+    /// Large reads instead of one per page (recovery only; see `reader::ahead`).
+    ahead: Option<Box<ReadAhead>>,
+    /// Pages read, checked and decrypted by another thread (recovery only).
+    feed: Option<Box<PageFeed>>,
+    /// The segment and key id last found listed, so a run of records under one key in one
+    /// segment looks the segment up once.
+    listed: Option<(u64, u32)>,
 }
 
 /// A cursor's state without its borrow of the files, so an owner of the files (a follower)
@@ -145,17 +153,39 @@ impl<'a> Cursor<'a> {
             pos,
             page: None,
             file: None,
+            ahead: None,
+            feed: None,
+            listed: None,
         }
+    }
+
+    /// A cursor at `pos` that reads its segment files in large chunks. Only for a log no one
+    /// writes while it reads (recovery holds the directory).
+    pub(crate) fn reading_ahead(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
+        Cursor {
+            ahead: Some(Box::new(ReadAhead::new())),
+            ..Cursor::new(files, pos)
+        }
+    }
+
+    /// Takes pages from `feed` where it has them; the others are read as before.
+    pub(crate) fn with_feed(mut self, feed: PageFeed) -> Cursor<'a> {
+        self.feed = Some(Box::new(feed));
+        self
+    }
+
+    /// Where the next record is read from.
+    pub(crate) fn position(&self) -> u64 {
+        self.pos
     }
 
     /// A cursor at `pos` that reuses what `parked` kept: the open segment file and, unless
     /// forgotten, the last page read.
     pub(crate) fn resume(files: &'a LogFiles, pos: u64, parked: Parked) -> Cursor<'a> {
         Cursor {
-            files,
-            pos,
             page: parked.page,
             file: parked.file,
+            ..Cursor::new(files, pos)
         }
     }
 
@@ -296,10 +326,21 @@ impl<'a> Cursor<'a> {
                 ),
             )));
         }
-        if let Some((key_id, _)) = header.encryption {
-            self.files.check_key_listed(key_id, start)?;
-        }
         let segment = self.files.geo.segment_start(start);
+        if let Some((key_id, _)) = header.encryption
+            && self.listed != Some((segment, key_id))
+        {
+            self.files.check_key_listed(key_id, start)?;
+            self.listed = Some((segment, key_id));
+        }
+        let mut header = header;
+        if let Some((key_id, iv)) = header.encryption
+            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
+            && let Some(feed) = self.feed.as_mut()
+            && feed.decrypt(start, key_id, &iv, &mut stored)
+        {
+            header.encryption = None;
+        }
         Ok(Ok(Stored {
             lsn: Lsn(start),
             end_lsn: Lsn(pos),
@@ -328,8 +369,19 @@ impl<'a> Cursor<'a> {
         let geo = self.files.geo;
         let mut done = 0;
         while done < out.len() {
-            *pos = geo.skip_headers(*pos);
-            let page = geo.page_start(*pos);
+            let page = match self.page.as_ref() {
+                // Inside the body of the page loaded last, past its first byte: no header to
+                // skip, and no division to find the page (the common case, once per field).
+                Some(p)
+                    if *pos > p.lsn + PAGE_HEADER_LEN as u64 && *pos < p.lsn + geo.page_size =>
+                {
+                    p.lsn
+                }
+                _ => {
+                    *pos = geo.skip_headers(*pos);
+                    geo.page_start(*pos)
+                }
+            };
             let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
             let loaded = match self.load_page(page, record)? {
                 Ok(p) => p,
@@ -363,6 +415,28 @@ impl<'a> Cursor<'a> {
         if self.page.as_ref().is_some_and(|p| p.lsn == page) {
             return Ok(Ok(self.page.as_ref().expect("checked just above")));
         }
+        if let Some(feed) = self.feed.as_mut()
+            && let Some(fetched) = feed.take(page)
+        {
+            if let Some(old) = self.page.take() {
+                feed.give_back(old.image);
+            }
+            let mut image = fetched.image;
+            if fetched.encrypted {
+                let keys = self
+                    .files
+                    .keys
+                    .as_ref()
+                    .ok_or(Error::MissingKey(fetched.header.key_id))?;
+                let body = &mut image[PAGE_HEADER_LEN..];
+                keys.apply_keystream(fetched.header.key_id, &fetched.header.iv, body)?;
+            }
+            return Ok(Ok(self.page.insert(LoadedPage {
+                lsn: fetched.lsn,
+                header: fetched.header,
+                image,
+            })));
+        }
         let geo = self.files.geo;
         let seg_start = geo.segment_start(page);
         let Some(seg) = self.files.segment(seg_start) else {
@@ -384,8 +458,11 @@ impl<'a> Cursor<'a> {
         let (_, file) = self.file.as_ref().expect("opened just above");
         let mut image = self.page.take().map(|p| p.image).unwrap_or_default();
         image.resize(geo.page_size as usize, 0);
-        let n = read_full(file.as_ref(), &mut image, page - seg_start)
-            .map_err(|e| Error::io("read page", &seg.path, e))?;
+        let n = match self.ahead.as_mut() {
+            Some(ahead) => ahead.read(file.as_ref(), seg_start, page - seg_start, &mut image),
+            None => read_full(file.as_ref(), &mut image, page - seg_start),
+        }
+        .map_err(|e| Error::io("read page", &seg.path, e))?;
         // Bytes past the end of a shortened file read as never written (zeros): records
         // wholly before the cut stay readable, the rest fail their checksums.
         image[n..].fill(0);

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::{Geometry, RecordHeader};
 use crate::storage::{FsStorage, Storage};
 
+pub(crate) mod ahead;
 mod cursor;
 mod files;
 mod follow;

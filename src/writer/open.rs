@@ -43,8 +43,11 @@ impl Wal {
     /// hands every record from `from` on to `replay`, in LSN order. Use `Lsn::default()` to
     /// replay from the oldest record. An error from `replay` aborts the open.
     ///
-    /// `replay` runs on the calling thread while a helper thread reads ahead (a few MiB at
-    /// most), checks checksums and decrypts, so decoding overlaps with applying.
+    /// `replay` runs on the calling thread. Past the first MiB of log a second thread reads
+    /// ahead (1.5 MiB of pages, plus perrecord keystream; a replay holds at most a few MiB),
+    /// checks page headers and does the AES work of decryption, while the calling thread
+    /// checks each record's checksum, decrypts it only then, and calls `replay`. The second
+    /// thread ends before this returns, also when `replay` fails or panics.
     pub fn open_and_replay<F>(
         dir: impl AsRef<Path>,
         config: Config,

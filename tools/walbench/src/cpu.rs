@@ -1,4 +1,4 @@
-//! CPU time of this process (user and system), from getrusage.
+//! CPU time of this process or of the calling thread (user and system), from getrusage.
 
 /// User and system CPU seconds used by the whole process so far.
 #[derive(Debug, Clone, Copy, Default)]
@@ -9,11 +9,23 @@ pub struct CpuTime {
 
 impl CpuTime {
     pub fn now() -> CpuTime {
+        Self::of(libc::RUSAGE_SELF)
+    }
+
+    /// CPU used by the calling thread so far (Linux; elsewhere zero).
+    pub fn thread_now() -> CpuTime {
+        #[cfg(target_os = "linux")]
+        return Self::of(libc::RUSAGE_THREAD);
+        #[cfg(not(target_os = "linux"))]
+        return CpuTime::default();
+    }
+
+    fn of(who: libc::c_int) -> CpuTime {
         // SAFETY: `rusage` is plain old data (integers only), so all-zero bytes are a valid
         // value, and getrusage writes one `rusage` into the valid, exclusively borrowed struct.
         let (rc, usage) = unsafe {
             let mut usage: libc::rusage = std::mem::zeroed();
-            let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+            let rc = libc::getrusage(who, &mut usage);
             (rc, usage)
         };
         if rc != 0 {

@@ -272,6 +272,13 @@ pub struct RecoverySummary {
     pub replays: u32,
     pub wall_ratio: f64,
     pub user_ratio: f64,
+    /// CPU seconds of the calling thread per replay (parsing, checksums, the callback).
+    pub caller_s: f64,
+    /// CPU seconds of the other threads per replay (the library's read-ahead thread).
+    pub ahead_s: f64,
+    /// The wall-time ratio the two threads allow when each has a core: the busier thread's
+    /// CPU over plaintext's busier thread (same apply and repeat), median over repeats.
+    pub bound_ratio: f64,
 }
 
 /// Medians per (workload, mode, apply); ratios against the plaintext replay of the same
@@ -294,6 +301,10 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                         .collect(),
                 )
             };
+            let busier = |x: &Replay| {
+                let caller = x.caller.user + x.caller.sys;
+                caller.max(x.cpu.user + x.cpu.sys - caller)
+            };
             let wall_s = median(r.runs.iter().map(|x| x.wall).collect());
             let cpu_s = median(r.runs.iter().map(|x| x.cpu.user + x.cpu.sys).collect());
             RecoverySummary {
@@ -310,6 +321,19 @@ pub fn summarize_recovery(all: &[RecoveryRuns]) -> Vec<RecoverySummary> {
                 replays: r.runs.iter().map(|x| x.replays).min().unwrap_or(0),
                 wall_ratio: per_run(&|x| x.wall),
                 user_ratio: per_run(&|x| x.cpu.user),
+                caller_s: median(
+                    r.runs
+                        .iter()
+                        .map(|x| x.caller.user + x.caller.sys)
+                        .collect(),
+                ),
+                ahead_s: median(
+                    r.runs
+                        .iter()
+                        .map(|x| x.cpu.user + x.cpu.sys - x.caller.user - x.caller.sys)
+                        .collect(),
+                ),
+                bound_ratio: per_run(&busier),
             }
         })
         .collect()
@@ -319,7 +343,7 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
+        "{:<5} {:<6} {:<9} {:>7} {:>9} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7}",
         "load",
         "apply",
         "mode",
@@ -332,12 +356,15 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
         "MB/s",
         "cpu ns/B",
         "x_wall",
-        "x_usr"
+        "x_usr",
+        "caller s",
+        "ahead s",
+        "x_bound"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>5} {:>8.4} {:>7.4} {:>7.4} {:>8.0} {:>8.3} {:>7} {:>7}",
+            "{:<5} {:<6} {:<9} {:>7.1} {:>9} {:>5} {:>8.4} {:>7.4} {:>7.4} {:>8.0} {:>8.3} {:>7} {:>7} {:>8.4} {:>7.4} {:>7}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.mode.name(),
@@ -350,7 +377,10 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
             r.mb_per_s,
             r.cpu_ns_per_byte,
             ratio(r.wall_ratio),
-            ratio(r.user_ratio)
+            ratio(r.user_ratio),
+            r.caller_s,
+            r.ahead_s,
+            ratio(r.bound_ratio)
         );
     }
     s
@@ -359,12 +389,13 @@ pub fn recovery_table(rows: &[RecoverySummary]) -> String {
 pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
     let mut s = String::from(
         "workload,apply,apply_us_per_record,mode,log_mib,records,wall_s,user_cpu_s,sys_cpu_s,\
-         mb_per_s,cpu_ns_per_byte,replays,wall_ratio_to_plaintext,user_ratio_to_plaintext\n",
+         mb_per_s,cpu_ns_per_byte,replays,wall_ratio_to_plaintext,user_ratio_to_plaintext,\
+         caller_cpu_s,read_ahead_cpu_s,two_core_bound_ratio_to_plaintext\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{},{:.4},{:.4}",
+            "{},{},{:.3},{},{:.2},{},{:.5},{:.5},{:.5},{:.1},{:.4},{},{:.4},{:.4},{:.5},{:.5},{:.4}",
             r.workload.name(),
             apply_label(r.apply_us),
             r.apply_us,
@@ -378,7 +409,10 @@ pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
             r.cpu_ns_per_byte,
             r.replays,
             r.wall_ratio,
-            r.user_ratio
+            r.user_ratio,
+            r.caller_s,
+            r.ahead_s,
+            r.bound_ratio
         );
     }
     s

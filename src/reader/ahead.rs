@@ -1,0 +1,525 @@
+//! Reading ahead for crash recovery: segment bytes read in large chunks instead of one page
+//! per system call ([`ReadAhead`]), and a second thread that reads, checks and decrypts pages
+//! ahead of the cursor that parses them, and for perrecord logs generates each record's
+//! keystream ahead ([`prefetch_pages`], [`PageFeed`]).
+//!
+//! Both only change how bytes reach a [`Cursor`](super::Cursor), never what it decides: a page
+//! the prefetcher did not deliver (a header that does not check, a key that is not listed, a
+//! read that failed) is read again by the cursor itself, which then reports exactly what and
+//! where it always did. A keystream is used only for the record it was made for (same
+//! position, key id, IV and length) and only after the cursor verified that record's CRC;
+//! otherwise the record is decrypted as before. Recovery uses them because it holds the log
+//! directory: no writer changes the files under it, so a page read early is the page read
+//! late. Readers of live logs keep reading one page at a time.
+
+use std::collections::VecDeque;
+
+use crossbeam::channel::{Receiver, Sender};
+
+use super::files::{LogFiles, check_page_header, read_full};
+use crate::crypto::IV_LEN;
+use crate::format::{
+    self, Geometry, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
+    RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
+};
+use crate::storage::StorageFile;
+
+/// Bytes one read-ahead system call asks for (32 pages of 8 KiB).
+pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
+/// Page batches in flight between the prefetching thread and the cursor. With the batch it
+/// holds back and the one it is reading, the prefetcher is at most six batches of
+/// [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor. With the recycled page buffers,
+/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; perrecord
+/// keystream adds at most the payload bytes of those pages plus one record of up to
+/// [`KEYSTREAM_MAX_RECORD`] per batch (4.5 MiB in the worst case, about 1.5 MiB in practice).
+pub(crate) const PREFETCH_DEPTH: usize = 4;
+/// Records with a longer payload get no keystream ahead; the cursor decrypts them itself. It
+/// bounds what a damaged length field can make the prefetcher allocate.
+pub(crate) const KEYSTREAM_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
+
+/// A window of one segment file's bytes, refilled with one large read when a page outside it
+/// is asked for.
+pub(crate) struct ReadAhead {
+    segment: u64,
+    offset: u64,
+    len: usize,
+    buf: Vec<u8>,
+}
+
+impl ReadAhead {
+    pub(crate) fn new() -> ReadAhead {
+        ReadAhead {
+            segment: u64::MAX,
+            offset: 0,
+            len: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Fills `out` from byte `offset` of the file of the segment at `segment`, as
+    /// [`read_full`] would: the count is short only at the end of the file. A failed large
+    /// read is retried for `out` alone, so an error is the one a page-sized read meets.
+    pub(crate) fn read(
+        &mut self,
+        file: &dyn StorageFile,
+        segment: u64,
+        offset: u64,
+        out: &mut [u8],
+    ) -> std::io::Result<usize> {
+        let end = offset + out.len() as u64;
+        let inside = segment == self.segment
+            && offset >= self.offset
+            && end <= self.offset + self.len as u64;
+        if !inside {
+            self.buf.resize(READ_AHEAD_BYTES.max(out.len()), 0);
+            self.segment = u64::MAX;
+            self.len = match read_full(file, &mut self.buf, offset) {
+                Ok(n) => n,
+                Err(_) => return read_full(file, out, offset),
+            };
+            self.segment = segment;
+            self.offset = offset;
+        }
+        let from = (offset - self.offset) as usize;
+        let n = out.len().min(self.len - from);
+        out[..n].copy_from_slice(&self.buf[from..from + n]);
+        Ok(n)
+    }
+}
+
+/// A page read and checked ahead of the cursor, its body decrypted unless `encrypted`.
+pub(crate) struct Prefetched {
+    pub(crate) lsn: u64,
+    pub(crate) header: PageHeader,
+    /// The whole page.
+    pub(crate) image: Vec<u8>,
+    /// The body is still pagelevel ciphertext (the prefetcher left it to the cursor, which was
+    /// waiting); its key is listed and present.
+    pub(crate) encrypted: bool,
+}
+
+/// The keystream made ahead for one perrecord record.
+struct Keystream {
+    /// Where the record starts.
+    lsn: u64,
+    key_id: u32,
+    iv: [u8; IV_LEN],
+    /// Where in its batch's keystream bytes, and how long (the payload length).
+    at: usize,
+    len: usize,
+}
+
+/// Keystream for the records that start in one batch of pages, in LSN order.
+#[derive(Default)]
+struct Keystreams {
+    records: VecDeque<Keystream>,
+    bytes: Vec<u8>,
+}
+
+/// What the prefetching thread sends: pages in ascending order and the keystreams of the
+/// perrecord records that start in them.
+pub(crate) struct Batch {
+    pages: Vec<Prefetched>,
+    keystreams: Keystreams,
+}
+
+/// The cursor's end of the prefetching thread: pages in ascending order, some possibly
+/// missing (those the cursor reads itself), and keystreams for records.
+pub(crate) struct PageFeed {
+    batches: Receiver<Batch>,
+    /// Page buffers the cursor is done with, back to the prefetcher.
+    spent: Sender<Vec<u8>>,
+    pages: std::vec::IntoIter<Prefetched>,
+    next: Option<Prefetched>,
+    keystreams: VecDeque<Keystreams>,
+}
+
+impl PageFeed {
+    /// The channels between a cursor and [`prefetch_pages`]: the feed, and the prefetcher's
+    /// ends.
+    pub(crate) fn channels() -> (PageFeed, Sender<Batch>, Receiver<Vec<u8>>) {
+        let (batches_tx, batches) = crossbeam::channel::bounded(PREFETCH_DEPTH);
+        let (spent, spent_rx) = crossbeam::channel::bounded(2 * READ_AHEAD_BYTES / 4096);
+        let feed = PageFeed {
+            batches,
+            spent,
+            pages: Vec::new().into_iter(),
+            next: None,
+            keystreams: VecDeque::new(),
+        };
+        (feed, batches_tx, spent_rx)
+    }
+
+    /// Decrypts `stored`, the CRC-verified payload of the record at `lsn`, with the keystream
+    /// made ahead for exactly this record (key id, IV and length). False when there is none:
+    /// the caller then decrypts it as usual. Keystreams of records before `lsn` are dropped.
+    pub(crate) fn decrypt(
+        &mut self,
+        lsn: u64,
+        key_id: u32,
+        iv: &[u8; IV_LEN],
+        stored: &mut [u8],
+    ) -> bool {
+        while let Some(front) = self.keystreams.front_mut() {
+            while front.records.front().is_some_and(|k| k.lsn < lsn) {
+                front.records.pop_front();
+            }
+            let Some(k) = front.records.front() else {
+                self.keystreams.pop_front();
+                continue;
+            };
+            if k.lsn != lsn || k.key_id != key_id || k.iv != *iv || k.len != stored.len() {
+                return false;
+            }
+            let stream = &front.bytes[k.at..k.at + k.len];
+            for (b, s) in stored.iter_mut().zip(stream) {
+                *b ^= s;
+            }
+            front.records.pop_front();
+            return true;
+        }
+        false
+    }
+
+    /// The prefetched page at `page`, if the prefetcher delivered it; pages before it are
+    /// dropped. `None` leaves the page to the cursor.
+    pub(crate) fn take(&mut self, page: u64) -> Option<Prefetched> {
+        loop {
+            let next = match self.next.take() {
+                Some(p) => p,
+                None => self.pull()?,
+            };
+            if next.lsn == page {
+                return Some(next);
+            }
+            if next.lsn > page {
+                self.next = Some(next);
+                return None;
+            }
+            self.give_back(next.image);
+        }
+    }
+
+    /// Returns a page buffer for reuse (dropped if the prefetcher is gone or has enough).
+    pub(crate) fn give_back(&self, image: Vec<u8>) {
+        let _ = self.spent.try_send(image);
+    }
+
+    fn pull(&mut self) -> Option<Prefetched> {
+        loop {
+            if let Some(p) = self.pages.next() {
+                return Some(p);
+            }
+            let batch = self.batches.recv().ok()?;
+            self.pages = batch.pages.into_iter();
+            if !batch.keystreams.records.is_empty() {
+                self.keystreams.push_back(batch.keystreams);
+            }
+        }
+    }
+}
+
+/// The prefetching thread: reads the log's pages from the record boundary `from` to the end of
+/// the files in large reads, checks each page header against its position, decrypts pagelevel
+/// bodies, walks the record headers of perrecord logs to make each record's keystream, and
+/// sends all that in batches. A page that does not check is left out, and so is the rest of
+/// its segment (the cursor reads those itself and decides what they mean); the first failed
+/// read ends the prefetching. It also ends when the cursor's side is dropped.
+pub(crate) fn prefetch_pages(
+    files: &LogFiles,
+    from: u64,
+    batches: Sender<Batch>,
+    spent: Receiver<Vec<u8>>,
+) {
+    let geo = files.geo;
+    let page_size = geo.page_size as usize;
+    let per_batch = (READ_AHEAD_BYTES / page_size).max(1);
+    let mut chunk = vec![0u8; per_batch * page_size];
+    let mut walker = Walker::new(files, from);
+    // Each batch is sent once the next one is read, so the record headers that run over its
+    // last page can be walked.
+    let mut held: Option<Batch> = None;
+    let mut send = |batch: Batch, walker: &mut Walker<'_>| -> bool {
+        if let Some(mut prev) = held.take() {
+            let limit = batch.pages.first().map_or(u64::MAX, |p| p.lsn);
+            // Decryption goes to whichever side has slack: with batches waiting, the cursor is
+            // the slower side and this thread decrypts; with none, the cursor is (or soon
+            // will be) waiting for pages, and decrypting them itself costs it less than the wait.
+            let decrypt = !batches.is_empty();
+            walker.walk(
+                &prev.pages,
+                &batch.pages,
+                limit,
+                decrypt,
+                &mut prev.keystreams,
+            );
+            if decrypt {
+                decrypt_pages(files, &mut prev.pages);
+            }
+            if batches.send(prev).is_err() {
+                return false;
+            }
+        }
+        held = Some(batch);
+        true
+    };
+    let mut page = geo.page_start(from);
+    'segments: while page < files.end_of_files() {
+        let seg_start = geo.segment_start(page);
+        if geo.is_header_page(page) {
+            page += geo.page_size;
+            continue;
+        }
+        let Some(seg) = files.segment(seg_start) else {
+            page = seg_start + geo.segment_size;
+            continue;
+        };
+        let Ok(file) = files.storage.open(&seg.path, false) else {
+            break;
+        };
+        let seg_end = seg_start + geo.segment_size;
+        while page < seg_end {
+            let count = (((seg_end - page) / geo.page_size) as usize).min(per_batch);
+            let bytes = &mut chunk[..count * page_size];
+            let Ok(n) = read_full(file.as_ref(), bytes, page - seg_start) else {
+                break 'segments;
+            };
+            bytes[n..].fill(0);
+            let mut pages = Vec::with_capacity(count);
+            let mut whole = true;
+            for raw in bytes.chunks_exact(page_size) {
+                match checked_page(files, page, raw, &spent) {
+                    Some(p) => pages.push(p),
+                    None => {
+                        whole = false;
+                        break;
+                    }
+                }
+                page += geo.page_size;
+            }
+            if !pages.is_empty() {
+                let batch = Batch {
+                    pages,
+                    keystreams: Keystreams::default(),
+                };
+                if !send(batch, &mut walker) {
+                    return;
+                }
+            }
+            if !whole || n < bytes.len() {
+                break;
+            }
+        }
+        page = seg_end;
+    }
+    if let Some(mut last) = held.take() {
+        walker.walk(&last.pages, &[], u64::MAX, true, &mut last.keystreams);
+        decrypt_pages(files, &mut last.pages);
+        let _ = batches.send(last);
+    }
+}
+
+/// Decrypts the pagelevel bodies still encrypted in `pages`.
+fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
+    let Some(keys) = files.keys.as_ref() else {
+        return;
+    };
+    for p in pages.iter_mut().filter(|p| p.encrypted) {
+        let body = &mut p.image[PAGE_HEADER_LEN..];
+        if keys
+            .apply_keystream(p.header.key_id, &p.header.iv, body)
+            .is_ok()
+        {
+            p.encrypted = false;
+        }
+    }
+}
+
+/// Follows the record headers of a perrecord log through the prefetched pages and makes the
+/// keystream of each encrypted record. It needs no checksums: a keystream is only used for a
+/// record the cursor verified and that matches it. Anything it cannot follow (a header it
+/// cannot read or decode, a page that was not prefetched) ends the walk; the cursor then
+/// decrypts the remaining records itself.
+struct Walker<'a> {
+    files: &'a LogFiles,
+    /// The next record boundary, or `None` when the walk ended (or the log is not perrecord).
+    pos: Option<u64>,
+}
+
+impl<'a> Walker<'a> {
+    fn new(files: &'a LogFiles, from: u64) -> Walker<'a> {
+        let walks = files.mode.is_per_record() && !files.mode.is_authenticated();
+        Walker {
+            files,
+            pos: walks.then_some(from),
+        }
+    }
+
+    /// Walks the records that start before `limit` in `pages` (whose headers may run into
+    /// `next`), adding their keystreams to `out` if `make` (else the cursor decrypts them).
+    fn walk(
+        &mut self,
+        pages: &[Prefetched],
+        next: &[Prefetched],
+        limit: u64,
+        make: bool,
+        out: &mut Keystreams,
+    ) {
+        let geo = self.files.geo;
+        let mut window = Window {
+            batches: [pages, next],
+            hint: (0, 0),
+        };
+        while let Some(pos) = self.pos {
+            // Only a position at a page or segment start has headers to skip.
+            let start = if pos % geo.page_size == 0 {
+                geo.skip_headers(pos)
+            } else {
+                pos
+            };
+            if start >= limit {
+                return;
+            }
+            self.pos = self.step(geo, start, &mut window, make, out);
+        }
+    }
+
+    /// One record at `start`: its keystream if it is encrypted, and where the next starts.
+    fn step(
+        &self,
+        geo: Geometry,
+        start: u64,
+        window: &mut Window<'_>,
+        make: bool,
+        out: &mut Keystreams,
+    ) -> Option<u64> {
+        let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
+        let page = geo.page_start(start);
+        let in_page = (start - page) as usize;
+        let page_size = geo.page_size as usize;
+        // Most headers lie within one page: read them straight from it.
+        let hlen = match window.page(page) {
+            Some(image) if in_page + RECORD_HEADER_ENCRYPTED <= page_size => {
+                let flags = image[in_page + format::REC_FLAGS_AT];
+                let hlen = format::header_len_for_flags(flags);
+                head[..hlen].copy_from_slice(&image[in_page..in_page + hlen]);
+                hlen
+            }
+            _ => {
+                window.stream_bytes(geo, start, &mut head[..RECORD_HEADER_PLAIN])?;
+                let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
+                window.stream_bytes(geo, start, &mut head[..hlen])?;
+                hlen
+            }
+        };
+        let header = RecordHeader::decode(&head[..hlen]).ok()?;
+        if header.flags & RECORD_FLAG_SWITCH != 0 {
+            return Some(geo.segment_start(start) + geo.segment_size);
+        }
+        let len = header.len as usize;
+        if let Some((key_id, iv)) = header.encryption
+            && make
+            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
+            && len <= KEYSTREAM_MAX_RECORD
+        {
+            let keys = self.files.keys.as_ref()?;
+            let at = out.bytes.len();
+            out.bytes.resize(at + len, 0);
+            if keys
+                .apply_keystream(key_id, &iv, &mut out.bytes[at..])
+                .is_err()
+            {
+                out.bytes.truncate(at);
+                return None;
+            }
+            out.records.push_back(Keystream {
+                lsn: start,
+                key_id,
+                iv,
+                at,
+                len,
+            });
+        }
+        let total = hlen + len;
+        if in_page + total < page_size {
+            // Ends inside the same page, short of its end: the next record starts right here.
+            return Some(start + total as u64);
+        }
+        Some(geo.advance(start, total as u64))
+    }
+}
+
+/// The prefetched pages a walk reads record headers from: one batch and the next.
+struct Window<'p> {
+    batches: [&'p [Prefetched]; 2],
+    /// The batch and index of the page found last: most headers are on the same page or the
+    /// next, so a lookup rarely needs a search.
+    hint: (usize, usize),
+}
+
+impl<'p> Window<'p> {
+    fn page(&mut self, page: u64) -> Option<&'p [u8]> {
+        let (b, i) = self.hint;
+        for (b, i) in [(b, i), (b, i + 1), (b + 1, 0)] {
+            if let Some(p) = self.batches.get(b).and_then(|pages| pages.get(i))
+                && p.lsn == page
+            {
+                self.hint = (b, i);
+                return Some(&p.image);
+            }
+        }
+        for (b, pages) in self.batches.iter().enumerate() {
+            if let Ok(i) = pages.binary_search_by_key(&page, |p| p.lsn) {
+                self.hint = (b, i);
+                return Some(&pages[i].image);
+            }
+        }
+        None
+    }
+
+    /// Copies the record stream's bytes from `pos` (skipping page and segment headers);
+    /// `None` if a page is not in the window.
+    fn stream_bytes(&mut self, geo: Geometry, mut pos: u64, out: &mut [u8]) -> Option<()> {
+        let mut done = 0;
+        while done < out.len() {
+            pos = geo.skip_headers(pos);
+            let page = geo.page_start(pos);
+            let image = self.page(page)?;
+            let in_page = (pos - page) as usize;
+            let n = (out.len() - done).min(image.len() - in_page);
+            out[done..done + n].copy_from_slice(&image[in_page..in_page + n]);
+            done += n;
+            pos += n as u64;
+        }
+        Some(())
+    }
+}
+
+/// The page at `page` as the cursor would load it (body not yet decrypted), if its header
+/// checks and (pagelevel) its key is listed and present; `None` otherwise.
+fn checked_page(
+    files: &LogFiles,
+    page: u64,
+    raw: &[u8],
+    spent: &Receiver<Vec<u8>>,
+) -> Option<Prefetched> {
+    let header = check_page_header(files.log_id, files.mode, page, raw).ok()?;
+    let encrypted = header.flags & PAGE_FLAG_ENCRYPTED != 0;
+    if encrypted {
+        files.check_key_listed(header.key_id, page).ok()?;
+        // An empty run finds the key (or fails as the cursor's decryption would) and does no
+        // AES work.
+        let keys = files.keys.as_ref()?;
+        keys.apply_keystream(header.key_id, &header.iv, &mut [])
+            .ok()?;
+    }
+    let mut image = spent.try_recv().unwrap_or_default();
+    image.clear();
+    image.extend_from_slice(raw);
+    Some(Prefetched {
+        lsn: page,
+        header,
+        image,
+        encrypted,
+    })
+}

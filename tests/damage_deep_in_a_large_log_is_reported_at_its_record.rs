@@ -1,0 +1,103 @@
+//! A flipped bit deep in a log large enough for recovery to read ahead on a second thread is
+//! reported by recovery exactly as the reader reports it (same LSN, segment and kind), in
+//! every mode, after the callback saw exactly the records before it.
+
+use std::os::unix::fs::FileExt;
+
+use walcrypt::{Config, Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+
+const PAGE: u64 = 4096;
+const SEGMENT: u64 = 1 << 20;
+
+fn config(mode: Mode, keys: &KeyRing) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Durable)
+        .page_size(PAGE)
+        .segment_size(SEGMENT)
+        .prepare_segments(false)
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    let len = 40 + (i * 97) % 3000;
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+#[test]
+fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
+        let mut lsns = Vec::new();
+        let mut written = 0;
+        while written < 3 << 20 {
+            let p = payload(lsns.len());
+            written += p.len();
+            let lsn = wal.append(1, &p).unwrap();
+            lsns.push(lsn);
+            if lsns.len() % 50 == 0 {
+                wal.flush(lsn).unwrap();
+            }
+        }
+        wal.close().unwrap();
+
+        // A payload byte of a record at about three quarters of the log, on its header's page.
+        let n = (lsns.len() * 3 / 4..lsns.len())
+            .find(|&i| (u64::from(lsns[i]) + 40) / PAGE == u64::from(lsns[i]) / PAGE)
+            .unwrap();
+        let byte = u64::from(lsns[n]) + 40;
+        let segment = byte - byte % SEGMENT;
+        let path = dir
+            .path()
+            .join(walcrypt::inspect::segment_file_name(Lsn(segment)));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut b = [0u8; 1];
+        file.read_exact_at(&mut b, byte - segment).unwrap();
+        b[0] ^= 0x04;
+        file.write_all_at(&b, byte - segment).unwrap();
+        drop(file);
+
+        let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let read: Vec<_> = reader.records_from(Lsn::default()).collect();
+        assert_eq!(read.len(), n + 1, "{mode}: {n} records, then the error");
+        let Some(Err(Error::Corrupt { at, kind })) = read.last() else {
+            panic!(
+                "{mode}: the reader must report corruption, got {:?}",
+                read.last()
+            );
+        };
+        assert_eq!(at.lsn, lsns[n], "{mode}");
+
+        let mut seen = Vec::new();
+        let replayed = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
+            assert_eq!(r.payload, payload(seen.len()), "{mode}");
+            seen.push(r.lsn);
+            Ok(())
+        });
+        match replayed {
+            Err(Error::Corrupt {
+                at: got_at,
+                kind: got_kind,
+            }) => {
+                assert_eq!(got_at, *at, "{mode}: recovery and reader agree on where");
+                assert_eq!(
+                    format!("{got_kind:?}"),
+                    format!("{kind:?}"),
+                    "{mode}: and on what"
+                );
+                assert_eq!(u64::from(got_at.segment), segment, "{mode}");
+            }
+            other => panic!("{mode}: recovery must refuse the damaged log, got {other:?}"),
+        }
+        assert_eq!(
+            seen,
+            lsns[..n],
+            "{mode}: every record before the damage, in order"
+        );
+    }
+}
