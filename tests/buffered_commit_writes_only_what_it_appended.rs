@@ -1,6 +1,8 @@
 //! A Buffered commit that continues a page this open already wrote whole (same durable hint)
 //! writes only the bytes appended since, in plaintext and perrecord; a page whose hint changed
-//! (after `sync`) and every pagelevel page are written whole again. The records read back.
+//! (after `sync`) is written again from its header, and in those modes a page image ends where
+//! the commit ends (the file holds zeros after it). Every pagelevel page is written whole. The
+//! records read back.
 
 mod support;
 
@@ -42,12 +44,21 @@ fn buffered_commit_writes_only_what_it_appended() {
             (u64::from(lsn), u64::from(wal.end_lsn()))
         };
 
-        let (a, _) = put(&wal, 1, 100);
+        // The page image, whole in pagelevel, up to the end of the commit otherwise.
+        let image = |lsn: u64, end: u64| {
+            if appends_whole {
+                (page_of(lsn), PAGE)
+            } else {
+                (page_of(lsn), end - lsn / PAGE * PAGE)
+            }
+        };
+
+        let (a, a_end) = put(&wal, 1, 100);
         take_writes(&recorder);
         wal.flush(Lsn(a)).unwrap();
         assert_eq!(
             take_writes(&recorder),
-            vec![(page_of(a), PAGE)],
+            vec![image(a, a_end)],
             "{mode}: first write of a page"
         );
 
@@ -60,25 +71,26 @@ fn buffered_commit_writes_only_what_it_appended() {
         };
         assert_eq!(take_writes(&recorder), continued, "{mode}: continued page");
 
-        // A record running into the next page: the rest of this page, then the next one whole.
+        // A record running into the next page: the rest of this page, then the next one (whole
+        // in pagelevel, up to the record's end otherwise).
         let (c, c_end) = put(&wal, 3, 5000);
         wal.flush(Lsn(c)).unwrap();
-        let next_page_end = page_of(c_end) + PAGE;
         let across = if appends_whole {
-            vec![(page_of(c), next_page_end - page_of(c))]
+            vec![(page_of(c), page_of(c_end) + PAGE - page_of(c))]
         } else {
-            vec![(c % SEGMENT, next_page_end - c % SEGMENT)]
+            vec![(c % SEGMENT, c_end - c)]
         };
         assert_eq!(take_writes(&recorder), across, "{mode}: across a page");
 
-        // `sync` moves the durable hint: the page's header changes, so it is written whole.
+        // `sync` moves the durable hint: the page's header changes, so the page is written
+        // again from its header.
         wal.sync().unwrap();
         take_writes(&recorder);
-        let (d, _) = put(&wal, 4, 100);
+        let (d, d_end) = put(&wal, 4, 100);
         wal.flush(Lsn(d)).unwrap();
         assert_eq!(
             take_writes(&recorder),
-            vec![(page_of(d), PAGE)],
+            vec![image(d, d_end)],
             "{mode}: after sync"
         );
 

@@ -271,6 +271,17 @@ impl Wal {
                 pages += 1;
                 page += ps;
             }
+            if pages > 0 && self.mode != Mode::PageLevel {
+                // The last page image ends where the range ends, not at the page's end: the
+                // file holds zeros after it already (recovery zeroed the log past its end at
+                // open, and a segment this open makes is zero-filled), and this open only ever
+                // extends a page. Successive commits' ranges then share no bytes, so none waits
+                // for another's write (`InFlight::wait_clear`). pagelevel writes its zeros: its
+                // whole-page rewrites are ordered under the write lock.
+                let last = page - ps;
+                let end = target.min(page).max(last + PAGE_HEADER_LEN as u64);
+                buf.bytes.truncate(at + (end - run_start) as usize);
+            }
             self.counters.pages_written.add(pages + u64::from(appended));
             let file = self.file_for(w, segment)?;
             buf.runs.push(Run {
