@@ -532,6 +532,9 @@ impl Wal {
             self.sync_locked(w)?;
             self.synced_to.store(target, Ordering::Release);
         }
+        // No flush returns Ok once the log is poisoned (a range another thread wrote outside
+        // the lock may have failed meanwhile), as on the Buffered path.
+        self.check_poison()?;
         self.flushed_to.fetch_max(target, Ordering::AcqRel);
         Ok(())
     }

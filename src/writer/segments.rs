@@ -140,7 +140,13 @@ impl Wal {
         // before they are skipped.
         let same = self.check_process()?;
         let mut ins = self.insert.lock();
-        let (_, end) = self.copy_in(&mut ins, &sealed)?;
+        // Once the switch record is being copied in, any failure poisons the log, as in
+        // `insert_sealed`: the buffer (and perhaps the files) hold part of a record that the
+        // insert position does not count, and the next record would be copied over it in a
+        // page that may never be written again.
+        let (_, end) = self
+            .copy_in(&mut ins, &sealed)
+            .map_err(|e| self.poison_error(e))?;
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.
@@ -148,10 +154,14 @@ impl Wal {
         if self.mode == Mode::PageLevel {
             // The pages rewritten here belong to a segment whose header does not list the
             // active key: encrypt them under a key it does list.
-            w.segment_key = self.listed_key(segment)?.map(|key_id| (segment, key_id));
+            w.segment_key = self
+                .listed_key(segment)
+                .map_err(|e| self.poison_error(e))?
+                .map(|key_id| (segment, key_id));
         }
-        self.write_locked(&mut w, end, same)?;
-        self.sync_locked(&mut w)?;
+        self.write_locked(&mut w, end, same)
+            .map_err(|e| self.poison_error(e))?;
+        self.sync_locked(&mut w).map_err(|e| self.poison_error(e))?;
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         w.reserved_to = next;
         self.inflight.jump(next, &self.written_to);

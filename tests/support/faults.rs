@@ -29,6 +29,8 @@ pub enum Op {
     SyncDir,
     /// `StorageFile::fill_zeros` (allocating a new segment's blocks).
     FillZeros,
+    /// `Storage::open` for reading only (a segment header read, a reader).
+    OpenRead,
 }
 
 /// What an injected fault does.
@@ -351,6 +353,12 @@ impl Storage for FaultStorage {
     }
 
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
+        if !write {
+            let fault = self.state.lock().unwrap().tick(Op::OpenRead);
+            if let Some(Effect::Errno(e) | Effect::ShortWrite(e)) = fault {
+                return Err(errno(e));
+            }
+        }
         let inner = FsStorage.open(path, write)?;
         let inode = self.state.lock().unwrap().inode_for(path);
         Ok(Box::new(FaultFile {
