@@ -2,33 +2,19 @@
 //! reported by recovery exactly as the reader reports it (same LSN, segment and kind), in
 //! every mode, after the callback saw exactly the records before it.
 
+mod support;
+
 use std::os::unix::fs::FileExt;
 
-use walcrypt::{Config, Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
-
-const PAGE: u64 = 4096;
-const SEGMENT: u64 = 1 << 20;
-
-fn config(mode: Mode, keys: &KeyRing) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Durable)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .prepare_segments(false)
-}
-
-fn payload(i: usize) -> Vec<u8> {
-    let len = 40 + (i * 97) % 3000;
-    (0..len).map(|j| (i * 31 + j) as u8).collect()
-}
+use support::large::{PAGE, SEGMENT, config, payload};
+use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 #[test]
 fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
-        let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
         let mut lsns = Vec::new();
         let mut written = 0;
         while written < 3 << 20 {
@@ -74,11 +60,16 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
         assert_eq!(at.lsn, lsns[n], "{mode}");
 
         let mut seen = Vec::new();
-        let replayed = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-            assert_eq!(r.payload, payload(seen.len()), "{mode}");
-            seen.push(r.lsn);
-            Ok(())
-        });
+        let replayed = Wal::open_and_replay(
+            dir.path(),
+            config(mode, &keys, SyncMode::Durable),
+            Lsn::default(),
+            |r| {
+                assert_eq!(r.payload, payload(seen.len()), "{mode}");
+                seen.push(r.lsn);
+                Ok(())
+            },
+        );
         match replayed {
             Err(Error::Corrupt {
                 at: got_at,

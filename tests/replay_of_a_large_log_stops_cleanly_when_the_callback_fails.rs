@@ -2,43 +2,12 @@
 //! error (or its panic) comes back unchanged, no thread is left behind, and the log opens
 //! again with every record.
 
+mod support;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use walcrypt::{Config, Error, KeyRing, Lsn, Mode, SyncMode, Wal};
-
-/// 4 KiB pages and 1 MiB segments: a 4 MiB log crosses segments and replays past the size at
-/// which recovery starts its second thread.
-fn config(mode: Mode, keys: &KeyRing) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Buffered)
-        .page_size(4096)
-        .segment_size(1 << 20)
-        .prepare_segments(false)
-}
-
-fn payload(i: usize) -> Vec<u8> {
-    let len = 40 + (i * 97) % 3000;
-    (0..len).map(|j| (i * 31 + j) as u8).collect()
-}
-
-/// Writes records until about `bytes` of payload are in the log; returns their LSNs.
-fn write_log(dir: &std::path::Path, config: Config, bytes: usize) -> Vec<Lsn> {
-    let wal = Wal::open(dir, config).unwrap();
-    let mut lsns = Vec::new();
-    let mut written = 0;
-    while written < bytes {
-        let p = payload(lsns.len());
-        written += p.len();
-        lsns.push(wal.append(1, &p).unwrap());
-    }
-    wal.close().unwrap();
-    lsns
-}
-
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
+use support::large::{config, payload, threads, write_log};
+use walcrypt::{Error, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 /// The thread count once the operating system has reaped threads that finished: a thread
 /// that returned may stay listed for a moment while it exits.
@@ -57,7 +26,7 @@ fn callback_error_and_panic_stop_the_replay_and_leave_no_thread() {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
-        let lsns = write_log(dir.path(), config(mode, &keys), 4 << 20);
+        let lsns = write_log(dir.path(), config(mode, &keys, SyncMode::Buffered), 4 << 20);
         // At about 1.5 MiB: past the first MiB, and far enough from the end that the reading
         // thread is still at work (it reads at most about 1.5 MiB ahead).
         let stop_at = lsns.len() * 3 / 8;
@@ -67,15 +36,20 @@ fn callback_error_and_panic_stop_the_replay_and_leave_no_thread() {
         // before it, and a second thread was reading ahead by then.
         let mut seen = Vec::new();
         let mut during = 0;
-        let failed = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-            if seen.len() == stop_at {
-                during = threads();
-                return Err(Error::Config("the engine refused this record".into()));
-            }
-            assert_eq!(r.payload, payload(seen.len()), "{mode}");
-            seen.push(r.lsn);
-            Ok(())
-        });
+        let failed = Wal::open_and_replay(
+            dir.path(),
+            config(mode, &keys, SyncMode::Buffered),
+            Lsn::default(),
+            |r| {
+                if seen.len() == stop_at {
+                    during = threads();
+                    return Err(Error::Config("the engine refused this record".into()));
+                }
+                assert_eq!(r.payload, payload(seen.len()), "{mode}");
+                seen.push(r.lsn);
+                Ok(())
+            },
+        );
         match failed {
             Err(Error::Config(why)) => assert!(why.contains("refused"), "{mode}: {why}"),
             other => panic!("{mode}: expected the callback's error, got {other:?}"),
@@ -96,11 +70,16 @@ fn callback_error_and_panic_stop_the_replay_and_leave_no_thread() {
         // directory is free again.
         let mut count = 0;
         let panicked = catch_unwind(AssertUnwindSafe(|| {
-            Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |_| {
-                count += 1;
-                assert!(count < stop_at, "the engine gave up");
-                Ok(())
-            })
+            Wal::open_and_replay(
+                dir.path(),
+                config(mode, &keys, SyncMode::Buffered),
+                Lsn::default(),
+                |_| {
+                    count += 1;
+                    assert!(count < stop_at, "the engine gave up");
+                    Ok(())
+                },
+            )
         }));
         assert!(panicked.is_err(), "{mode}: the panic must reach the caller");
         assert_eq!(
@@ -111,10 +90,15 @@ fn callback_error_and_panic_stop_the_replay_and_leave_no_thread() {
 
         // Nothing was truncated: the whole log replays.
         let mut all = Vec::new();
-        let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-            all.push(r.lsn);
-            Ok(())
-        })
+        let wal = Wal::open_and_replay(
+            dir.path(),
+            config(mode, &keys, SyncMode::Buffered),
+            Lsn::default(),
+            |r| {
+                all.push(r.lsn);
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(all, lsns, "{mode}");
         wal.close().unwrap();

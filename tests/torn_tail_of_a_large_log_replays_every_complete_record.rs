@@ -2,26 +2,13 @@
 //! second thread: recovery replays every complete record in order, ends the log before the
 //! torn one, and appends continue there, in every mode.
 
+mod support;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
-
-const SEGMENT: u64 = 1 << 20;
-
-fn config(mode: Mode, keys: &KeyRing) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Durable)
-        .page_size(4096)
-        .segment_size(SEGMENT)
-        .prepare_segments(false)
-}
-
-fn payload(i: usize) -> Vec<u8> {
-    let len = 40 + (i * 97) % 3000;
-    (0..len).map(|j| (i * 31 + j) as u8).collect()
-}
+use support::large::{SEGMENT, config, payload};
+use walcrypt::{KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 #[test]
 fn last_record_cut_short_in_a_three_mib_log() {
@@ -30,7 +17,7 @@ fn last_record_cut_short_in_a_three_mib_log() {
         let keys = KeyRing::generate().unwrap();
         // Flushed every 50 records; the last 30 go out in one final write, so the torn record
         // was in flight when the crash came.
-        let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
         let mut lsns = Vec::new();
         let mut written = 0;
         while written < 3 << 20 || lsns.len() % 50 != 30 {
@@ -73,11 +60,16 @@ fn last_record_cut_short_in_a_three_mib_log() {
         };
 
         let mut seen = Vec::new();
-        let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-            assert_eq!(r.payload, payload(seen.len()), "{mode}");
-            seen.push(r.lsn);
-            Ok(())
-        })
+        let wal = Wal::open_and_replay(
+            dir.path(),
+            config(mode, &keys, SyncMode::Durable),
+            Lsn::default(),
+            |r| {
+                assert_eq!(r.payload, payload(seen.len()), "{mode}");
+                seen.push(r.lsn);
+                Ok(())
+            },
+        )
         .unwrap_or_else(|e| panic!("{mode}: a torn tail is not damage: {e}"));
         assert_eq!(seen, lsns[..kept], "{mode}");
         let next = wal.append(2, b"after the crash").unwrap();

@@ -312,8 +312,9 @@ impl Wal {
         appendable.then_some(from)
     }
 
-    /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
-    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+    /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
+    /// it belongs to) if the slot holds another page.
+    fn slot_holding(&self, page: u64) -> Result<MutexGuard<'_, super::Slot>> {
         let slot = self.slots[self.slot_index(page)].lock();
         if slot.page != page {
             return Err(self.broken_invariant(
@@ -326,6 +327,12 @@ impl Wal {
                 ),
             ));
         }
+        Ok(slot)
+    }
+
+    /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
+    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+        let slot = self.slot_holding(page)?;
         let at = (from - page) as usize;
         out.copy_from_slice(&slot.data[at..at + out.len()]);
         Ok(())
@@ -346,18 +353,7 @@ impl Wal {
         out: &mut [u8],
     ) -> Result<()> {
         let (rem_len, cipher) = {
-            let mut slot = self.slots[self.slot_index(page)].lock();
-            if slot.page != page {
-                return Err(self.broken_invariant(
-                    "write page",
-                    page,
-                    format!(
-                        "page {} is not in the write buffer (it holds {})",
-                        Lsn(page),
-                        Lsn(slot.page)
-                    ),
-                ));
-            }
+            let mut slot = self.slot_holding(page)?;
             out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
             if self.mode == Mode::PageLevel && slot.cipher.is_none() {
                 slot.cipher = Some((self.page_key(w, page), self.ivs.next_iv()?));

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 pub mod delay;
 pub mod faults;
+pub mod large;
 pub mod tamper;
 
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
