@@ -4,9 +4,7 @@
 
 mod support;
 
-use std::os::unix::fs::FileExt;
-
-use support::large::{PAGE, SEGMENT, config, payload};
+use support::large::{PAGE, SEGMENT, append_flushing, config, payload};
 use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 #[test]
@@ -15,17 +13,7 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
         let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
-        let mut lsns = Vec::new();
-        let mut written = 0;
-        while written < 3 << 20 {
-            let p = payload(lsns.len());
-            written += p.len();
-            let lsn = wal.append(1, &p).unwrap();
-            lsns.push(lsn);
-            if lsns.len() % 50 == 0 {
-                wal.flush(lsn).unwrap();
-            }
-        }
+        let lsns = append_flushing(&wal, |_, written| written < 3 << 20);
         wal.close().unwrap();
 
         // A payload byte of a record at about three quarters of the log, on its header's page.
@@ -34,19 +22,7 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
             .unwrap();
         let byte = u64::from(lsns[n]) + 40;
         let segment = byte - byte % SEGMENT;
-        let path = dir
-            .path()
-            .join(walcrypt::inspect::segment_file_name(Lsn(segment)));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let mut b = [0u8; 1];
-        file.read_exact_at(&mut b, byte - segment).unwrap();
-        b[0] ^= 0x04;
-        file.write_all_at(&b, byte - segment).unwrap();
-        drop(file);
+        support::tamper::flip_bits_at(dir.path(), byte, 0x04);
 
         let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
         let read: Vec<_> = reader.records_from(Lsn::default()).collect();

@@ -7,7 +7,7 @@ mod support;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
-use support::large::{SEGMENT, config, payload};
+use support::large::{SEGMENT, append_flushing, config, payload};
 use walcrypt::{KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 #[test]
@@ -18,17 +18,7 @@ fn last_record_cut_short_in_a_three_mib_log() {
         // Flushed every 50 records; the last 30 go out in one final write, so the torn record
         // was in flight when the crash came.
         let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
-        let mut lsns = Vec::new();
-        let mut written = 0;
-        while written < 3 << 20 || lsns.len() % 50 != 30 {
-            let p = payload(lsns.len());
-            written += p.len();
-            let lsn = wal.append(1, &p).unwrap();
-            lsns.push(lsn);
-            if lsns.len() % 50 == 0 {
-                wal.flush(lsn).unwrap();
-            }
-        }
+        let lsns = append_flushing(&wal, |lsns, written| written < 3 << 20 || lsns % 50 != 30);
         wal.close().unwrap();
         let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
         let mut records = reader.records_from(Lsn::default());

@@ -43,3 +43,20 @@ pub fn write_log(dir: &Path, config: Config, bytes: usize) -> Vec<Lsn> {
 pub fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
+
+/// Appends records to `wal` while `more(records so far, payload bytes so far)` holds,
+/// flushing every 50th; returns their LSNs.
+pub fn append_flushing(wal: &Wal, more: impl Fn(usize, usize) -> bool) -> Vec<Lsn> {
+    let mut lsns = Vec::new();
+    let mut written = 0;
+    while more(lsns.len(), written) {
+        let p = payload(lsns.len());
+        written += p.len();
+        let lsn = wal.append(1, &p).unwrap();
+        lsns.push(lsn);
+        if lsns.len() % 50 == 0 {
+            wal.flush(lsn).unwrap();
+        }
+    }
+    lsns
+}

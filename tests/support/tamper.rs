@@ -59,6 +59,21 @@ pub fn write_at(dir: &Path, lsn: u64, bytes: &[u8]) {
     file.write_all_at(bytes, offset).expect("write record");
 }
 
+/// Flips the bits of `mask` in the byte at log position `lsn`.
+pub fn flip_bits_at(dir: &Path, lsn: u64, mask: u8) {
+    let reader = Reader::open(dir, None).expect("open reader");
+    let (path, offset) = file_and_offset(&reader, dir, lsn);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open segment for writing");
+    let mut b = [0u8; 1];
+    file.read_exact_at(&mut b, offset).expect("read byte");
+    b[0] ^= mask;
+    file.write_all_at(&b, offset).expect("write byte");
+}
+
 /// Recomputes the CRC32C of a stored perrecord record (32-byte header, then the payload).
 pub fn fix_crc(record: &mut [u8]) {
     let (header, payload) = record.split_at(RECORD_HEADER_ENCRYPTED);
