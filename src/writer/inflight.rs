@@ -169,11 +169,16 @@ impl InFlight {
 
     /// Moves `landed_to` (and `written_to`) to `to` over a part of the log left unused (a
     /// segment switch, a resume on a fresh page). Called under the write lock with nothing in
-    /// flight.
-    pub(super) fn jump(&self, to: u64, written_to: &AtomicU64) {
+    /// flight; false, and nothing moved, if a range is still in flight (the caller poisons
+    /// the log: moving past a range that has not landed would let a flush return early).
+    #[must_use]
+    pub(super) fn jump(&self, to: u64, written_to: &AtomicU64) -> bool {
         let mut state = self.state.lock();
-        debug_assert!(state.ranges.is_empty(), "jump with ranges in flight");
+        if !state.ranges.is_empty() {
+            return false;
+        }
         state.landed_to = state.landed_to.max(to);
         written_to.fetch_max(state.landed_to, Ordering::AcqRel);
+        true
     }
 }

@@ -163,8 +163,8 @@ impl Wal {
             .map_err(|e| self.poison_error(e))?;
         self.sync_locked(&mut w).map_err(|e| self.poison_error(e))?;
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
+        self.jump_unused(next)?;
         w.reserved_to = next;
-        self.inflight.jump(next, &self.written_to);
         self.synced_to.store(next, Ordering::Release);
         self.flushed_to.fetch_max(next, Ordering::AcqRel);
         ins.pos = next;
@@ -195,14 +195,29 @@ impl Wal {
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
+            self.jump_unused(page_end)?;
             w.reserved_to = page_end;
-            self.inflight.jump(page_end, &self.written_to);
         }
         ins.pos = page_end;
         let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
         ins.pos = resumed;
         self.complete_to.store(resumed, Ordering::Release);
         Ok(())
+    }
+
+    /// Moves the landed position over a part of the log left unused, up to `to`. Under the
+    /// write lock, with nothing in flight; a range still in flight is a broken invariant and
+    /// poisons the log.
+    fn jump_unused(&self, to: u64) -> Result<()> {
+        if self.inflight.jump(to, &self.written_to) {
+            return Ok(());
+        }
+        let error = self.broken_invariant(
+            "skip unused log",
+            to,
+            "a write-out was still in flight".into(),
+        );
+        Err(self.poison_error(error))
     }
 
     /// The newest key of the ring that the header of the segment at `segment` lists; `None`
