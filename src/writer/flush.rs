@@ -473,9 +473,10 @@ impl Wal {
     }
 
     /// One group-commit round: takes the write lock and flushes everything appended so far.
-    /// Durable: writes, waits for every range in flight and fdatasyncs, all under the lock.
-    /// Buffered: reserves and builds the range under the lock, writes it after releasing it,
-    /// and waits until everything below its target has landed.
+    /// Durable, and pagelevel in either sync mode: writes and waits for every range in flight
+    /// (Durable: and fdatasyncs), all under the lock. Buffered plaintext and perrecord:
+    /// reserves and builds the range under the lock, writes it after releasing it, and waits
+    /// until everything below its target has landed.
     pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
         let same = self.check_process()?;
         self.counters.write_lock_acquisitions.add(1);

@@ -14,9 +14,10 @@
 //! 2. the **write lock** (`write`): reserves the next range of the log for writing
 //!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
 //!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
-//!    flight; a Buffered flush and an appender making room write the range after releasing
-//!    it. Durable rounds, `sync`, `close`, the segment switch and the open write (and wait for
-//!    every range in flight to land) and fdatasync under it. Flushers take it without the
+//!    flight; a Buffered flush (plaintext, perrecord) and an appender making room write the
+//!    range after releasing it. Durable rounds, pagelevel flushes, `sync`, `close`, the
+//!    segment switch and the open write (and wait for every range in flight to land), and
+//!    fdatasync where they must, under it. Flushers take it without the
 //!    insert lock; an appender takes it only when the buffer is full and it must make room,
 //!    and the open takes it under the insert lock when it moves the log on past a segment
 //!    switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
