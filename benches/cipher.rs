@@ -157,29 +157,6 @@ fn cipher(c: &mut Criterion) {
     group.finish();
 }
 
-/// An 8 KiB page image with rows of repeating structure and some entropy (like walbench's fpw
-/// images: LZ4 stores it in about half its size).
-fn page_like(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut page = Vec::with_capacity(8192);
-    while page.len() < 8192 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let row = page.len() as u32 / 80;
-        page.extend_from_slice(&[0x17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 5, 0, 2, 9]);
-        page.extend_from_slice(&row.to_le_bytes());
-        page.extend_from_slice(&(x % 100_000).to_le_bytes());
-        page.extend_from_slice(format!("name-{:<10}", x % 977).as_bytes());
-        page.extend_from_slice(&(1_700_000_000 + u64::from(row) * 61).to_le_bytes());
-        page.extend_from_slice(&x.to_le_bytes());
-        page.extend_from_slice(&x.rotate_left(17).to_le_bytes());
-        page.extend_from_slice(&[0; 8]);
-    }
-    page.truncate(8192);
-    page
-}
-
 /// Sealing one 8 KiB page image with and without LZ4 first (what `Compression::Lz4` adds in
 /// the appending thread), for CTR and GCM: the CPU cost of compression against the bytes it
 /// saves.
@@ -187,7 +164,7 @@ fn compress_then_seal(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
     let gcm = aes_gcm::Aes256Gcm::from(aes.clone());
-    let page = page_like(0x5eed);
+    let page = common::page_like(0x5eed);
     let packed_len = lz4_flex::block::compress(&page).len();
     let mut group = c.benchmark_group("seal_page_image");
     group

@@ -8,6 +8,9 @@
 
 use std::time::Instant;
 
+#[path = "../benches/common/mod.rs"]
+mod common;
+
 use walcrypt::{Compression, Config, KeyRing, Mode, SyncMode, Wal};
 
 const SLICES: usize = 31;
@@ -41,40 +44,6 @@ const VARIANTS: [Variant; 4] = [
     },
 ];
 
-/// An 8 KiB page image: rows with repeating structure and some entropy.
-fn page_like(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut page = Vec::with_capacity(8192);
-    while page.len() < 8192 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let row = page.len() as u32 / 80;
-        page.extend_from_slice(&[0x17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 5, 0, 2, 9]);
-        page.extend_from_slice(&row.to_le_bytes());
-        page.extend_from_slice(&(x % 100_000).to_le_bytes());
-        page.extend_from_slice(format!("name-{:<10}", x % 977).as_bytes());
-        page.extend_from_slice(&(1_700_000_000 + u64::from(row) * 61).to_le_bytes());
-        page.extend_from_slice(&x.to_le_bytes());
-        page.extend_from_slice(&x.rotate_left(17).to_le_bytes());
-        page.extend_from_slice(&[0; 8]);
-    }
-    page.truncate(8192);
-    page
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -83,11 +52,11 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let keys = KeyRing::generate()?;
     let cases: Vec<(String, Vec<u8>)> = vec![
-        ("64 B random".into(), random(64, 1)),
-        ("256 B random".into(), random(256, 2)),
-        ("1 KiB random".into(), random(1024, 3)),
-        ("8 KiB random".into(), random(8192, 4)),
-        ("8 KiB page image".into(), page_like(5)),
+        ("64 B random".into(), common::random_bytes(64, 1)),
+        ("256 B random".into(), common::random_bytes(256, 2)),
+        ("1 KiB random".into(), common::random_bytes(1024, 3)),
+        ("8 KiB random".into(), common::random_bytes(8192, 4)),
+        ("8 KiB page image".into(), common::page_like(5)),
     ];
     println!(
         "{:<17} {:<18} {:>9} {:>7} {:>9} {:>10}",

@@ -25,6 +25,42 @@ pub fn payload(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// An 8 KiB page image with rows of repeating structure and some entropy (like walbench's fpw
+/// images: LZ4 stores it in about half its size).
+pub fn page_like(seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut page = Vec::with_capacity(8192);
+    while page.len() < 8192 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let row = page.len() as u32 / 80;
+        page.extend_from_slice(&[0x17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 5, 0, 2, 9]);
+        page.extend_from_slice(&row.to_le_bytes());
+        page.extend_from_slice(&(x % 100_000).to_le_bytes());
+        page.extend_from_slice(format!("name-{:<10}", x % 977).as_bytes());
+        page.extend_from_slice(&(1_700_000_000 + u64::from(row) * 61).to_le_bytes());
+        page.extend_from_slice(&x.to_le_bytes());
+        page.extend_from_slice(&x.rotate_left(17).to_le_bytes());
+        page.extend_from_slice(&[0; 8]);
+    }
+    page.truncate(8192);
+    page
+}
+
+/// `len` pseudo-random bytes (xorshift from `seed`): incompressible, different per seed.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// A fresh random key, never printed.
 pub fn random_key_bytes() -> Zeroizing<[u8; KEY_LEN]> {
     let mut key = Zeroizing::new([0u8; KEY_LEN]);
