@@ -6,12 +6,15 @@
 //! written to has been fdatasync'ed after its last write (through a reopened handle where the
 //! writer had closed its own).
 
+mod support;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use walcrypt::storage::{FsStorage, Storage, StorageFile};
+use support::hooked::{Hooked, Hooks};
+
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 #[derive(Default)]
@@ -40,86 +43,29 @@ impl Watch {
     }
 }
 
-struct Watched(Arc<Watch>);
-struct WatchedFile(Box<dyn StorageFile>, Arc<Watch>, PathBuf);
-
-impl WatchedFile {
-    fn boxed(file: Box<dyn StorageFile>, watch: &Arc<Watch>, path: &Path) -> Box<dyn StorageFile> {
-        let now = watch.open.fetch_add(1, Ordering::SeqCst) + 1;
-        watch.most_open.fetch_max(now, Ordering::SeqCst);
-        Box::new(WatchedFile(file, watch.clone(), path.to_path_buf()))
+impl Hooks for Watch {
+    fn opened(&self, _path: &Path) {
+        let now = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_open.fetch_max(now, Ordering::SeqCst);
     }
-}
-
-impl Drop for WatchedFile {
-    fn drop(&mut self) {
-        self.1.open.fetch_sub(1, Ordering::SeqCst);
+    fn closed(&self, _path: &Path) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-impl StorageFile for WatchedFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.0.read_at(buf, offset)
+    fn write(&self, path: &Path, _offset: u64, _buf: &[u8]) {
+        self.mark(path, true);
     }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.1.mark(&self.2, true);
-        self.0.write_all_at(buf, offset)
+    fn synced(&self, path: &Path) {
+        self.mark(path, false);
     }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()?;
-        self.1.mark(&self.2, false);
-        Ok(())
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn file_len(&self) -> std::io::Result<u64> {
-        self.0.file_len()
-    }
-}
-
-impl Storage for Watched {
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list(dir)
-    }
-    fn open(&self, path: &Path, write: bool) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(WatchedFile::boxed(
-            FsStorage.open(path, write)?,
-            &self.0,
-            path,
-        ))
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(WatchedFile::boxed(
-            FsStorage.create_new(path)?,
-            &self.0,
-            path,
-        ))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)?;
-        self.0
-            .renamed
+    fn renamed(&self, from: &Path, to: &Path) {
+        self.renamed
             .lock()
             .unwrap()
             .insert(from.to_path_buf(), to.to_path_buf());
-        let mut unsynced = self.0.unsynced.lock().unwrap();
+        let mut unsynced = self.unsynced.lock().unwrap();
         if let Some(state) = unsynced.remove(from) {
             unsynced.insert(to.to_path_buf(), state);
         }
-        Ok(())
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
-        FsStorage.lock_dir(dir)
     }
 }
 
@@ -134,7 +80,7 @@ fn buffered_writer_holds_a_bounded_number_of_handles_and_syncs_every_segment() {
             .sync(SyncMode::Buffered)
             .page_size(512)
             .segment_size(1024)
-            .storage(Arc::new(Watched(watch.clone())));
+            .storage(Arc::new(Hooked(watch.clone())));
         let wal = Wal::open(tmp.path(), config).unwrap();
         let records = 600u64;
         for id in 0..records {

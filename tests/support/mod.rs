@@ -7,15 +7,15 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 pub mod delay;
 pub mod faults;
+pub mod hooked;
 pub mod large;
 pub mod tamper;
 
-use walcrypt::storage::{FsStorage, Storage, StorageFile};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};
 
 // ---------------------------------------------------------------------------------------------
@@ -209,63 +209,18 @@ pub struct Recorder {
     pub synced: Mutex<Vec<std::path::PathBuf>>,
 }
 
-/// The real file system, watched.
-pub struct RecordingStorage(pub Arc<Recorder>);
-struct RecordingFile(Box<dyn StorageFile>, Arc<Recorder>, std::path::PathBuf);
-
-impl StorageFile for RecordingFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        let n = self.0.read_at(buf, offset)?;
-        self.1.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
+impl hooked::Hooks for Recorder {
+    fn read(&self, _path: &Path, n: usize) {
+        self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
     }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.1.writes.lock().unwrap().push((offset, buf.to_vec()));
-        self.0.write_all_at(buf, offset)
+    fn write(&self, _path: &Path, offset: u64, buf: &[u8]) {
+        self.writes.lock().unwrap().push((offset, buf.to_vec()));
     }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.1.synced.lock().unwrap().push(self.2.clone());
-        self.0.sync_data()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn file_len(&self) -> std::io::Result<u64> {
-        self.0.file_len()
+    fn syncing(&self, path: &Path) {
+        self.synced.lock().unwrap().push(path.to_path_buf());
     }
 }
 
-impl Storage for RecordingStorage {
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        FsStorage.list(dir)
-    }
-    fn open(&self, path: &Path, write: bool) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RecordingFile(
-            FsStorage.open(path, write)?,
-            self.0.clone(),
-            path.to_path_buf(),
-        )))
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(RecordingFile(
-            FsStorage.create_new(path)?,
-            self.0.clone(),
-            path.to_path_buf(),
-        )))
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
-        FsStorage.lock_dir(dir)
-    }
-}
+/// The real file system, watched by a [`Recorder`]: `RecordingStorage(recorder)`.
+#[allow(unused_imports)] // not every test uses it
+pub use hooked::Hooked as RecordingStorage;

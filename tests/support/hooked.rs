@@ -1,0 +1,106 @@
+//! The real file system with hooks: [`Hooked`] passes every call to [`FsStorage`] and tells a
+//! [`Hooks`] about handles, reads, writes, fdatasyncs and renames, for tests that watch or
+//! hold back what the log does.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use walcrypt::storage::{FsStorage, Storage, StorageFile};
+
+/// What a test hears of. Every method does nothing unless overridden.
+pub trait Hooks: Send + Sync + 'static {
+    /// A handle of `path` was opened or created.
+    fn opened(&self, _path: &Path) {}
+    /// A handle of `path` was dropped.
+    fn closed(&self, _path: &Path) {}
+    /// A read of a handle of `path` returned `n` bytes.
+    fn read(&self, _path: &Path, _n: usize) {}
+    /// `buf` is about to be written at `offset` of `path`.
+    fn write(&self, _path: &Path, _offset: u64, _buf: &[u8]) {}
+    /// `path` is about to be fdatasync'ed.
+    fn syncing(&self, _path: &Path) {}
+    /// `path` was fdatasync'ed.
+    fn synced(&self, _path: &Path) {}
+    /// `from` was renamed to `to`.
+    fn renamed(&self, _from: &Path, _to: &Path) {}
+}
+
+/// [`FsStorage`], with every handle, read, write, fdatasync and rename reported to `H`.
+pub struct Hooked<H: Hooks>(pub Arc<H>);
+
+struct HookedFile<H: Hooks> {
+    inner: Box<dyn StorageFile>,
+    hooks: Arc<H>,
+    path: PathBuf,
+}
+
+impl<H: Hooks> Hooked<H> {
+    fn file(&self, inner: Box<dyn StorageFile>, path: &Path) -> Box<dyn StorageFile> {
+        self.0.opened(path);
+        Box::new(HookedFile {
+            inner,
+            hooks: self.0.clone(),
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl<H: Hooks> Drop for HookedFile<H> {
+    fn drop(&mut self) {
+        self.hooks.closed(&self.path);
+    }
+}
+
+impl<H: Hooks> StorageFile for HookedFile<H> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = self.inner.read_at(buf, offset)?;
+        self.hooks.read(&self.path, n);
+        Ok(n)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.hooks.write(&self.path, offset, buf);
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.hooks.syncing(&self.path);
+        self.inner.sync_data()?;
+        self.hooks.synced(&self.path);
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn file_len(&self) -> io::Result<u64> {
+        self.inner.file_len()
+    }
+}
+
+impl<H: Hooks> Storage for Hooked<H> {
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        FsStorage.list(dir)
+    }
+    fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
+        Ok(self.file(FsStorage.open(path, write)?, path))
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        Ok(self.file(FsStorage.create_new(path)?, path))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        FsStorage.rename(from, to)?;
+        self.0.renamed(from, to);
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        FsStorage.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        FsStorage.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        FsStorage.create_dir_all(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        FsStorage.lock_dir(dir)
+    }
+}
