@@ -423,13 +423,7 @@ impl<'a> Cursor<'a> {
             }
             let mut image = fetched.image;
             if fetched.encrypted {
-                let keys = self
-                    .files
-                    .keys
-                    .as_ref()
-                    .ok_or(Error::MissingKey(fetched.header.key_id))?;
-                let body = &mut image[PAGE_HEADER_LEN..];
-                keys.apply_keystream(fetched.header.key_id, &fetched.header.iv, body)?;
+                self.decrypt_page_body(&fetched.header, &mut image)?;
             }
             return Ok(Ok(self.page.insert(LoadedPage {
                 lsn: fetched.lsn,
@@ -473,12 +467,7 @@ impl<'a> Cursor<'a> {
         let encrypted = header.flags & PAGE_FLAG_ENCRYPTED != 0;
         if encrypted {
             self.files.check_key_listed(header.key_id, page)?;
-            let keys = self
-                .files
-                .keys
-                .as_ref()
-                .ok_or(Error::MissingKey(header.key_id))?;
-            keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])?;
+            self.decrypt_page_body(&header, &mut image)?;
         }
         self.page = Some(LoadedPage {
             lsn: page,
@@ -486,6 +475,16 @@ impl<'a> Cursor<'a> {
             image,
         });
         Ok(Ok(self.page.as_ref().expect("stored just above")))
+    }
+
+    /// Decrypts the pagelevel body of the page `image` (whose header is `header`) in place.
+    fn decrypt_page_body(&self, header: &PageHeader, image: &mut [u8]) -> Result<()> {
+        let keys = self
+            .files
+            .keys
+            .as_ref()
+            .ok_or(Error::MissingKey(header.key_id))?;
+        keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])
     }
 
     /// The decrypted image of the page at `page`, if it is the page last loaded.

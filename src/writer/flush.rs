@@ -134,7 +134,7 @@ impl Wal {
     /// Writes the buffer's pages from the reserved position up to `target` (which must be
     /// copied already) and waits until everything before `target` has landed, ranges other
     /// threads reserved included, all without releasing the write lock. Partly filled pages
-    /// are written whole and rewritten (or appended to) later. Any error on the way poisons the
+    /// are written again (or appended to) later: whole in pagelevel, up to `target` otherwise. Any error on the way poisons the
     /// log: pages may already be written past what the writer's position says, and appends
     /// after a half-done write-out must never be acknowledged.
     ///
@@ -296,8 +296,8 @@ impl Wal {
     }
 
     /// Where a write-out that starts in `page` may append to the page's bytes on file instead
-    /// of rewriting the whole page: the position the writer reached in it, when this open
-    /// wrote the page's full image (header, records, zeros after them) with the same durable
+    /// of writing it again from its header: the position the writer reached in it, when this
+    /// open wrote the page's image (header and records) with the same durable
     /// hint and the page has grown since. Its header is then unchanged (`rem_len` is fixed
     /// when the page is entered, the hint is the same), so only the new bytes need writing:
     /// in `Buffered` mode, where the hint moves only at `sync`, a commit writes what it

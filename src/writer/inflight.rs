@@ -5,10 +5,10 @@
 //! starting where the one before ended) with the stretch of the files its writes cover, from
 //! its first written byte to the end of its last page image (a pagelevel page image writes
 //! zeros after its valid part; in the other modes an image ends with the range, so ranges
-//! share bytes only where a page is written again from its header). Its writer then waits until no earlier range that is still in flight
-//! covers any of the same bytes ([`InFlight::wait_clear`]): a page's full image lands before
-//! any later append to that page is issued, and a shorter image of a page never lands after a
-//! longer one. Ranges that share no bytes are written in parallel. `landed_to` moves over a
+//! share bytes only where a page is written again from its header). Its writer then waits
+//! until no earlier range that is still in flight covers any of the same bytes
+//! ([`InFlight::wait_clear`]): a page's image lands before any later append to that page is
+//! issued, and a shorter image of a page never lands after a longer one. Ranges that share no bytes are written in parallel. `landed_to` moves over a
 //! range only when it and every range before it have landed; a range that failed never lands,
 //! and the log is poisoned, so `landed_to` stops below it for good.
 

@@ -50,10 +50,11 @@
 //!   lock. A record boundary. `end_lsn` returns it.
 //! - `reserved_to` (in `WriteState`, under the write lock): everything before it belongs to a
 //!   range reserved for writing, landed or in flight. Ranges are reserved in order, each
-//!   starting where the last ended, so they never overlap in the log; on disk only a page
-//!   image's zeros after its valid part reach beyond its range, and `InFlight::wait_clear`
-//!   holds back any later range covering those bytes (a page's first full image lands before
-//!   any append to it, a shorter image never lands after a longer one).
+//!   starting where the last ended, so they never overlap in the log; on disk a pagelevel page
+//!   image's zeros after its valid part reach beyond its range, and a page written again
+//!   from its header covers an earlier range's bytes. `InFlight::wait_clear` holds back any
+//!   later range covering bytes of one still in flight (a page's image lands before any
+//!   append to it, a shorter image never lands after a longer one).
 //! - `written_to`: everything before it has landed in the files (`InFlight::landed_to`, stored
 //!   under the in-flight lock when a range lands and every range before it has). Not a record
 //!   boundary: an appender making room writes out whole pages before the page it enters, so
@@ -241,7 +242,7 @@ struct WriteState {
     segment_key: Option<(u64, u32)>,
     files: Vec<(u64, Arc<dyn StorageFile>)>,
     dirty: Vec<u64>,
-    /// The last page whose full image this open wrote, and the durable hint stamped in it
+    /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
     imaged: (u64, u64),
 }
