@@ -107,7 +107,7 @@ use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{
     self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
     RECORD_FLAG_ENCRYPTED, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
-    RecordHeader, SegmentHeader, TAG_LEN,
+    RecordHeader, TAG_LEN,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -368,14 +368,10 @@ impl Wal {
             let maker = Maker {
                 storage: config.storage.clone(),
                 dir: dir.to_path_buf(),
-                header: SegmentHeader {
-                    mode: config.mode,
-                    geometry: geo,
-                    log_id: resume.log_id,
-                    start: Lsn(0),
-                    key_checks: Vec::new(),
-                },
-                keys: config.mode.is_encrypted().then(|| keys.clone()),
+                mode: config.mode,
+                geometry: geo,
+                log_id: resume.log_id,
+                keys: keys.clone(),
             };
             Some(Preparer::spawn(&preparer, maker)?)
         } else {

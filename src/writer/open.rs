@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::prepare::{TMP_SUFFIX, create_segment};
+use super::segments::new_segment_header;
 use super::{Resume, Wal};
 use crate::Lsn;
 use crate::config::{Config, Mode};
 use crate::crypto::{Keys, random_u64};
 use crate::error::{Error, Result};
 use crate::events::RecoverySummary;
-use crate::format::{self, Geometry, SegmentHeader};
+use crate::format::{self, Geometry};
 use crate::reader::{LogFiles, Record, list_segments};
 use crate::recovery::{self, Recovered, Replay};
 use crate::storage::Storage;
@@ -86,17 +87,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         };
         let log_id = random_u64("a log id")?;
         let keys = Arc::new(Keys::new(&config.keys, log_id));
-        let header = SegmentHeader {
-            mode: config.mode,
-            geometry: geo,
-            log_id,
-            start: Lsn(0),
-            key_checks: if config.mode.is_encrypted() {
-                keys.active_check_values()
-            } else {
-                Vec::new()
-            },
-        };
+        let header = new_segment_header(config.mode, geo, log_id, 0, &keys);
         create_segment(storage.as_ref(), dir, &header)?;
         let end = geo.skip_headers(0);
         let resume = Resume {

@@ -26,10 +26,12 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use super::Wal;
+use super::segments::new_segment_header;
 use crate::Lsn;
+use crate::config::Mode;
 use crate::crypto::{KCV_LEN, Keys};
 use crate::error::{Error, Result};
-use crate::format::{self, SegmentHeader};
+use crate::format::{self, Geometry, SegmentHeader};
 use crate::storage::{Storage, StorageFile};
 
 /// Suffix of a segment file still being created.
@@ -62,10 +64,11 @@ pub(super) struct Preparer {
 pub(super) struct Maker {
     pub(super) storage: Arc<dyn Storage>,
     pub(super) dir: PathBuf,
-    /// The header of any segment, but for its start and its key check values.
-    pub(super) header: SegmentHeader,
-    /// The log's keys (encrypted modes): a header lists the key active when it is made.
-    pub(super) keys: Option<Arc<ArcSwap<Keys>>>,
+    pub(super) mode: Mode,
+    pub(super) geometry: Geometry,
+    pub(super) log_id: u64,
+    /// The log's keys: a header lists the key active when it is made (encrypted modes).
+    pub(super) keys: Arc<ArcSwap<Keys>>,
 }
 
 /// The key check values a segment header lists.
@@ -73,15 +76,13 @@ type KeyChecks = Vec<(u32, [u8; KCV_LEN])>;
 
 impl Maker {
     fn make(&self, start: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
-        let header = SegmentHeader {
-            start: Lsn(start),
-            key_checks: self
-                .keys
-                .as_ref()
-                .map(|keys| keys.load().active_check_values())
-                .unwrap_or_default(),
-            ..self.header.clone()
-        };
+        let header = new_segment_header(
+            self.mode,
+            self.geometry,
+            self.log_id,
+            start,
+            &self.keys.load(),
+        );
         let file = create_segment(self.storage.as_ref(), &self.dir, &header).ok()?;
         Some((header.key_checks, file))
     }

@@ -10,8 +10,9 @@ use super::prepare::create_segment;
 use super::{Wal, WriteState};
 use crate::Lsn;
 use crate::config::Mode;
+use crate::crypto::Keys;
 use crate::error::{Error, Result};
-use crate::format::{self, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, SegmentHeader};
+use crate::format::{self, Geometry, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, SegmentHeader};
 use crate::storage::StorageFile;
 
 impl Wal {
@@ -59,18 +60,7 @@ impl Wal {
     }
 
     pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
-        SegmentHeader {
-            mode: self.mode,
-            geometry: self.geo,
-            log_id: self.log_id,
-            start: Lsn(start),
-            // Only the active key: a segment's records and pages use no other.
-            key_checks: if self.mode.is_encrypted() {
-                self.keys.load().active_check_values()
-            } else {
-                Vec::new()
-            },
-        }
+        new_segment_header(self.mode, self.geo, self.log_id, start, &self.keys.load())
     }
 
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
@@ -242,5 +232,27 @@ impl Wal {
             .ok_or_else(|| {
                 Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
             })
+    }
+}
+
+/// The header of a new segment of log `log_id` starting at `start`. In the encrypted modes it
+/// lists only the active key of `keys`: the segment's records and pages use no other.
+pub(super) fn new_segment_header(
+    mode: Mode,
+    geometry: Geometry,
+    log_id: u64,
+    start: u64,
+    keys: &Keys,
+) -> SegmentHeader {
+    SegmentHeader {
+        mode,
+        geometry,
+        log_id,
+        start: Lsn(start),
+        key_checks: if mode.is_encrypted() {
+            keys.active_check_values()
+        } else {
+            Vec::new()
+        },
     }
 }
