@@ -86,6 +86,9 @@ impl<H: Hooks> Storage for Hooked<H> {
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
         Ok(self.file(FsStorage.create_new(path)?, path))
     }
+    fn create_private(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        Ok(self.file(FsStorage.create_private(path)?, path))
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         FsStorage.rename(from, to)?;
         self.0.renamed(from, to);
@@ -99,6 +102,9 @@ impl<H: Hooks> Storage for Hooked<H> {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         FsStorage.create_dir_all(dir)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        FsStorage.exists(path)
     }
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
         FsStorage.lock_dir(dir)

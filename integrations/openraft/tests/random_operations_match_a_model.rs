@@ -8,23 +8,12 @@ use std::collections::BTreeMap;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{LogId, RaftLogReader};
-use support::{assert_entry, config, entry, log_id};
+use support::{Rng, assert_entry, config, entry, log_id};
 use walcrypt::{KeyRing, Mode};
 use walcrypt_openraft::kv::{NodeId, TypeConfig};
 use walcrypt_openraft::{StoreOptions, WalLogStore};
 
 type Store = WalLogStore<TypeConfig>;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 /// The raft log as openraft's in-memory stores keep it.
 #[derive(Default)]

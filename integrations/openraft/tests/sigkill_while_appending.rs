@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{LogId, RaftLogReader, Vote};
-use support::{assert_entry, config, entry, log_id};
+use support::{Rng, assert_entry, config, entry, log_id};
 use walcrypt::{KeyRing, Mode};
 use walcrypt_openraft::kv::TypeConfig;
 use walcrypt_openraft::{Error, WalLogStore};
@@ -34,20 +34,6 @@ type Store = WalLogStore<TypeConfig>;
 const CHILD_ENV: &str = "WALCRYPT_RAFT_CRASH_CHILD";
 /// A child stops after this many steps and waits to be killed.
 const MAX_STEPS: u64 = 400;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Opens, retrying while the directory lock is held: a sibling test's child, forked while this
 /// process held the lock, keeps a copy of it until it execs.

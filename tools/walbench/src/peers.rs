@@ -262,9 +262,7 @@ pub fn run_peer_cell(spec: &PeerSpec) -> Result<Option<PeerCell>, BoxError> {
         lats.extend(l);
     }
     lats.sort_unstable();
-    let p99 = lats
-        .get(((lats.len().max(1) - 1) as f64 * 0.99).round() as usize)
-        .map_or(0.0, |&ns| ns as f64 / 1e3);
+    let p99 = crate::run::percentile(&lats, 0.99) / 1e3;
     Ok(Some(PeerCell {
         shape: spec.shape,
         durable: spec.durable,

@@ -167,7 +167,8 @@ fn txn_loop(
     Ok((txns, lats))
 }
 
-fn percentile(sorted: &[u32], q: f64) -> f64 {
+/// The `q` quantile of `sorted` (0 when empty).
+pub(crate) fn percentile(sorted: &[u32], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
