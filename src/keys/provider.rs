@@ -148,13 +148,11 @@ impl KeyProvider for Kek {
 /// exactly 32 raw bytes. The reason never quotes the output.
 fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
     let trimmed = output.trim_ascii();
-    if trimmed.len() == KEY_LEN * 2 && trimmed.iter().all(u8::is_ascii_hexdigit) {
+    if trimmed.len() == KEY_LEN * 2 {
         let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
-        for (i, pair) in trimmed.chunks(2).enumerate() {
-            let digit = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-            bytes[i] = digit(pair[0]) * 16 + digit(pair[1]);
+        if super::ring::decode_hex(trimmed, &mut *bytes).is_ok() {
+            return Ok(Key::from_mut_bytes(&mut bytes));
         }
-        return Ok(Key::from_mut_bytes(&mut bytes));
     }
     if output.len() == KEY_LEN {
         return Key::from_slice(output).ok_or_else(|| "impossible length".to_string());
@@ -188,11 +186,7 @@ impl KekFile {
         let path = path.as_ref();
         let key = Key::generate()?;
         let mut text = Zeroizing::new(String::with_capacity(KEY_LEN * 2 + 1));
-        for b in key.bytes() {
-            const DIGITS: &[u8; 16] = b"0123456789abcdef";
-            text.push(DIGITS[(b >> 4) as usize] as char);
-            text.push(DIGITS[(b & 15) as usize] as char);
-        }
+        super::ring::push_hex(&mut text, key.bytes());
         text.push('\n');
         super::ring::write_private(path, text.as_bytes(), super::ring::Replace::No)?;
         Ok(Kek::new(key, format!("kek file {}", path.display())))
@@ -357,10 +351,7 @@ fn parse_passphrase_id(id: &str) -> Option<([u8; 16], (u32, u32, u32))> {
         return None;
     }
     let mut salt = [0u8; 16];
-    for (i, pair) in salt_hex.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16);
-        salt[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
-    }
+    super::ring::decode_hex(salt_hex.as_bytes(), &mut salt).ok()?;
     Some((salt, (m, t, p)))
 }
 

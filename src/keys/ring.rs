@@ -120,12 +120,27 @@ pub(crate) fn hex_string(bytes: &[u8]) -> String {
 }
 
 /// Appends lower-case hex without temporary strings (used for key text: no stray copies).
-fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(super) fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[(b >> 4) as usize] as char);
         out.push(DIGITS[(b & 15) as usize] as char);
     }
+}
+
+/// Decodes `hex` (two digits per byte, either case) into `out`, which must be half its length;
+/// on a non-hex digit, `Err` with the position of the pair that holds it. Writes only into
+/// `out`, so key bytes stay in the caller's zeroizing memory.
+pub(super) fn decode_hex(hex: &[u8], out: &mut [u8]) -> std::result::Result<(), usize> {
+    debug_assert_eq!(hex.len(), out.len() * 2);
+    for (i, (pair, byte)) in hex.chunks_exact(2).zip(out.iter_mut()).enumerate() {
+        let digit = |c: u8| (c as char).to_digit(16);
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(hi), Some(lo)) => *byte = (hi * 16 + lo) as u8,
+            _ => return Err(i * 2),
+        }
+    }
+    Ok(())
 }
 
 /// The keys a log may use, each under a numeric id (1, 2, ...). The last key added is active:
@@ -399,13 +414,8 @@ fn parse_hex_key(hex: &str) -> std::result::Result<Key, String> {
         ));
     }
     let mut key = Key::zeroed();
-    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| (c as char).to_digit(16);
-        match (digit(pair[0]), digit(pair[1])) {
-            (Some(hi), Some(lo)) => key.0[i] = (hi * 16 + lo) as u8,
-            _ => return Err(format!("key has a non-hex digit near position {}", i * 2)),
-        }
-    }
+    decode_hex(hex.as_bytes(), key.0.as_mut_slice())
+        .map_err(|at| format!("key has a non-hex digit near position {at}"))?;
     Ok(key)
 }
 
