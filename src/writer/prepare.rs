@@ -190,10 +190,9 @@ impl Wal {
     /// The prepared segment at `start`, waiting for a preparation of it under way. `None`
     /// when it was not prepared (the caller creates it).
     ///
-    /// A segment prepared before the data key was rotated (and not made again by the rotation,
-    /// `reprepare_for`) lists the old key, which the records and pages written from now on do
-    /// not use: it is removed (it holds nothing but its header and zeros) and the caller
-    /// creates the segment anew, listing the active key.
+    /// A segment prepared before the data key was rotated lists the old key, which the records
+    /// and pages written from now on do not use: it is removed (it holds nothing but its header
+    /// and zeros) and the caller creates the segment anew, listing the active key.
     pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
         let mut state = self.preparer.state.lock();
         if state.wanted == Some(start) {
