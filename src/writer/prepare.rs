@@ -20,7 +20,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
@@ -223,43 +222,6 @@ impl Wal {
         drop(file);
         self.remove_unused_segment(start, "remove a segment prepared under an old key")?;
         Ok(None)
-    }
-
-    /// Before a key rotation installs `keys`: when the segment the log will switch to is
-    /// prepared already, listing the key of its time, makes it again listing the new active
-    /// key, here and without the insert or write lock, so that the writer entering it after the
-    /// switch only opens it (otherwise `take_prepared` removes it and the writer creates the
-    /// segment itself, under the write lock). Best effort: a failure leaves the segment to the
-    /// writer, as a failed preparation does.
-    pub(super) fn reprepare_for(&self, keys: &Keys) {
-        let start = self
-            .geo
-            .segment_start(self.complete_to.load(Ordering::Acquire))
-            + self.geo.segment_size;
-        let header = new_segment_header(self.mode, self.geo, self.log_id, start, keys);
-        let mut state = self.preparer.state.lock();
-        while state.busy == Some(start) {
-            self.preparer.changed.wait(&mut state);
-        }
-        let stale = match state.ready.take() {
-            Some((s, checks, file)) if s == start && checks != header.key_checks => file,
-            other => {
-                state.ready = other;
-                return;
-            }
-        };
-        // Claimed: a writer reaching `start` meanwhile waits for it (`take_prepared`).
-        state.busy = Some(start);
-        drop(state);
-        drop(stale);
-        let path = self.dir.join(format::segment_file_name(Lsn(start)));
-        let made = match self.storage.remove(&path) {
-            Ok(()) => create_segment(self.storage.as_ref(), &self.dir, &header)
-                .ok()
-                .map(|file| (header.key_checks, file)),
-            Err(_) => None,
-        };
-        self.preparer.finish_job(start, made);
     }
 
     /// Removes the never-written segment file at `start`, if there is one.

@@ -150,7 +150,6 @@ impl Wal {
     /// Switches to a new segment and installs working keys derived from `ring`.
     fn install(&self, ring: KeyRing) -> Result<()> {
         let keys = Arc::new(Keys::new(&ring, self.log_id));
-        self.reprepare_for(&keys);
         self.switch_segment_installing(Some(keys))?;
         *self.rotation.ring.lock() = ring;
         self.rotation
