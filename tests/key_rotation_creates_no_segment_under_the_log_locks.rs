@@ -131,6 +131,7 @@ fn append_elsewhere(wal: &Arc<Wal>, seed: u64) -> (Lsn, Vec<u8>) {
         let p = payload(seed, 300);
         let lsn = wal.append(1, &p).unwrap();
         wal.flush(lsn).unwrap();
+        drop(wal);
         let _ = tx.send((lsn, p));
     });
     rx.recv_timeout(PATIENCE)
@@ -202,7 +203,9 @@ fn a_rotation_holds_no_lock_while_it_makes_and_places_the_new_segment() {
                 let p = payload(11, 300);
                 let lsn = wal.append(1, &p).unwrap();
                 let _ = appended_tx.send((lsn, p));
-                let _ = flushed_tx.send(wal.flush(lsn).map_err(|e| e.to_string()));
+                let flushed = wal.flush(lsn).map_err(|e| e.to_string());
+                drop(wal);
+                let _ = flushed_tx.send(flushed);
             });
         }
         let (lsn, p) = appended.recv_timeout(PATIENCE).unwrap();
@@ -282,7 +285,11 @@ fn a_log_that_enters_the_expected_segment_first_gets_the_replacement_one_later()
             "{mode}: the replacement's header was written, then rewritten for the third segment"
         );
         assert_eq!(state.created.len(), 1, "{mode}: {:?}", state.created);
-        assert_eq!(state.created[0].0, "rotating", "{mode}: {:?}", state.created);
+        assert_eq!(
+            state.created[0].0, "rotating",
+            "{mode}: {:?}",
+            state.created
+        );
         drop(state);
         Arc::into_inner(wal).unwrap().close().unwrap();
 

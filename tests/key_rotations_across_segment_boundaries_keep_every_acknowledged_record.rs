@@ -173,7 +173,7 @@ fn every_acknowledged_record_reads_back_under_its_key() {
                     Ok(())
                 },
             )
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{mode} {sync:?}: reopen: {e}"));
             wal.close().unwrap();
             let reader = Reader::open(dir.path(), Some(reopened.ring())).unwrap();
             assert!(

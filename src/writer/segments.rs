@@ -140,6 +140,8 @@ impl Wal {
         let (_, end) = self
             .copy_in(&mut ins, &sealed)
             .map_err(|e| self.poison_error(e))?;
+        // The record may straddle a segment boundary: the segment holding its last byte is the
+        // one it ends (`Geometry::after_switch`, which the readers follow).
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.
