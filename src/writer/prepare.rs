@@ -17,6 +17,12 @@
 //!
 //! A prepared segment that the log never reached is a segment after the end of the log:
 //! recovery removes it like any other.
+//!
+//! A prepared segment's header lists the key active when it was made. A data-key rotation
+//! therefore makes the segment it switches to itself, listing the new key, under a temporary
+//! name before it takes the log's locks (`stage_for_rotation`), and once the switch has
+//! installed the key, renames it over the stale one and syncs the directory
+//! (`swap_in`); the writer waits for that instead of creating a segment.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -231,7 +237,9 @@ impl Wal {
     /// when it was not prepared (the caller creates it).
     ///
     /// A segment prepared before the data key was rotated lists the old key, which the records
-    /// and pages written from now on do not use: it is removed (it holds nothing but its header
+    /// and pages written from now on do not use. A rotation normally puts its own replacement
+    /// in place (`swap_in`); when it could not (its preparation failed, or segments are not
+    /// prepared ahead), the stale segment is removed here (it holds nothing but its header
     /// and zeros) and the caller creates the segment anew, listing the active key.
     pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
         let mut state = self.preparer.state.lock();
