@@ -10,9 +10,9 @@
 //!   is left;
 //! * a fault that keeps failing may stop the log (poisoned), never with a record lost;
 //! * without a fault, the rotation creates the replacement and nothing else;
-//! * a crash image right after the rotation, and another after more records, reopens to
-//!   exactly the acknowledged records, with the new segment listing the new key, and the open
-//!   removes every temporary file.
+//! * crash images right after the rotation and after more records, in which directory entries
+//!   not yet synced may or may not survive, reopen to exactly the acknowledged records, with
+//!   the new segment listing the new key, and the open removes every temporary file.
 
 mod support;
 
@@ -54,36 +54,48 @@ fn temporary_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Reopens a crash image of `dir` and checks it holds exactly `acked`, in order, and that the
-/// open removed every temporary file. Returns the key ids each segment lists.
-fn check_image(
+/// Reopens crash images of `dir` (several: directory entries not yet synced may or may not
+/// survive, writes since the last fdatasync may be lost or torn) and checks each holds exactly
+/// `acked`, in order, and that the open removed every temporary file. Returns the key ids each
+/// segment of the last image lists.
+fn check_images(
     mode: Mode,
     storage: &FaultStorage,
     dir: &Path,
-    image: &Path,
+    images: &Path,
     keys: &KeyRing,
     acked: &[(Lsn, Vec<u8>)],
     what: &str,
 ) -> Vec<(u64, Vec<u32>)> {
-    storage.crash_image(dir, image, &mut Rng::new(11), Tear::AnySectors);
-    let mut replayed = Vec::new();
-    let wal = Wal::open_and_replay(image, config(mode, keys), Lsn::default(), |r| {
-        replayed.push((r.lsn, r.payload));
-        Ok(())
-    })
-    .unwrap_or_else(|e| panic!("{what}: crash image does not open: {e}"));
-    assert_eq!(replayed, acked, "{what}: crash image");
-    assert_eq!(temporary_files(image), Vec::<String>::new(), "{what}");
-    wal.close().unwrap();
-    let reader = Reader::open(image, Some(keys.clone())).unwrap();
-    reader
-        .segments()
-        .iter()
-        .map(|s| {
-            let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
-            (u64::from(s.header.start), ids)
+    let mut listed = Vec::new();
+    for seed in 0..4 {
+        let image = images.join(seed.to_string());
+        storage.crash_image_with_names(dir, &image, &mut Rng::new(seed), Tear::AnySectors);
+        let mut replayed = Vec::new();
+        let wal = Wal::open_and_replay(&image, config(mode, keys), Lsn::default(), |r| {
+            replayed.push((r.lsn, r.payload));
+            Ok(())
         })
-        .collect()
+        .unwrap_or_else(|e| panic!("{what}: crash image {seed} does not open: {e}"));
+        let lsns = |records: &[(Lsn, Vec<u8>)]| records.iter().map(|r| r.0).collect::<Vec<_>>();
+        assert_eq!(lsns(&replayed), lsns(acked), "{what}: crash image {seed}");
+        assert!(
+            replayed == acked,
+            "{what}: crash image {seed}: a payload differs"
+        );
+        assert_eq!(temporary_files(&image), Vec::<String>::new(), "{what}");
+        wal.close().unwrap();
+        let reader = Reader::open(&image, Some(keys.clone())).unwrap();
+        listed = reader
+            .segments()
+            .iter()
+            .map(|s| {
+                let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
+                (u64::from(s.header.start), ids)
+            })
+            .collect();
+    }
+    listed
 }
 
 fn append_flushed(wal: &Wal, seed: u64, acked: &mut Vec<(Lsn, Vec<u8>)>) -> walcrypt::Result<()> {
@@ -142,7 +154,7 @@ fn a_fault_at_each_step_loses_nothing() {
                 }
 
                 let image = tmp.path().join("right after");
-                check_image(mode, &storage, &dir, &image, &both, &acked, &what);
+                check_images(mode, &storage, &dir, &image, &both, &acked, &what);
 
                 // More records, into the new segment when the rotation switched.
                 let mut seed = 100;
@@ -158,7 +170,7 @@ fn a_fault_at_each_step_loses_nothing() {
                     assert_eq!(storage.injected(), faults, "{what}");
                 }
                 let image = tmp.path().join("later");
-                let listed = check_image(mode, &storage, &dir, &image, &both, &acked, &what);
+                let listed = check_images(mode, &storage, &dir, &image, &both, &acked, &what);
                 if step.is_none() {
                     assert_eq!(
                         storage.count(Op::Create),
