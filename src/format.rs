@@ -245,6 +245,15 @@ impl Geometry {
         lsn
     }
 
+    /// Where the log continues after a segment-switch record of `stored_len` bytes (header and
+    /// payload) at `start`: the first position of the segment after the one that holds the
+    /// record's last byte. A switch record may straddle a segment boundary (it goes wherever
+    /// the log ends); the rest of the segment holding its tail is then unused as well.
+    pub fn after_switch(&self, start: u64, stored_len: u64) -> u64 {
+        let end = self.advance(start, stored_len.max(1));
+        self.segment_start(end - 1) + self.segment_size
+    }
+
     /// The position `n` record-stream bytes after `lsn` (which must be a body position),
     /// skipping headers on the way. A position exactly at the end of a body is left there.
     pub fn advance(&self, lsn: u64, n: u64) -> u64 {

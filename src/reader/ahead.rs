@@ -414,7 +414,7 @@ impl<'a> Walker<'a> {
         };
         let header = RecordHeader::decode(&head[..hlen]).ok()?;
         if header.flags & RECORD_FLAG_SWITCH != 0 {
-            return Some(geo.segment_start(start) + geo.segment_size);
+            return Some(geo.after_switch(start, (hlen + header.len as usize) as u64));
         }
         let len = header.len as usize;
         if let Some((key_id, iv)) = header.encryption

@@ -209,9 +209,9 @@ impl<'a> Cursor<'a> {
             let start = self.files.geo.skip_headers(self.pos);
             match self.read_record(start)? {
                 Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
-                    let next_segment =
-                        self.files.geo.segment_start(start) + self.files.geo.segment_size;
-                    self.pos = next_segment;
+                    let stored = format::header_len_for_flags(rec.header.flags) as u64
+                        + u64::from(rec.header.len);
+                    self.pos = self.files.geo.after_switch(start, stored);
                 }
                 Ok(rec) if rec.header.flags & RECORD_FLAG_RESUME != 0 => {
                     self.pos = u64::from(rec.end_lsn);

@@ -315,8 +315,39 @@ impl Follower {
     ) -> Result<Option<T>> {
         match self.poll_files(convert) {
             Err(e) if is_not_found(&e) => self.after_vanished(e),
+            Err(e) if is_unlisted_key(&e) => self.after_replaced(e),
             other => other,
         }
+    }
+
+    /// A record or page naming a key its segment's header, as the follower read it, does not
+    /// list. The writer may have replaced that segment since: a segment prepared ahead lists
+    /// the key active when it was made, and a key rotation puts a segment listing the new key
+    /// in its place (or removes it and creates it again) before writing there. A follower that
+    /// read the header of the old file reads the headers again; if the segment's header now
+    /// differs, it goes on with the files as they are now. Otherwise the damage is real.
+    fn after_replaced<T>(&mut self, error: Error) -> Result<Option<T>> {
+        let (Some(files), Error::Corrupt { at, .. }) = (self.files.as_ref(), &error) else {
+            return Err(error);
+        };
+        let start = at.segment;
+        let header_of = |f: &LogFiles| {
+            f.segments
+                .iter()
+                .find(|s| s.header.start == start)
+                .map(|s| s.header.key_checks.clone())
+        };
+        let now = match files.reopened(self.ring.as_ref()) {
+            Ok(now) => now,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(_) => return Err(error),
+        };
+        if header_of(&now) == header_of(files) {
+            return Err(error);
+        }
+        self.files = Some(now);
+        self.parked = Parked::default();
+        Ok(None)
     }
 
     /// A segment file the follower knew was gone when it went to read it. A writer opening the
@@ -428,6 +459,16 @@ impl Follower {
         }
         Ok(None)
     }
+}
+
+fn is_unlisted_key(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Corrupt {
+            kind: CorruptionKind::UnlistedKey { .. },
+            ..
+        }
+    )
 }
 
 fn is_not_found(error: &Error) -> bool {

@@ -35,6 +35,12 @@
 //! 6. the **poison cause** (`poison_reason`): set or cloned, under any of the above but the
 //!    in-flight lock, or none; nothing is taken while it is held.
 //!
+//! The **preparer's state** (`Preparer`, prepare.rs) sits outside this order: it is taken with
+//! the write lock held (`take_prepared`), with the insert and write locks held (the switch's
+//! `claim_for_swap`) or with none, and nothing is taken while it is held. Its condition
+//! variable is waited on under the write lock only for a preparation or a rotation's swap of
+//! the segment the writer needs, which take no lock of the log to finish.
+//!
 //! The event listener is called with none of these held.
 //!
 //! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::prepare::{TMP_SUFFIX, create_segment};
+use super::prepare::{create_segment, is_unfinished_segment};
 use super::segments::new_segment_header;
 use super::{Resume, Wal};
 use crate::Lsn;
@@ -198,9 +198,7 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
         .list(dir)
         .map_err(|e| Error::io("list log directory", dir, e))?;
     for name in names {
-        if let Some(base) = name.strip_suffix(TMP_SUFFIX)
-            && format::parse_segment_file_name(base).is_some()
-        {
+        if is_unfinished_segment(&name) {
             let path = dir.join(&name);
             config
                 .storage

@@ -17,9 +17,16 @@
 //!
 //! A prepared segment that the log never reached is a segment after the end of the log:
 //! recovery removes it like any other.
+//!
+//! A prepared segment's header lists the key active when it was made. A data-key rotation
+//! therefore makes the segment it switches to itself, listing the new key, under a temporary
+//! name before it takes the log's locks (`stage_for_rotation`), and once the switch has
+//! installed the key, renames it over the stale one and syncs the directory
+//! (`swap_in`); the writer waits for that instead of creating a segment.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
@@ -37,6 +44,19 @@ use crate::storage::{Storage, StorageFile};
 /// Suffix of a segment file still being created.
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
 
+/// Suffix of a replacement segment a key rotation makes before its switch
+/// (`<segment name>.rekey.tmp`; see [`Wal::stage_for_rotation`]). Ends in [`TMP_SUFFIX`]: the
+/// open removes it like any unfinished segment.
+pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
+
+/// Whether `name` is a segment file still being made: a preparation's or a rotation's
+/// temporary file (see [`TMP_SUFFIX`], [`REKEY_SUFFIX`]).
+pub(crate) fn is_unfinished_segment(name: &str) -> bool {
+    name.strip_suffix(REKEY_SUFFIX)
+        .or_else(|| name.strip_suffix(TMP_SUFFIX))
+        .is_some_and(|base| format::parse_segment_file_name(base).is_some())
+}
+
 /// What the preparer knows; one lock, never held during I/O.
 #[derive(Default)]
 struct State {
@@ -49,6 +69,10 @@ struct State {
     /// The last preparation that failed. It may have failed after its rename (at the directory
     /// sync), leaving a segment file under its name whose header lists the keys of its time.
     failed: Option<u64>,
+    /// The segment a key rotation is putting its replacement in place of (see
+    /// [`Wal::swap_in`]): no preparation of it starts, and the writer waits for it as for a
+    /// preparation under way.
+    swapping: Option<u64>,
     /// The `Wal` is gone: the preparer thread ends.
     closed: bool,
 }
@@ -140,6 +164,27 @@ impl Preparer {
         self.state.lock().closed = true;
         self.changed.notify_all();
     }
+
+    /// Reserves the segment at `start` for a key rotation's replacement: called by the switch,
+    /// under the insert and write locks, once the new key is installed and `start` is the
+    /// insert position, so the writer has not taken any file of `start` yet and will wait for
+    /// [`Wal::swap_in`] before it does.
+    pub(super) fn claim_for_swap(&self, start: u64) {
+        let mut state = self.state.lock();
+        state.swapping = Some(start);
+        if state.wanted == Some(start) {
+            state.wanted = None;
+        }
+    }
+}
+
+/// A replacement segment a key rotation made before taking the log's locks, listing the new
+/// key: complete (header, zeros, fdatasync'ed) under a temporary name, never under a segment
+/// name until [`Wal::swap_in`] puts it in place.
+pub(super) struct Staged {
+    header: SegmentHeader,
+    tmp: PathBuf,
+    file: Box<dyn StorageFile>,
 }
 
 impl Wal {
@@ -174,11 +219,13 @@ impl Wal {
     /// Asks for the segment at `start` to be prepared (the writer just entered the one
     /// before). Never blocks on I/O.
     pub(super) fn want_prepared(&self, start: u64) {
-        if start > format::LSN_LIMIT - self.geo.segment_size {
+        if !self.preparable(start) {
             return;
         }
         let mut state = self.preparer.state.lock();
-        let known = state.busy == Some(start) || state.ready.as_ref().is_some_and(|r| r.0 == start);
+        let known = state.busy == Some(start)
+            || state.swapping == Some(start)
+            || state.ready.as_ref().is_some_and(|r| r.0 == start);
         if !known {
             state.wanted = Some(start);
         }
@@ -190,7 +237,9 @@ impl Wal {
     /// when it was not prepared (the caller creates it).
     ///
     /// A segment prepared before the data key was rotated lists the old key, which the records
-    /// and pages written from now on do not use: it is removed (it holds nothing but its header
+    /// and pages written from now on do not use. A rotation normally puts its own replacement
+    /// in place (`swap_in`); when it could not (its preparation failed, or segments are not
+    /// prepared ahead), the stale segment is removed here (it holds nothing but its header
     /// and zeros) and the caller creates the segment anew, listing the active key.
     pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
         let mut state = self.preparer.state.lock();
@@ -198,7 +247,7 @@ impl Wal {
             // Not started yet: the writer is faster than the preparer; it makes it itself.
             state.wanted = None;
         }
-        while state.busy == Some(start) {
+        while state.busy == Some(start) || state.swapping == Some(start) {
             self.preparer.changed.wait(&mut state);
         }
         let (checks, file) = match state.ready.take() {
@@ -224,6 +273,127 @@ impl Wal {
         Ok(None)
     }
 
+    /// Whether a segment may start at `start` (its end within the LSN range).
+    pub(super) fn preparable(&self, start: u64) -> bool {
+        start <= format::LSN_LIMIT - self.geo.segment_size
+    }
+
+    /// Before a key rotation takes the log's locks: makes the segment the log is expected to
+    /// switch to, listing the active key of `keys` (the new one), under a temporary name:
+    /// created, zero-filled and fdatasync'ed, not renamed. The switch that installs the key
+    /// then claims the segment it moves the log to, and [`Wal::swap_in`] renames the
+    /// replacement over the segment prepared under the old key. Without this, the writer
+    /// entering that segment would find it stale, remove it and create a full segment under
+    /// the write lock (and under the insert lock too, for an appender making room).
+    ///
+    /// Done only when segments are prepared ahead (by the preparer thread, or by the embedder:
+    /// a segment is prepared or being prepared); otherwise the writer creates each segment
+    /// anyway. Best effort: `None` when it fails (a full disk shows again when the writer gets
+    /// there) or there is nothing to do.
+    ///
+    /// The replacement never gets a segment name before the key it lists is in the working
+    /// keys: an appender may carry the log into the segment before the switch, and the
+    /// segment's pages or records must then use a key its header lists, which the switch
+    /// reads back (`listed_key`).
+    pub(super) fn stage_for_rotation(&self, keys: &Keys) -> Option<Staged> {
+        let ahead = self.preparer_thread.is_some() || {
+            let state = self.preparer.state.lock();
+            state.ready.is_some() || state.busy.is_some()
+        };
+        let start = self
+            .geo
+            .segment_start(self.complete_to.load(Ordering::Acquire))
+            .checked_add(self.geo.segment_size)?;
+        if !ahead || !self.preparable(start) {
+            return None;
+        }
+        let header = new_segment_header(self.mode, self.geo, self.log_id, start, keys);
+        let name = format::segment_file_name(header.start);
+        let tmp = self.dir.join(format!("{name}{REKEY_SUFFIX}"));
+        match make_unnamed(self.storage.as_ref(), &tmp, &header) {
+            Ok(file) => Some(Staged { header, tmp, file }),
+            Err(_) => {
+                let _ = self.storage.remove(&tmp);
+                None
+            }
+        }
+    }
+
+    /// After the switch installed the new key and claimed `next` ([`Preparer::claim_for_swap`]),
+    /// with no lock of the log held: puts the staged replacement in place as the segment at
+    /// `next`, ready for the writer. If the log entered the expected segment before the switch,
+    /// `next` is the one after it and the replacement's header is rewritten for it (one page
+    /// and an fdatasync, still under the temporary name).
+    ///
+    /// The replacement is renamed over whatever holds the name (the segment prepared under the
+    /// old key, or what a failed preparation left), then the directory is synced. Until then
+    /// the writer, which needs the file of `next` before any record there can be written out,
+    /// waits for it (`take_prepared`), so no record is acknowledged in a segment whose
+    /// directory entry is not durable yet. A preparation of `next` under way (under the old
+    /// key) is waited for first: its own rename would replace the replacement.
+    ///
+    /// On failure the claim ends as a failed preparation does: the writer removes what is under
+    /// the name and creates the segment itself.
+    pub(super) fn swap_in(&self, staged: Staged, next: u64) {
+        let placed = self.place_staged(staged, next);
+        let mut state = self.preparer.state.lock();
+        state.swapping = None;
+        match placed {
+            Some((checks, file)) => {
+                state.ready = Some((next, checks, file));
+                if state.failed == Some(next) {
+                    state.failed = None;
+                }
+            }
+            None => state.failed = Some(next),
+        }
+        drop(state);
+        self.preparer.changed.notify_all();
+    }
+
+    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
+        let Staged {
+            mut header,
+            tmp,
+            file,
+        } = staged;
+        let path = self.dir.join(format::segment_file_name(Lsn(next)));
+        let placed = (|| -> std::io::Result<()> {
+            if header.start != Lsn(next) {
+                header.start = Lsn(next);
+                write_header(file.as_ref(), &header)?;
+                file.sync_data()?;
+            }
+            {
+                let mut state = self.preparer.state.lock();
+                while state.busy == Some(next) {
+                    self.preparer.changed.wait(&mut state);
+                }
+                // Prepared under the old key: replaced below. Its handle is closed here.
+                if state.ready.as_ref().is_some_and(|r| r.0 == next) {
+                    state.ready = None;
+                }
+            }
+            self.storage.rename(&tmp, &path)?;
+            self.storage.sync_dir(&self.dir)
+        })();
+        match placed {
+            Ok(()) => Some((header.key_checks, file)),
+            Err(_) => {
+                drop(file);
+                let _ = self.storage.remove(&tmp);
+                None
+            }
+        }
+    }
+
+    /// Removes a staged replacement the switch did not use (it failed, or claimed nothing).
+    pub(super) fn discard_staged(&self, staged: Staged) {
+        let Staged { tmp, file, .. } = staged;
+        drop(file);
+        let _ = self.storage.remove(&tmp);
+    }
+
     /// Removes the never-written segment file at `start`, if there is one.
     fn remove_unused_segment(&self, start: u64, op: &'static str) -> Result<()> {
         let path = self.dir.join(format::segment_file_name(Lsn(start)));
@@ -246,15 +416,8 @@ pub(crate) fn create_segment(
     let name = format::segment_file_name(header.start);
     let path = dir.join(&name);
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let page_size = header.geometry.page_size;
-    let mut page = vec![0u8; page_size as usize];
-    header.encode(&mut page);
     let made = (|| -> std::io::Result<Box<dyn StorageFile>> {
-        let file = storage.create_new(&tmp)?;
-        file.write_all_at(&page, 0)?;
-        file.set_len(header.geometry.segment_size)?;
-        file.fill_zeros(page_size, header.geometry.segment_size - page_size)?;
-        file.sync_data()?;
+        let file = make_unnamed(storage, &tmp, header)?;
         storage.rename(&tmp, &path)?;
         storage.sync_dir(dir)?;
         Ok(file)
@@ -263,4 +426,27 @@ pub(crate) fn create_segment(
         let _ = storage.remove(&tmp);
         Error::io("create segment", &path, e)
     })
+}
+
+/// Creates the file of a new segment at `tmp` (a temporary name): header page, every other
+/// block written with zeros, fdatasync'ed. The caller renames it into place.
+fn make_unnamed(
+    storage: &dyn Storage,
+    tmp: &Path,
+    header: &SegmentHeader,
+) -> std::io::Result<Box<dyn StorageFile>> {
+    let page_size = header.geometry.page_size;
+    let file = storage.create_new(tmp)?;
+    write_header(file.as_ref(), header)?;
+    file.set_len(header.geometry.segment_size)?;
+    file.fill_zeros(page_size, header.geometry.segment_size - page_size)?;
+    file.sync_data()?;
+    Ok(file)
+}
+
+/// Writes the header page of a segment (the header, zeros after it).
+fn write_header(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
+    let mut page = vec![0u8; header.geometry.page_size as usize];
+    header.encode(&mut page);
+    file.write_all_at(&page, 0)
 }

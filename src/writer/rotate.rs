@@ -147,10 +147,20 @@ impl Wal {
         })
     }
 
-    /// Switches to a new segment and installs working keys derived from `ring`.
+    /// Switches to a new segment and installs working keys derived from `ring`. The segment
+    /// the log switches to is made listing the new key before the switch takes the log's
+    /// locks, and put in place after it (`stage_for_rotation`, `swap_in`), so no segment is
+    /// created under those locks.
     fn install(&self, ring: KeyRing) -> Result<()> {
         let keys = Arc::new(Keys::new(&ring, self.log_id));
-        self.switch_segment_installing(Some(keys))?;
+        let staged = self.stage_for_rotation(&keys);
+        let switched = self.switch_segment_installing(Some(keys), staged.is_some());
+        match (staged, &switched) {
+            (Some(staged), Ok(next)) if self.preparable(*next) => self.swap_in(staged, *next),
+            (Some(staged), _) => self.discard_staged(staged),
+            (None, _) => {}
+        }
+        switched?;
         *self.rotation.ring.lock() = ring;
         self.rotation
             .restart(self.complete_to.load(Ordering::Acquire));

@@ -112,16 +112,19 @@ impl Wal {
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
     /// next record starts in a new segment, whose header lists the active key.
     pub(crate) fn switch_segment(&self) -> Result<()> {
-        self.switch_segment_installing(None)
+        self.switch_segment_installing(None, false).map(|_| ())
     }
 
     /// [`Wal::switch_segment`], installing `keys` (a new active key) once the next segment is
     /// the insert position, before any lock is released: records sealed under the old key that
     /// have not been placed yet are sealed again, and the next segment's header lists the new key.
+    /// With `claim`, the next segment is then claimed for a replacement the rotation staged
+    /// (`Preparer::claim_for_swap`). Returns the start of the next segment.
     pub(super) fn switch_segment_installing(
         &self,
         keys: Option<std::sync::Arc<crate::crypto::Keys>>,
-    ) -> Result<()> {
+        claim: bool,
+    ) -> Result<u64> {
         let mut sealed = Vec::new();
         // A switch record is never encrypted, so nothing is left to bind.
         let _unauthenticated = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
@@ -137,6 +140,8 @@ impl Wal {
         let (_, end) = self
             .copy_in(&mut ins, &sealed)
             .map_err(|e| self.poison_error(e))?;
+        // The record may straddle a segment boundary: the segment holding its last byte is the
+        // one it ends (`Geometry::after_switch`, which the readers follow).
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.
@@ -162,8 +167,11 @@ impl Wal {
         if let Some(keys) = keys {
             self.keys.store(keys);
             self.key_epoch.fetch_add(1, Ordering::AcqRel);
+            if claim && self.preparable(next) {
+                self.preparer.claim_for_swap(next);
+            }
         }
-        Ok(())
+        Ok(next)
     }
 
     /// Continues a reopened pagelevel log on a fresh page: writes a resume record at the start

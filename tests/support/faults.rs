@@ -84,6 +84,10 @@ struct State {
     faults: Vec<Fault>,
     injected: u64,
     paths: HashMap<PathBuf, u64>,
+    /// The directory entries as the last `sync_dir` of their directory left them (files the
+    /// storage found on disk count as synced): what [`FaultStorage::crash_image_with_names`]
+    /// falls back to.
+    synced_paths: HashMap<PathBuf, u64>,
     inodes: HashMap<u64, Inode>,
     next_inode: u64,
 }
@@ -115,6 +119,7 @@ impl State {
         let synced = fs::read(path).unwrap_or_default();
         let ino = self.new_inode(synced);
         self.paths.insert(path.to_path_buf(), ino);
+        self.synced_paths.insert(path.to_path_buf(), ino);
         ino
     }
 
@@ -205,32 +210,88 @@ impl FaultStorage {
                 fs::copy(&path, &target).unwrap();
                 continue;
             };
-            let mut image = inode.synced.clone();
-            for op in &inode.pending {
-                match op {
-                    Pending::SetLen(len) => {
-                        if rng.chance(50) {
-                            image.resize(*len as usize, 0);
-                        } else {
-                            damaged += 1;
-                        }
-                    }
-                    Pending::Write { offset, data } => {
-                        match rng.below(if tear == Tear::Whole { 2 } else { 3 }) {
-                            0 => apply_write(&mut image, *offset, data),
-                            1 => damaged += 1,
-                            _ => {
-                                damaged += 1;
-                                tear_write(&mut image, *offset, data, rng, tear);
-                            }
-                        }
-                    }
-                }
-            }
-            fs::write(&target, &image).unwrap();
+            fs::write(&target, crash_contents(inode, rng, tear, &mut damaged)).unwrap();
         }
         damaged
     }
+
+    /// [`FaultStorage::crash_image`] that also loses directory entries: each name of `dir`
+    /// created, renamed or removed since the last `sync_dir` of `dir` either keeps its change
+    /// or reverts to what that sync left (another file's contents, or no file at all), as a
+    /// power failure may leave them. Returns how many unsynced operations and entries were
+    /// dropped or torn.
+    pub fn crash_image_with_names(
+        &self,
+        dir: &Path,
+        out: &Path,
+        rng: &mut Rng,
+        tear: Tear,
+    ) -> usize {
+        let state = self.state.lock().unwrap();
+        fs::create_dir_all(out).unwrap();
+        let mut damaged = 0;
+        let mut names: Vec<PathBuf> = state
+            .paths
+            .keys()
+            .chain(state.synced_paths.keys())
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        for path in &names {
+            let live = state.paths.get(path);
+            let synced = state.synced_paths.get(path);
+            let chosen = if live == synced || rng.chance(50) {
+                live
+            } else {
+                damaged += 1;
+                synced
+            };
+            let Some(inode) = chosen.and_then(|i| state.inodes.get(i)) else {
+                continue;
+            };
+            let target = out.join(path.file_name().unwrap());
+            fs::write(&target, crash_contents(inode, rng, tear, &mut damaged)).unwrap();
+        }
+        // Files the storage never saw (made by other means) are copied as they are.
+        for entry in fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if entry.file_type().unwrap().is_file() && !names.contains(&path) {
+                fs::copy(&path, out.join(entry.file_name())).unwrap();
+            }
+        }
+        damaged
+    }
+}
+
+/// The contents a crash may leave of `inode`: its synced bytes, and each operation since its
+/// last sync dropped, kept, or (writes) torn.
+fn crash_contents(inode: &Inode, rng: &mut Rng, tear: Tear, damaged: &mut usize) -> Vec<u8> {
+    let mut image = inode.synced.clone();
+    for op in &inode.pending {
+        match op {
+            Pending::SetLen(len) => {
+                if rng.chance(50) {
+                    image.resize(*len as usize, 0);
+                } else {
+                    *damaged += 1;
+                }
+            }
+            Pending::Write { offset, data } => {
+                match rng.below(if tear == Tear::Whole { 2 } else { 3 }) {
+                    0 => apply_write(&mut image, *offset, data),
+                    1 => *damaged += 1,
+                    _ => {
+                        *damaged += 1;
+                        tear_write(&mut image, *offset, data, rng, tear);
+                    }
+                }
+            }
+        }
+    }
+    image
 }
 
 fn apply_write(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
@@ -407,7 +468,17 @@ impl Storage for FaultStorage {
         {
             return Err(errno(e));
         }
-        FsStorage.sync_dir(dir)
+        FsStorage.sync_dir(dir)?;
+        let mut state = self.state.lock().unwrap();
+        state.synced_paths.retain(|p, _| p.parent() != Some(dir));
+        let entries: Vec<(PathBuf, u64)> = state
+            .paths
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        state.synced_paths.extend(entries);
+        Ok(())
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {

@@ -1,0 +1,133 @@
+//! A follower that listed the segment prepared ahead of the log (its header names the key of
+//! its time) keeps following when a key rotation replaces that segment with one listing the
+//! new key: the records there name a key the header it read first does not list, so it reads
+//! the headers again and goes on. It used to report the records as damage (`UnlistedKey`).
+//! Real damage of that kind, in a segment nobody replaced, is still reported.
+//!
+//! perrecord and pagelevel, the follower in the writer's process (reading the files), records
+//! visible once written.
+
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use walcrypt::inspect::{record_crc, segment_file_name};
+use walcrypt::{
+    Config, CorruptionKind, Error, Follower, Key, KeyRing, Lsn, Mode, Reader, SyncMode, Visibility,
+    Wal,
+};
+
+const SEGMENT: u64 = 64 * 1024;
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn config(mode: Mode, keys: &KeyRing, prepare_ahead: bool) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Durable)
+        .page_size(4096)
+        .segment_size(SEGMENT)
+        .prepare_segments(prepare_ahead)
+}
+
+fn append(wal: &Wal, payload: &[u8]) -> Lsn {
+    let lsn = wal.append(1, payload).unwrap();
+    wal.flush(lsn).unwrap();
+    lsn
+}
+
+fn next_payload(follower: &mut Follower, what: &str) -> Vec<u8> {
+    follower
+        .next_timeout(PATIENCE)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .unwrap_or_else(|| panic!("{what}: no record"))
+        .payload
+}
+
+#[test]
+fn the_follower_reads_on_past_rotations() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        for prepare_ahead in [false, true] {
+            let what = format!("{mode}, preparer thread {prepare_ahead}");
+            let dir = tempfile::tempdir().unwrap();
+            let mut keys = KeyRing::generate().unwrap();
+            let wal = Wal::open(dir.path(), config(mode, &keys, prepare_ahead)).unwrap();
+            append(&wal, b"under key 1");
+            if !prepare_ahead {
+                assert!(wal.prepare_next_segment().unwrap(), "{what}");
+            }
+            for id in 2..=4 {
+                keys.add(id, Key::generate().unwrap()).unwrap();
+            }
+            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
+                .unwrap()
+                .visibility(Visibility::Written);
+            assert_eq!(next_payload(&mut follower, &what), b"under key 1");
+            // The follower has listed the segment prepared under key 1 by now.
+            assert!(
+                follower.segments().len() >= 2 || prepare_ahead,
+                "{what}: {} segments seen",
+                follower.segments().len()
+            );
+            for id in 2..=4u32 {
+                let key = keys.get(id).unwrap().clone();
+                wal.activate_key(id, key).unwrap();
+                let payload = format!("under key {id}");
+                append(&wal, payload.as_bytes());
+                assert_eq!(
+                    next_payload(&mut follower, &what),
+                    payload.as_bytes(),
+                    "{what}"
+                );
+            }
+            wal.close().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_key_id_its_unchanged_segment_does_not_list_is_still_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = KeyRing::generate().unwrap();
+    let wal = Wal::open(dir.path(), config(Mode::PerRecord, &keys, false)).unwrap();
+    for i in 0..5u8 {
+        append(&wal, &[i; 60]);
+    }
+    wal.close().unwrap();
+    keys.add(2, Key::generate().unwrap()).unwrap();
+
+    // The fourth record's header names key 2, its checksum recomputed.
+    let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+    let mut rec = reader
+        .raw_records_from(Lsn::default())
+        .nth(3)
+        .unwrap()
+        .unwrap();
+    let (_, iv) = rec.header.encryption.unwrap();
+    rec.header.encryption = Some((2, iv));
+    let mut head = vec![0u8; rec.header.len_bytes()];
+    rec.header.encode(&mut head);
+    rec.header.crc = record_crc(&head, &rec.stored);
+    rec.header.encode(&mut head);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(segment_file_name(Lsn(0))))
+        .unwrap();
+    file.write_all_at(&head, u64::from(rec.lsn)).unwrap();
+
+    let mut follower = Follower::open(dir.path(), Some(keys), Lsn::default())
+        .unwrap()
+        .visibility(Visibility::Written);
+    for i in 0..3u8 {
+        assert_eq!(next_payload(&mut follower, "intact"), [i; 60]);
+    }
+    let err = follower.next_timeout(PATIENCE).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt {
+                kind: CorruptionKind::UnlistedKey { key_id: 2 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,107 @@
+//! A segment-switch record goes wherever the log ends, so when a key rotation comes with fewer
+//! bytes left in the segment than the record's 12, the record straddles the segment boundary:
+//! its last bytes open the next segment's first page (whose `rem_len` counts them). The writer
+//! then leaves that segment unused too and continues in the one after it; the readers must
+//! follow it there (`Geometry::after_switch`). They used to continue in the segment holding the
+//! record's tail, read that tail as a record, and report the log as corrupt: it could not be
+//! opened again.
+//!
+//! For every tail length 1-11 in both encrypted CTR modes: records up to that point, a
+//! rotation, more records, then a reopen and a plain read return every record.
+
+mod support;
+
+use support::payload;
+use walcrypt::{Config, Key, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+
+const PAGE: u64 = 512;
+const SEGMENT: u64 = 8 * PAGE;
+/// A switch record: the plain record header, no payload.
+const SWITCH_LEN: u64 = 12;
+
+fn config(mode: Mode, keys: &KeyRing) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Durable)
+        .page_size(PAGE)
+        .segment_size(SEGMENT)
+        .prepare_segments(false)
+}
+
+/// Stored size of a record with no payload in `mode`.
+fn header_len(mode: Mode) -> u64 {
+    if mode == Mode::PerRecord { 32 } else { 12 }
+}
+
+/// Appends records until the log ends `left` bytes before the end of a segment.
+fn append_to_leave(wal: &Wal, mode: Mode, left: u64, expected: &mut Vec<(Lsn, Vec<u8>)>) {
+    let mut seed = expected.len() as u64;
+    loop {
+        let end = u64::from(wal.end_lsn());
+        let room = SEGMENT - end % SEGMENT;
+        if room == left && end % SEGMENT != 0 {
+            return;
+        }
+        // In the segment's last page, one record can leave exactly `left`.
+        let len = if room < PAGE && room >= left + header_len(mode) {
+            room - left - header_len(mode)
+        } else {
+            150
+        };
+        let p = payload(seed, len as usize);
+        let lsn = wal.append(1, &p).unwrap();
+        wal.flush(lsn).unwrap();
+        expected.push((lsn, p));
+        seed += 1;
+    }
+}
+
+#[test]
+fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segment() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        for left in 1..SWITCH_LEN {
+            let what = format!(
+                "{mode}, switch record with {} bytes over",
+                SWITCH_LEN - left
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let mut keys = KeyRing::generate().unwrap();
+            let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
+            let mut expected = Vec::new();
+            append_to_leave(&wal, mode, left, &mut expected);
+            let before = u64::from(wal.end_lsn());
+            let key = Key::generate().unwrap();
+            keys.add(2, key.clone()).unwrap();
+            wal.activate_key(2, key).unwrap();
+            let segment = before - before % SEGMENT;
+            assert_eq!(
+                wal.end_lsn(),
+                Lsn(segment + 2 * SEGMENT),
+                "{what}: the log continues in the segment after the one holding the tail"
+            );
+            for i in 0..4 {
+                let p = payload(1000 + i, 200);
+                let lsn = wal.append(1, &p).unwrap();
+                wal.flush(lsn).unwrap();
+                expected.push((lsn, p));
+            }
+            wal.close().unwrap();
+
+            let mut replayed = Vec::new();
+            let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
+                replayed.push((r.lsn, r.payload));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+            assert_eq!(replayed, expected, "{what}");
+            wal.close().unwrap();
+            let read: Vec<(Lsn, Vec<u8>)> = Reader::open(dir.path(), Some(keys.clone()))
+                .unwrap()
+                .records_from(Lsn::default())
+                .map(|r| r.map(|r| (r.lsn, r.payload)))
+                .collect::<walcrypt::Result<_>>()
+                .unwrap_or_else(|e| panic!("{what}: read: {e}"));
+            assert_eq!(read, expected, "{what}");
+        }
+    }
+}
