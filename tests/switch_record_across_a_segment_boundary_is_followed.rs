@@ -8,6 +8,12 @@
 //!
 //! For every tail length 1-11 in both encrypted CTR modes: records up to that point, a
 //! rotation, more records, then a reopen and a plain read return every record.
+//!
+//! The segment holding only the tail says so itself with a second switch record right after
+//! the tail: a purge up to the first record after the rotation removes the segment before it
+//! and keeps that one, which is then the oldest, and a reader that starts there must still
+//! find its way to the records (it used to meet the unused rest of the segment and report
+//! damage, and a repair would have cut the records after it).
 
 mod support;
 
@@ -104,4 +110,68 @@ fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segme
             assert_eq!(read, expected, "{what}");
         }
     }
+}
+
+#[test]
+fn a_purge_that_leaves_the_tail_segment_oldest_keeps_every_later_record() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        for left in 1..SWITCH_LEN {
+            let what = format!(
+                "{mode}, {} bytes of the switch record over",
+                SWITCH_LEN - left
+            );
+            let dir = tempfile::tempdir().unwrap();
+            let mut keys = KeyRing::generate().unwrap();
+            let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
+            append_to_leave(&wal, mode, left, &mut Vec::new());
+            let before = u64::from(wal.end_lsn());
+            let tail_segment = before - before % SEGMENT + SEGMENT;
+            let key = Key::generate().unwrap();
+            keys.add(2, key.clone()).unwrap();
+            wal.activate_key(2, key).unwrap();
+            let checkpoint = wal.end_lsn();
+            let mut expected = Vec::new();
+            for i in 0..4 {
+                let p = payload(2000 + i, 200);
+                let lsn = wal.append(1, &p).unwrap();
+                wal.flush(lsn).unwrap();
+                expected.push((lsn, p));
+            }
+            assert!(wal.purge_before(checkpoint).unwrap() > 0, "{what}: purged");
+            wal.close().unwrap();
+            assert_eq!(
+                oldest_segment(dir.path()),
+                tail_segment,
+                "{what}: the tail's segment is the oldest"
+            );
+
+            let read: Vec<(Lsn, Vec<u8>)> = Reader::open(dir.path(), Some(keys.clone()))
+                .unwrap()
+                .records_from(Lsn::default())
+                .map(|r| r.map(|r| (r.lsn, r.payload)))
+                .collect::<walcrypt::Result<_>>()
+                .unwrap_or_else(|e| panic!("{what}: read: {e}"));
+            assert_eq!(read, expected, "{what}");
+            let mut replayed = Vec::new();
+            let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
+                replayed.push((r.lsn, r.payload));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+            assert_eq!(replayed, expected, "{what}");
+            wal.close().unwrap();
+        }
+    }
+}
+
+/// Start of the oldest segment file in `dir` (names are the start LSN in 16 hex digits).
+fn oldest_segment(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            u64::from_str_radix(name.strip_suffix(".wal")?, 16).ok()
+        })
+        .min()
+        .unwrap()
 }

@@ -178,6 +178,32 @@ impl Preparer {
     }
 }
 
+/// Ends a key rotation's claim on a segment ([`Wal::swap_in`]) when dropped, on every path:
+/// the replacement ready for the writer if it was `placed`, otherwise a failed preparation.
+struct EndClaim<'a> {
+    preparer: &'a Preparer,
+    next: u64,
+    placed: Option<(KeyChecks, Box<dyn StorageFile>)>,
+}
+
+impl Drop for EndClaim<'_> {
+    fn drop(&mut self) {
+        let mut state = self.preparer.state.lock();
+        state.swapping = None;
+        match self.placed.take() {
+            Some((checks, file)) => {
+                state.ready = Some((self.next, checks, file));
+                if state.failed == Some(self.next) {
+                    state.failed = None;
+                }
+            }
+            None => state.failed = Some(self.next),
+        }
+        drop(state);
+        self.preparer.changed.notify_all();
+    }
+}
+
 /// A replacement segment a key rotation made before taking the log's locks, listing the new
 /// key: complete (header, zeros, fdatasync'ed) under a temporary name, never under a segment
 /// name until [`Wal::swap_in`] puts it in place.
@@ -333,22 +359,16 @@ impl Wal {
     /// key) is waited for first: its own rename would replace the replacement.
     ///
     /// On failure the claim ends as a failed preparation does: the writer removes what is under
-    /// the name and creates the segment itself.
+    /// the name and creates the segment itself. So it does if placing panics (in a `Storage`
+    /// of the embedder's, say): the claim ends when `EndClaim` drops, so a writer waiting for
+    /// the segment never waits for good.
     pub(super) fn swap_in(&self, staged: Staged, next: u64) {
-        let placed = self.place_staged(staged, next);
-        let mut state = self.preparer.state.lock();
-        state.swapping = None;
-        match placed {
-            Some((checks, file)) => {
-                state.ready = Some((next, checks, file));
-                if state.failed == Some(next) {
-                    state.failed = None;
-                }
-            }
-            None => state.failed = Some(next),
-        }
-        drop(state);
-        self.preparer.changed.notify_all();
+        let mut claim = EndClaim {
+            preparer: &self.preparer,
+            next,
+            placed: None,
+        };
+        claim.placed = self.place_staged(staged, next);
     }
 
     fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {

@@ -137,11 +137,22 @@ impl Wal {
         // `insert_sealed`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
         // page that may never be written again.
-        let (_, end) = self
+        let (start, mut end) = self
             .copy_in(&mut ins, &sealed)
             .map_err(|e| self.poison_error(e))?;
         // The record may straddle a segment boundary: the segment holding its last byte is the
-        // one it ends (`Geometry::after_switch`, which the readers follow).
+        // one it ends (`Geometry::after_switch`, which the readers follow), and the log leaves
+        // the rest of that segment unused too. A second switch record right after the tail
+        // makes that segment say so itself: a reader starting there (its oldest segment, once
+        // a purge removed the one before) finds a switch record first, not the unused rest.
+        // It fits: the tail is shorter than a switch record, and a page body is longer than two.
+        if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
+            ins.pos = end;
+            end = self
+                .copy_in(&mut ins, &sealed)
+                .map_err(|e| self.poison_error(e))?
+                .1;
+        }
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.

@@ -335,7 +335,10 @@ impl Verify<'_> {
         }
         if let Some(pe) = prev_end {
             let next = geo.skip_headers(pe);
-            let after_switch = geo.skip_headers(geo.segment_start(next) + geo.segment_size);
+            // A segment-switch record at `next` (the cursor hands out none) sends the log to
+            // the segment after the one holding its last byte, which may be the next segment.
+            let after_switch =
+                geo.skip_headers(geo.after_switch(next, inspect::RECORD_HEADER_PLAIN as u64));
             // A pagelevel writer that reopened the log left the rest of the page unused and
             // resumed after a resume record at the start of the next page's body.
             let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
