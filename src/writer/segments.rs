@@ -79,7 +79,7 @@ impl Wal {
         let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
             .map(u64::from)
-            .take_while(|start| start.saturating_add(self.geo.segment_size) < limit)
+            .take_while(|start| start.saturating_add(self.geo.segment_size) <= limit)
             .collect();
         if doomed.is_empty() {
             return Ok(0);
