@@ -198,9 +198,9 @@ fn replay_prefetched(
     deliver: &mut impl FnMut(Stored) -> Result<()>,
 ) -> Result<ScanEnd> {
     let from = cursor.position();
-    let (feed, batches, spent) = PageFeed::channels();
+    let (feed, ends) = PageFeed::channels();
     std::thread::scope(|scope| {
-        let prefetcher = scope.spawn(move || prefetch_pages(files, from, batches, spent));
+        let prefetcher = scope.spawn(move || prefetch_pages(files, from, ends));
         // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
         // thread's next send fails and it returns: the join below (or the scope's own wait
         // when `deliver` panicked) cannot block on it.

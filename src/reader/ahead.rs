@@ -15,12 +15,13 @@
 use std::collections::VecDeque;
 
 use crossbeam::channel::{Receiver, Sender};
+use zeroize::{Zeroize, Zeroizing};
 
 use super::files::{LogFiles, check_page_header, read_full};
-use crate::crypto::IV_LEN;
 use crate::format::{
     self, Geometry, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
-    RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
+    RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
+    RecordHeader,
 };
 use crate::storage::StorageFile;
 
@@ -33,9 +34,9 @@ pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 /// keystream adds at most the payload bytes of those pages plus one record of up to
 /// [`KEYSTREAM_MAX_RECORD`] per batch (4.5 MiB in the worst case, about 1.5 MiB in practice).
 pub(crate) const PREFETCH_DEPTH: usize = 4;
-/// Records with a longer payload get no keystream ahead; the cursor decrypts them itself. It
-/// bounds what a damaged length field can make the prefetcher allocate.
-pub(crate) const KEYSTREAM_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
+/// Records with a longer payload get nothing made ahead; the cursor reads and decrypts them
+/// itself. It bounds what a damaged length field can make the prefetcher allocate.
+pub(crate) const AHEAD_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
 
 /// A window of one segment file's bytes, refilled with one large read when a page outside it
 /// is asked for.
@@ -98,87 +99,185 @@ pub(crate) struct Prefetched {
     pub(crate) encrypted: bool,
 }
 
-/// The keystream made ahead for one perrecord record.
-struct Keystream {
+/// What the prefetcher made for one perrecord record.
+struct Made {
     /// Where the record starts.
     lsn: u64,
-    key_id: u32,
-    iv: [u8; IV_LEN],
-    /// Where in its batch's keystream bytes, and how long (the payload length).
+    /// The record's header as the prefetcher read it: what was made is used only for a record
+    /// whose header bytes the cursor finds to be exactly these.
+    head: [u8; RECORD_HEADER_ENCRYPTED],
+    /// Where in its batch's bytes, and how long (the payload length).
     at: usize,
     len: usize,
+    /// The bytes are the decrypted payload, made only after the record's CRC matched over
+    /// these header bytes and the stored payload; otherwise they are the payload's keystream.
+    verified: bool,
 }
 
-/// Keystream for the records that start in one batch of pages, in LSN order.
+/// What was made for the records that start in one batch of pages, in LSN order. The bytes
+/// are decrypted payloads and keystream: they are wiped before the buffer is reused and when
+/// it is dropped, and a buffer that must grow is copied into a larger one and the old wiped.
 #[derive(Default)]
-struct Keystreams {
-    records: VecDeque<Keystream>,
-    bytes: Vec<u8>,
+struct Records {
+    made: VecDeque<Made>,
+    bytes: Zeroizing<Vec<u8>>,
+}
+
+impl Records {
+    /// A record list whose byte buffer is `bytes` (a spent one, wiped here, or a new one).
+    fn reusing(bytes: Option<Zeroizing<Vec<u8>>>) -> Records {
+        let mut bytes = bytes.unwrap_or_default();
+        wipe(&mut bytes);
+        Records {
+            made: VecDeque::new(),
+            bytes,
+        }
+    }
+
+    /// `len` more bytes (zeros) at the end of the buffer; returns where they start. The
+    /// buffer never reallocates in place: a larger one is made and the old one wiped.
+    fn extend(&mut self, len: usize) -> usize {
+        let at = self.bytes.len();
+        if at + len > self.bytes.capacity() {
+            let room = (at + len)
+                .max(2 * self.bytes.capacity())
+                .max(READ_AHEAD_BYTES);
+            let mut bigger = Zeroizing::new(Vec::with_capacity(room));
+            bigger.extend_from_slice(&self.bytes);
+            // The old buffer is wiped as it drops.
+            self.bytes = bigger;
+        }
+        self.bytes.resize(at + len, 0);
+        at
+    }
+
+    /// Wipes and drops the bytes from `at` on.
+    fn cut(&mut self, at: usize) {
+        self.bytes[at..].zeroize();
+        self.bytes.truncate(at);
+    }
+}
+
+/// Zeroes the bytes in use and empties the buffer. Bytes are only ever written below the
+/// length, so this leaves nothing in the allocation.
+fn wipe(bytes: &mut Vec<u8>) {
+    bytes.as_mut_slice().zeroize();
+    bytes.clear();
 }
 
 /// What the prefetching thread sends: pages in ascending order and the keystreams of the
 /// perrecord records that start in them.
 pub(crate) struct Batch {
     pages: Vec<Prefetched>,
-    keystreams: Keystreams,
+    records: Records,
 }
 
 /// The cursor's end of the prefetching thread: pages in ascending order, some possibly
-/// missing (those the cursor reads itself), and keystreams for records.
+/// missing (those the cursor reads itself), and decrypted payloads or keystreams for records.
 pub(crate) struct PageFeed {
     batches: Receiver<Batch>,
     /// Page buffers the cursor is done with, back to the prefetcher.
     spent: Sender<Vec<u8>>,
+    /// Record byte buffers the cursor is done with, back to the prefetcher, which wipes them
+    /// before reuse (so the wiping costs the cursor nothing).
+    spent_bytes: Sender<Zeroizing<Vec<u8>>>,
     pages: std::vec::IntoIter<Prefetched>,
     next: Option<Prefetched>,
-    keystreams: VecDeque<Keystreams>,
+    records: VecDeque<Records>,
 }
+
+/// The prefetcher's ends of the channels to a [`PageFeed`].
+pub(crate) struct FeedEnds {
+    batches: Sender<Batch>,
+    spent: Receiver<Vec<u8>>,
+    spent_bytes: Receiver<Zeroizing<Vec<u8>>>,
+}
+
+/// Spent record byte buffers that wait for reuse; more are dropped (and wiped as they drop).
+const SPENT_BYTES_DEPTH: usize = 2;
 
 impl PageFeed {
     /// The channels between a cursor and [`prefetch_pages`]: the feed, and the prefetcher's
     /// ends.
-    pub(crate) fn channels() -> (PageFeed, Sender<Batch>, Receiver<Vec<u8>>) {
+    pub(crate) fn channels() -> (PageFeed, FeedEnds) {
         let (batches_tx, batches) = crossbeam::channel::bounded(PREFETCH_DEPTH);
         let (spent, spent_rx) = crossbeam::channel::bounded(2 * READ_AHEAD_BYTES / 4096);
+        let (spent_bytes, spent_bytes_rx) = crossbeam::channel::bounded(SPENT_BYTES_DEPTH);
         let feed = PageFeed {
             batches,
             spent,
+            spent_bytes,
             pages: Vec::new().into_iter(),
             next: None,
-            keystreams: VecDeque::new(),
+            records: VecDeque::new(),
         };
-        (feed, batches_tx, spent_rx)
+        let ends = FeedEnds {
+            batches: batches_tx,
+            spent: spent_rx,
+            spent_bytes: spent_bytes_rx,
+        };
+        (feed, ends)
     }
 
-    /// Decrypts `stored`, the CRC-verified payload of the record at `lsn`, with the keystream
-    /// made ahead for exactly this record (key id, IV and length). False when there is none:
-    /// the caller then decrypts it as usual. Keystreams of records before `lsn` are dropped.
-    pub(crate) fn decrypt(
-        &mut self,
-        lsn: u64,
-        key_id: u32,
-        iv: &[u8; IV_LEN],
-        stored: &mut [u8],
-    ) -> bool {
-        while let Some(front) = self.keystreams.front_mut() {
-            while front.records.front().is_some_and(|k| k.lsn < lsn) {
-                front.records.pop_front();
+    /// What was made for the record at `lsn` whose header is `head`, if anything; what was
+    /// made for records before `lsn` is dropped.
+    fn made_for(&mut self, lsn: u64, head: &[u8]) -> Option<(&Made, &[u8])> {
+        loop {
+            let front = self.records.front_mut()?;
+            while front.made.front().is_some_and(|m| m.lsn < lsn) {
+                front.made.pop_front();
             }
-            let Some(k) = front.records.front() else {
-                self.keystreams.pop_front();
+            if front.made.is_empty() {
+                if let Some(done) = self.records.pop_front() {
+                    let _ = self.spent_bytes.try_send(done.bytes);
+                }
                 continue;
-            };
-            if k.lsn != lsn || k.key_id != key_id || k.iv != *iv || k.len != stored.len() {
-                return false;
             }
-            let stream = &front.bytes[k.at..k.at + k.len];
-            for (b, s) in stored.iter_mut().zip(stream) {
-                *b ^= s;
-            }
-            front.records.pop_front();
-            return true;
+            break;
         }
-        false
+        let front = self.records.front()?;
+        let made = front.made.front()?;
+        (made.lsn == lsn && made.head[..] == *head)
+            .then(|| (made, &front.bytes[made.at..made.at + made.len]))
+    }
+
+    /// Whether the prefetcher verified the CRC of the record at `lsn`, whose header bytes are
+    /// `head`, and decrypted its payload: then [`PageFeed::take_plaintext`] hands it out.
+    pub(crate) fn verified(&mut self, lsn: u64, head: &[u8]) -> bool {
+        self.made_for(lsn, head).is_some_and(|(m, _)| m.verified)
+    }
+
+    /// Appends the payload of the record at `lsn` (header `head`), decrypted by the prefetcher
+    /// after its CRC matched, to `out`. False when there is none.
+    pub(crate) fn take_plaintext(&mut self, lsn: u64, head: &[u8], out: &mut Vec<u8>) -> bool {
+        match self.made_for(lsn, head) {
+            Some((made, plain)) if made.verified => out.extend_from_slice(plain),
+            _ => return false,
+        }
+        self.pop_made();
+        true
+    }
+
+    /// Decrypts `stored`, the CRC-verified payload of the record at `lsn` whose header bytes
+    /// are `head`, with the keystream made ahead for exactly this record. False when there is
+    /// none: the caller then decrypts it as usual.
+    pub(crate) fn decrypt(&mut self, lsn: u64, head: &[u8], stored: &mut [u8]) -> bool {
+        match self.made_for(lsn, head) {
+            Some((made, stream)) if !made.verified && made.len == stored.len() => {
+                for (b, s) in stored.iter_mut().zip(stream) {
+                    *b ^= s;
+                }
+            }
+            _ => return false,
+        }
+        self.pop_made();
+        true
+    }
+
+    fn pop_made(&mut self) {
+        if let Some(front) = self.records.front_mut() {
+            front.made.pop_front();
+        }
     }
 
     /// The prefetched page at `page`, if the prefetcher delivered it; pages before it are
@@ -212,8 +311,10 @@ impl PageFeed {
             }
             let batch = self.batches.recv().ok()?;
             self.pages = batch.pages.into_iter();
-            if !batch.keystreams.records.is_empty() {
-                self.keystreams.push_back(batch.keystreams);
+            if batch.records.made.is_empty() {
+                let _ = self.spent_bytes.try_send(batch.records.bytes);
+            } else {
+                self.records.push_back(batch.records);
             }
         }
     }
@@ -225,12 +326,12 @@ impl PageFeed {
 /// sends all that in batches. A page that does not check is left out, and so is the rest of
 /// its segment (the cursor reads those itself and decides what they mean); the first failed
 /// read ends the prefetching. It also ends when the cursor's side is dropped.
-pub(crate) fn prefetch_pages(
-    files: &LogFiles,
-    from: u64,
-    batches: Sender<Batch>,
-    spent: Receiver<Vec<u8>>,
-) {
+pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
+    let FeedEnds {
+        batches,
+        spent,
+        spent_bytes,
+    } = ends;
     let geo = files.geo;
     let page_size = geo.page_size as usize;
     let per_batch = (READ_AHEAD_BYTES / page_size).max(1);
@@ -246,13 +347,7 @@ pub(crate) fn prefetch_pages(
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            walker.walk(
-                &prev.pages,
-                &batch.pages,
-                limit,
-                decrypt,
-                &mut prev.keystreams,
-            );
+            walker.walk(&prev.pages, &batch.pages, limit, decrypt, &mut prev.records);
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
             }
@@ -300,7 +395,7 @@ pub(crate) fn prefetch_pages(
             if !pages.is_empty() {
                 let batch = Batch {
                     pages,
-                    keystreams: Keystreams::default(),
+                    records: Records::reusing(spent_bytes.try_recv().ok()),
                 };
                 if !send(batch, &mut walker) {
                     return;
@@ -313,7 +408,7 @@ pub(crate) fn prefetch_pages(
         page = seg_end;
     }
     if let Some(mut last) = held.take() {
-        walker.walk(&last.pages, &[], u64::MAX, true, &mut last.keystreams);
+        walker.walk(&last.pages, &[], u64::MAX, true, &mut last.records);
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
     }
@@ -363,7 +458,7 @@ impl<'a> Walker<'a> {
         next: &[Prefetched],
         limit: u64,
         make: bool,
-        out: &mut Keystreams,
+        out: &mut Records,
     ) {
         let geo = self.files.geo;
         let mut window = Window {
@@ -391,7 +486,7 @@ impl<'a> Walker<'a> {
         start: u64,
         window: &mut Window<'_>,
         make: bool,
-        out: &mut Keystreams,
+        out: &mut Records,
     ) -> Option<u64> {
         let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
         let page = geo.page_start(start);
@@ -417,28 +512,13 @@ impl<'a> Walker<'a> {
             return Some(geo.segment_start(start) + geo.segment_size);
         }
         let len = header.len as usize;
-        if let Some((key_id, iv)) = header.encryption
-            && make
-            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
-            && len <= KEYSTREAM_MAX_RECORD
+        if make
+            && header.encryption.is_some()
+            && header.flags & (RECORD_FLAG_AUTHENTICATED | RECORD_FLAGS_CONTROL) == 0
+            && len <= AHEAD_MAX_RECORD
+            && let Ok(head) = <[u8; RECORD_HEADER_ENCRYPTED]>::try_from(&head[..hlen])
         {
-            let keys = self.files.keys.as_ref()?;
-            let at = out.bytes.len();
-            out.bytes.resize(at + len, 0);
-            if keys
-                .apply_keystream(key_id, &iv, &mut out.bytes[at..])
-                .is_err()
-            {
-                out.bytes.truncate(at);
-                return None;
-            }
-            out.records.push_back(Keystream {
-                lsn: start,
-                key_id,
-                iv,
-                at,
-                len,
-            });
+            self.make(geo, start, &head, &header, window, out)?;
         }
         let total = hlen + len;
         if in_page + total < page_size {
@@ -446,6 +526,53 @@ impl<'a> Walker<'a> {
             return Some(start + total as u64);
         }
         Some(geo.advance(start, total as u64))
+    }
+
+    /// Makes the encrypted record at `start` (header `head`, decoded as `header`) ready for the
+    /// cursor: when the whole record lies in the window, its CRC is checked over `head` and the
+    /// stored payload and, if it matches, the payload is decrypted; when the record runs past
+    /// the window, its keystream is made instead. A CRC that does not match makes nothing: the
+    /// cursor reads that record itself and reports what it finds. `None` when the record's key
+    /// is not in the ring (the walk ends there).
+    fn make(
+        &self,
+        geo: Geometry,
+        start: u64,
+        head: &[u8; RECORD_HEADER_ENCRYPTED],
+        header: &RecordHeader,
+        window: &mut Window<'_>,
+        out: &mut Records,
+    ) -> Option<()> {
+        let (key_id, iv) = header.encryption?;
+        let keys = self.files.keys.as_ref()?;
+        let len = header.len as usize;
+        let at = out.extend(len);
+        let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
+        let verified = window
+            .stream_bytes(geo, payload, &mut out.bytes[at..])
+            .is_some();
+        if verified && format::record_crc(head, &out.bytes[at..]) != header.crc {
+            out.cut(at);
+            return Some(());
+        }
+        if !verified {
+            out.bytes[at..].fill(0);
+        }
+        if keys
+            .apply_keystream(key_id, &iv, &mut out.bytes[at..])
+            .is_err()
+        {
+            out.cut(at);
+            return None;
+        }
+        out.made.push_back(Made {
+            lsn: start,
+            head: *head,
+            at,
+            len,
+            verified,
+        });
+        Some(())
     }
 }
 
