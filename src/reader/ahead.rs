@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 
 use crossbeam::channel::{Receiver, Sender};
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroize;
 
 use super::files::{LogFiles, check_page_header, read_full};
 use crate::format::{
@@ -117,17 +117,28 @@ struct Made {
 /// What was made for the records that start in one batch of pages, in LSN order. The bytes
 /// are decrypted payloads and keystream: they are wiped before the buffer is reused and when
 /// it is dropped, and a buffer that must grow is copied into a larger one and the old wiped.
-#[derive(Default)]
 struct Records {
     made: VecDeque<Made>,
-    bytes: Zeroizing<Vec<u8>>,
+    bytes: Wiped,
+}
+
+/// A byte buffer wiped (zeroized) when it is dropped. Bytes are only ever written below its
+/// length, and it never reallocates ([`Records::extend`] moves to a new buffer), so wiping the
+/// bytes in use wipes everything it ever held, and an unused buffer costs nothing to drop.
+#[derive(Default)]
+struct Wiped(Vec<u8>);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        wipe(&mut self.0);
+    }
 }
 
 impl Records {
     /// A record list whose byte buffer is `bytes` (a spent one, wiped here, or a new one).
-    fn reusing(bytes: Option<Zeroizing<Vec<u8>>>) -> Records {
+    fn reusing(bytes: Option<Wiped>) -> Records {
         let mut bytes = bytes.unwrap_or_default();
-        wipe(&mut bytes);
+        wipe(&mut bytes.0);
         Records {
             made: VecDeque::new(),
             bytes,
@@ -137,24 +148,32 @@ impl Records {
     /// `len` more bytes (zeros) at the end of the buffer; returns where they start. The
     /// buffer never reallocates in place: a larger one is made and the old one wiped.
     fn extend(&mut self, len: usize) -> usize {
-        let at = self.bytes.len();
-        if at + len > self.bytes.capacity() {
-            let room = (at + len)
-                .max(2 * self.bytes.capacity())
-                .max(READ_AHEAD_BYTES);
-            let mut bigger = Zeroizing::new(Vec::with_capacity(room));
-            bigger.extend_from_slice(&self.bytes);
+        let bytes = &mut self.bytes.0;
+        let at = bytes.len();
+        if at + len > bytes.capacity() {
+            let room = (at + len).max(2 * bytes.capacity()).max(READ_AHEAD_BYTES);
+            let mut bigger = Vec::with_capacity(room);
+            bigger.extend_from_slice(bytes);
             // The old buffer is wiped as it drops.
-            self.bytes = bigger;
+            self.bytes = Wiped(bigger);
         }
-        self.bytes.resize(at + len, 0);
+        self.bytes.0.resize(at + len, 0);
         at
     }
 
     /// Wipes and drops the bytes from `at` on.
     fn cut(&mut self, at: usize) {
-        self.bytes[at..].zeroize();
-        self.bytes.truncate(at);
+        self.bytes.0[at..].zeroize();
+        self.bytes.0.truncate(at);
+    }
+
+    /// The bytes made for `made`.
+    fn bytes_of(&self, made: &Made) -> &[u8] {
+        &self.bytes.0[made.at..made.at + made.len]
+    }
+
+    fn bytes_mut(&mut self, at: usize) -> &mut [u8] {
+        &mut self.bytes.0[at..]
     }
 }
 
@@ -180,7 +199,7 @@ pub(crate) struct PageFeed {
     spent: Sender<Vec<u8>>,
     /// Record byte buffers the cursor is done with, back to the prefetcher, which wipes them
     /// before reuse (so the wiping costs the cursor nothing).
-    spent_bytes: Sender<Zeroizing<Vec<u8>>>,
+    spent_bytes: Sender<Wiped>,
     pages: std::vec::IntoIter<Prefetched>,
     next: Option<Prefetched>,
     records: VecDeque<Records>,
@@ -190,11 +209,12 @@ pub(crate) struct PageFeed {
 pub(crate) struct FeedEnds {
     batches: Sender<Batch>,
     spent: Receiver<Vec<u8>>,
-    spent_bytes: Receiver<Zeroizing<Vec<u8>>>,
+    spent_bytes: Receiver<Wiped>,
 }
 
-/// Spent record byte buffers that wait for reuse; more are dropped (and wiped as they drop).
-const SPENT_BYTES_DEPTH: usize = 2;
+/// Spent record byte buffers that wait for reuse: one for each batch that can be in flight, so
+/// the cursor never has to drop (and wipe) one itself.
+const SPENT_BYTES_DEPTH: usize = PREFETCH_DEPTH + 2;
 
 impl PageFeed {
     /// The channels between a cursor and [`prefetch_pages`]: the feed, and the prefetcher's
@@ -229,7 +249,7 @@ impl PageFeed {
             }
             if front.made.is_empty() {
                 if let Some(done) = self.records.pop_front() {
-                    let _ = self.spent_bytes.try_send(done.bytes);
+                    self.give_back_bytes(done.bytes);
                 }
                 continue;
             }
@@ -237,8 +257,7 @@ impl PageFeed {
         }
         let front = self.records.front()?;
         let made = front.made.front()?;
-        (made.lsn == lsn && made.head[..] == *head)
-            .then(|| (made, &front.bytes[made.at..made.at + made.len]))
+        (made.lsn == lsn && made.head[..] == *head).then(|| (made, front.bytes_of(made)))
     }
 
     /// Whether the prefetcher verified the CRC of the record at `lsn`, whose header bytes are
@@ -272,6 +291,14 @@ impl PageFeed {
         }
         self.pop_made();
         true
+    }
+
+    /// Returns a record byte buffer to the prefetcher, which wipes it before reuse; one that
+    /// was never used is simply dropped.
+    fn give_back_bytes(&self, bytes: Wiped) {
+        if bytes.0.capacity() > 0 {
+            let _ = self.spent_bytes.try_send(bytes);
+        }
     }
 
     fn pop_made(&mut self) {
@@ -312,7 +339,7 @@ impl PageFeed {
             let batch = self.batches.recv().ok()?;
             self.pages = batch.pages.into_iter();
             if batch.records.made.is_empty() {
-                let _ = self.spent_bytes.try_send(batch.records.bytes);
+                self.give_back_bytes(batch.records.bytes);
             } else {
                 self.records.push_back(batch.records);
             }
@@ -548,19 +575,15 @@ impl<'a> Walker<'a> {
         let len = header.len as usize;
         let at = out.extend(len);
         let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
-        let verified = window
-            .stream_bytes(geo, payload, &mut out.bytes[at..])
-            .is_some();
-        if verified && format::record_crc(head, &out.bytes[at..]) != header.crc {
+        let verified = window.stream_bytes(geo, payload, out.bytes_mut(at)).is_some();
+        if verified && format::record_crc(head, out.bytes_mut(at)) != header.crc {
             out.cut(at);
             return Some(());
         }
         if !verified {
-            out.bytes[at..].fill(0);
+            out.bytes_mut(at).fill(0);
         }
-        if keys
-            .apply_keystream(key_id, &iv, &mut out.bytes[at..])
-            .is_err()
+        if keys.apply_keystream(key_id, &iv, out.bytes_mut(at)).is_err()
         {
             out.cut(at);
             return None;
