@@ -13,8 +13,10 @@
 //! late. Readers of live logs keep reading one page at a time.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam::channel::{Receiver, Sender, TryRecvError};
 use zeroize::Zeroize;
 
 use super::files::{LogFiles, check_page_header, read_full};
@@ -200,6 +202,8 @@ pub(crate) struct PageFeed {
     /// Record byte buffers the cursor is done with, back to the prefetcher, which wipes them
     /// before reuse (so the wiping costs the cursor nothing).
     spent_bytes: Sender<Wiped>,
+    /// Set while the cursor is blocked waiting for the next batch.
+    waiting: Arc<AtomicBool>,
     pages: std::vec::IntoIter<Prefetched>,
     next: Option<Prefetched>,
     records: VecDeque<Records>,
@@ -210,6 +214,7 @@ pub(crate) struct FeedEnds {
     batches: Sender<Batch>,
     spent: Receiver<Vec<u8>>,
     spent_bytes: Receiver<Wiped>,
+    waiting: Arc<AtomicBool>,
 }
 
 /// Spent record byte buffers that wait for reuse: one for each batch that can be in flight, so
@@ -223,10 +228,12 @@ impl PageFeed {
         let (batches_tx, batches) = crossbeam::channel::bounded(PREFETCH_DEPTH);
         let (spent, spent_rx) = crossbeam::channel::bounded(2 * READ_AHEAD_BYTES / 4096);
         let (spent_bytes, spent_bytes_rx) = crossbeam::channel::bounded(SPENT_BYTES_DEPTH);
+        let waiting = Arc::new(AtomicBool::new(false));
         let feed = PageFeed {
             batches,
             spent,
             spent_bytes,
+            waiting: Arc::clone(&waiting),
             pages: Vec::new().into_iter(),
             next: None,
             records: VecDeque::new(),
@@ -235,6 +242,7 @@ impl PageFeed {
             batches: batches_tx,
             spent: spent_rx,
             spent_bytes: spent_bytes_rx,
+            waiting,
         };
         (feed, ends)
     }
@@ -336,7 +344,16 @@ impl PageFeed {
             if let Some(p) = self.pages.next() {
                 return Some(p);
             }
-            let batch = self.batches.recv().ok()?;
+            let batch = match self.batches.try_recv() {
+                Ok(batch) => batch,
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {
+                    self.waiting.store(true, Ordering::Relaxed);
+                    let batch = self.batches.recv();
+                    self.waiting.store(false, Ordering::Relaxed);
+                    batch.ok()?
+                }
+            };
             self.pages = batch.pages.into_iter();
             if batch.records.made.is_empty() {
                 self.give_back_bytes(batch.records.bytes);
@@ -358,6 +375,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         batches,
         spent,
         spent_bytes,
+        waiting,
     } = ends;
     let geo = files.geo;
     let page_size = geo.page_size as usize;
@@ -374,7 +392,11 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            walker.walk(&prev.pages, &batch.pages, limit, decrypt, &mut prev.records);
+            // perrecord records are made here unless the cursor is already blocked waiting
+            // for a batch: an empty channel alone only says the cursor keeps up, and handing
+            // it the records then would load the busier thread with the AES work.
+            let make = !waiting.load(Ordering::Relaxed);
+            walker.walk(&prev.pages, &batch.pages, limit, make, &mut prev.records);
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
             }
@@ -575,7 +597,9 @@ impl<'a> Walker<'a> {
         let len = header.len as usize;
         let at = out.extend(len);
         let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
-        let verified = window.stream_bytes(geo, payload, out.bytes_mut(at)).is_some();
+        let verified = window
+            .stream_bytes(geo, payload, out.bytes_mut(at))
+            .is_some();
         if verified && format::record_crc(head, out.bytes_mut(at)) != header.crc {
             out.cut(at);
             return Some(());
@@ -583,7 +607,9 @@ impl<'a> Walker<'a> {
         if !verified {
             out.bytes_mut(at).fill(0);
         }
-        if keys.apply_keystream(key_id, &iv, out.bytes_mut(at)).is_err()
+        if keys
+            .apply_keystream(key_id, &iv, out.bytes_mut(at))
+            .is_err()
         {
             out.cut(at);
             return None;
