@@ -392,10 +392,12 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            // perrecord records are made here unless the cursor is already blocked waiting
-            // for a batch: an empty channel alone only says the cursor keeps up, and handing
-            // it the records then would load the busier thread with the AES work.
-            let make = !waiting.load(Ordering::Relaxed);
+            // perrecord records are made here unless the cursor is blocked waiting for a
+            // batch: an empty channel alone only says the cursor keeps up, and handing it the
+            // records then would load the busier thread with the AES work. One batch per wait:
+            // the flag is cleared here, since the woken cursor may not run (and clear it) before
+            // the next batch is ready.
+            let make = !waiting.swap(false, Ordering::Relaxed);
             walker.walk(&prev.pages, &batch.pages, limit, make, &mut prev.records);
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
