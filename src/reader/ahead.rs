@@ -1,16 +1,39 @@
 //! Reading ahead for crash recovery: segment bytes read in large chunks instead of one page
 //! per system call ([`ReadAhead`]), and a second thread that reads, checks and decrypts pages
-//! ahead of the cursor that parses them, and for perrecord logs generates each record's
-//! keystream ahead ([`prefetch_pages`], [`PageFeed`]).
+//! ahead of the cursor that parses them, and for perrecord logs checks each record's CRC and
+//! decrypts its payload ahead ([`prefetch_pages`], [`PageFeed`]).
 //!
 //! Both only change how bytes reach a [`Cursor`](super::Cursor), never what it decides: a page
 //! the prefetcher did not deliver (a header that does not check, a key that is not listed, a
 //! read that failed) is read again by the cursor itself, which then reports exactly what and
-//! where it always did. A keystream is used only for the record it was made for (same
-//! position, key id, IV and length) and only after the cursor verified that record's CRC;
-//! otherwise the record is decrypted as before. Recovery uses them because it holds the log
-//! directory: no writer changes the files under it, so a page read early is the page read
-//! late. Readers of live logs keep reading one page at a time.
+//! where it always did. Recovery uses them because it holds the log directory: no writer
+//! changes the files under it, so a page read early is the page read late. Readers of live
+//! logs keep reading one page at a time.
+//!
+//! For a perrecord record the prefetcher makes one of two things, kept in a per-batch buffer
+//! of its own (the page images stay ciphertext: the tail page goes back to the writer):
+//! * the record lies wholly in the pages it holds (the batch and the next): it computes the
+//!   CRC over the header and the stored payload and, only if it matches the header's, decrypts
+//!   the payload. The cursor, finding a record at that LSN with exactly those 32 header bytes,
+//!   still walks the record's pages (page loads, continuation lengths, in the same order) and
+//!   makes every other check, then copies the decrypted payload out instead of reading,
+//!   checksumming and decrypting it: the CRC verdict is the same because the bytes are.
+//! * the record runs past those pages (and is at most [`AHEAD_MAX_RECORD`]): its keystream,
+//!   which the cursor XORs in only after it verified the record's CRC itself.
+//!
+//! A record whose CRC does not match there gets nothing, and so does any record the prefetcher
+//! cannot follow: the cursor reads it as before and reports what it finds, at the same record,
+//! with the same error. No decrypted byte reaches the cursor before its CRC was verified.
+//!
+//! Memory (the bounds hold for any input): the prefetcher is at most six batches of
+//! [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor, and a replay holds at most
+//! about 2.5 MiB of pages ([`PREFETCH_DEPTH`]). The record buffers hold decrypted payloads and
+//! keystream of the records starting in one batch: at most 8 are alive (one per batch in
+//! flight or being filled, plus one), each of at most 1 MiB (its payloads are at most the batch
+//! and one record of up to [`AHEAD_MAX_RECORD`]); 8 MiB in the worst case, about 2 MiB with
+//! records of a few KiB. They are wiped (zeroized) before reuse and when dropped, and never
+//! reallocated in place: a buffer that must grow is copied into a larger one and the old one
+//! wiped. The payloads handed to the replay callback are the caller's.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,9 +55,8 @@ pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 /// Page batches in flight between the prefetching thread and the cursor. With the batch it
 /// holds back and the one it is reading, the prefetcher is at most six batches of
 /// [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor. With the recycled page buffers,
-/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; perrecord
-/// keystream adds at most the payload bytes of those pages plus one record of up to
-/// [`KEYSTREAM_MAX_RECORD`] per batch (4.5 MiB in the worst case, about 1.5 MiB in practice).
+/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; the
+/// perrecord record buffers add at most 8 MiB (see the module docs).
 pub(crate) const PREFETCH_DEPTH: usize = 4;
 /// Records with a longer payload get nothing made ahead; the cursor reads and decrypts them
 /// itself. It bounds what a damaged length field can make the prefetcher allocate.
@@ -366,8 +388,8 @@ impl PageFeed {
 
 /// The prefetching thread: reads the log's pages from the record boundary `from` to the end of
 /// the files in large reads, checks each page header against its position, decrypts pagelevel
-/// bodies, walks the record headers of perrecord logs to make each record's keystream, and
-/// sends all that in batches. A page that does not check is left out, and so is the rest of
+/// bodies, walks the record headers of perrecord logs to check and decrypt each record (or make
+/// its keystream), and sends all that in batches. A page that does not check is left out, and so is the rest of
 /// its segment (the cursor reads those itself and decides what they mean); the first failed
 /// read ends the prefetching. It also ends when the cursor's side is dropped.
 pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
@@ -481,11 +503,11 @@ fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
     }
 }
 
-/// Follows the record headers of a perrecord log through the prefetched pages and makes the
-/// keystream of each encrypted record. It needs no checksums: a keystream is only used for a
-/// record the cursor verified and that matches it. Anything it cannot follow (a header it
-/// cannot read or decode, a page that was not prefetched) ends the walk; the cursor then
-/// decrypts the remaining records itself.
+/// Follows the record headers of a perrecord log through the prefetched pages and, for each
+/// encrypted record, decrypts its payload once its CRC matched or makes its keystream (see the
+/// module docs). Anything it cannot follow (a header it cannot read or decode, a page that was
+/// not prefetched) ends the walk; the cursor then reads and decrypts the remaining records
+/// itself.
 struct Walker<'a> {
     files: &'a LogFiles,
     /// The next record boundary, or `None` when the walk ended (or the log is not perrecord).
@@ -501,8 +523,9 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// Walks the records that start before `limit` in `pages` (whose headers may run into
-    /// `next`), adding their keystreams to `out` if `make` (else the cursor decrypts them).
+    /// Walks the records that start before `limit` in `pages` (whose bytes may run into
+    /// `next`), adding what it makes for them to `out` if `make` (else the cursor reads and
+    /// decrypts them itself).
     fn walk(
         &mut self,
         pages: &[Prefetched],
@@ -530,7 +553,8 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// One record at `start`: its keystream if it is encrypted, and where the next starts.
+    /// One record at `start`: what is made for it if it is encrypted, and where the next
+    /// starts.
     fn step(
         &self,
         geo: Geometry,
