@@ -27,13 +27,15 @@
 //!
 //! Memory (the bounds hold for any input): the prefetcher is at most six batches of
 //! [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor, and a replay holds at most
-//! about 2.5 MiB of pages ([`PREFETCH_DEPTH`]). The record buffers hold decrypted payloads and
-//! keystream of the records starting in one batch: at most 8 are alive (one per batch in
-//! flight or being filled, plus one), each of at most 1 MiB (its payloads are at most the batch
-//! and one record of up to [`AHEAD_MAX_RECORD`]); 8 MiB in the worst case, about 2 MiB with
-//! records of a few KiB. They are wiped (zeroized) before reuse and when dropped, and never
-//! reallocated in place: a buffer that must grow is copied into a larger one and the old one
-//! wiped. The payloads handed to the replay callback are the caller's.
+//! about 2.5 MiB of pages ([`PREFETCH_DEPTH`]). A record buffer holds the decrypted payloads
+//! and keystreams of the records that start in one batch, which is at most the batch's bytes
+//! and one record running past it (at most the next batch, or [`AHEAD_MAX_RECORD`]): 768 KiB
+//! with pages of up to 256 KiB (a batch is [`READ_AHEAD_BYTES`]), twice the page size with
+//! larger pages (a batch is one page). At most 8 are alive: four in the channel, the one the
+//! prefetcher holds back and the one it fills, and the cursor's (the record it is at and the
+//! batch where that record ends). So 6 MiB at most with the default 8 KiB pages. They are
+//! wiped (zeroized) before reuse and when dropped, and never reallocated in place. The payloads
+//! handed to the replay callback are the caller's.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -159,9 +161,13 @@ impl Drop for Wiped {
 }
 
 impl Records {
-    /// A record list whose byte buffer is `bytes` (a spent one, wiped here, or a new one).
-    fn reusing(bytes: Option<Wiped>) -> Records {
-        let mut bytes = bytes.unwrap_or_default();
+    /// A record list whose byte buffer is `bytes` (a spent one, wiped here) if it has room
+    /// for `room` bytes, else a new one of that capacity.
+    fn reusing(bytes: Option<Wiped>, room: usize) -> Records {
+        let mut bytes = match bytes {
+            Some(bytes) if bytes.0.capacity() >= room => bytes,
+            _ => Wiped(Vec::with_capacity(room)),
+        };
         wipe(&mut bytes.0);
         Records {
             made: VecDeque::new(),
@@ -170,7 +176,8 @@ impl Records {
     }
 
     /// `len` more bytes (zeros) at the end of the buffer; returns where they start. The
-    /// buffer never reallocates in place: a larger one is made and the old one wiped.
+    /// buffer is made large enough for a batch's records (see [`prefetch_pages`]), and never
+    /// reallocates in place: should it be short, a larger one is made and the old one wiped.
     fn extend(&mut self, len: usize) -> usize {
         let bytes = &mut self.bytes.0;
         let at = bytes.len();
@@ -331,9 +338,18 @@ impl PageFeed {
         }
     }
 
+    /// Drops what was made for the record just handed out, and gives the batch's buffer back
+    /// once nothing is left in it, so the cursor holds at most two: that of the record it is
+    /// at and that of the batch where the record ends.
     fn pop_made(&mut self) {
-        if let Some(front) = self.records.front_mut() {
-            front.made.pop_front();
+        let Some(front) = self.records.front_mut() else {
+            return;
+        };
+        front.made.pop_front();
+        if front.made.is_empty()
+            && let Some(done) = self.records.pop_front()
+        {
+            self.give_back_bytes(done.bytes);
         }
     }
 
@@ -403,6 +419,10 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
     let page_size = geo.page_size as usize;
     let per_batch = (READ_AHEAD_BYTES / page_size).max(1);
     let mut chunk = vec![0u8; per_batch * page_size];
+    // What the records that start in one batch can need: those that end in it hold at most
+    // the batch's bytes; the last one adds at most the next batch (decrypted, when it ends
+    // there) or its keystream (at most `AHEAD_MAX_RECORD`).
+    let record_room = chunk.len() + chunk.len().max(AHEAD_MAX_RECORD);
     let mut walker = Walker::new(files, from);
     // Each batch is sent once the next one is read, so the record headers that run over its
     // last page can be walked.
@@ -468,7 +488,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             if !pages.is_empty() {
                 let batch = Batch {
                     pages,
-                    records: Records::reusing(spent_bytes.try_recv().ok()),
+                    records: Records::reusing(spent_bytes.try_recv().ok(), record_room),
                 };
                 if !send(batch, &mut walker) {
                     return;
