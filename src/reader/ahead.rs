@@ -33,8 +33,9 @@
 //! with pages of up to 256 KiB (a batch is [`READ_AHEAD_BYTES`]), twice the page size with
 //! larger pages (a batch is one page). At most 8 are alive: four in the channel, the one the
 //! prefetcher holds back and the one it fills, and the cursor's (the record it is at and the
-//! batch where that record ends). So 6 MiB at most with the default 8 KiB pages. They are
-//! wiped (zeroized) before reuse and when dropped, and never reallocated in place. The payloads
+//! batch where that record ends). So 6 MiB at most with the default 8 KiB pages. When a buffer
+//! is reused, its old bytes are overwritten by the new batch's or wiped (zeroized) before that
+//! batch is sent; it is wiped when dropped, and never reallocated in place. The payloads
 //! handed to the replay callback are the caller's.
 
 use std::collections::VecDeque;
@@ -141,11 +142,15 @@ struct Made {
 }
 
 /// What was made for the records that start in one batch of pages, in LSN order. The bytes
-/// are decrypted payloads and keystream: they are wiped before the buffer is reused and when
-/// it is dropped, and a buffer that must grow is copied into a larger one and the old wiped.
+/// are decrypted payloads and keystream: when the buffer is reused they are overwritten by the
+/// new batch's or wiped before it is sent, they are wiped when it is dropped, and a buffer
+/// that must grow is copied into a larger one and the old one wiped.
 struct Records {
     made: VecDeque<Made>,
     bytes: Wiped,
+    /// How many of the buffer's bytes hold this batch's records; any after them are a
+    /// previous batch's, until [`Records::finish`] wipes them.
+    used: usize,
 }
 
 /// A byte buffer wiped (zeroized) when it is dropped. Bytes are only ever written below its
@@ -161,50 +166,63 @@ impl Drop for Wiped {
 }
 
 impl Records {
-    /// A record list whose byte buffer is `bytes` (a spent one, wiped here) if it has room
-    /// for `room` bytes, else a new one of that capacity.
+    /// A record list whose byte buffer is `bytes` (a spent one) if it has room for `room`
+    /// bytes, else a new one of that capacity. A spent buffer's old bytes are overwritten by
+    /// the new records' or wiped when the batch is finished ([`Records::finish`]).
     fn reusing(bytes: Option<Wiped>, room: usize) -> Records {
-        let mut bytes = match bytes {
+        let bytes = match bytes {
             Some(bytes) if bytes.0.capacity() >= room => bytes,
             _ => Wiped(Vec::with_capacity(room)),
         };
-        wipe(&mut bytes.0);
         Records {
             made: VecDeque::new(),
             bytes,
+            used: 0,
         }
     }
 
-    /// `len` more bytes (zeros) at the end of the buffer; returns where they start. The
-    /// buffer is made large enough for a batch's records (see [`prefetch_pages`]), and never
-    /// reallocates in place: should it be short, a larger one is made and the old one wiped.
-    fn extend(&mut self, len: usize) -> usize {
-        let bytes = &mut self.bytes.0;
-        let at = bytes.len();
-        if at + len > bytes.capacity() {
-            let room = (at + len).max(2 * bytes.capacity()).max(READ_AHEAD_BYTES);
+    /// Room for `len` more bytes after those in use (old bytes or zeros, to be overwritten);
+    /// returns where it starts. The buffer is made large enough for a batch's records (see
+    /// [`prefetch_pages`]) and never reallocates in place: should it be short, a larger one is
+    /// made and the old one wiped.
+    fn slot(&mut self, len: usize) -> usize {
+        let at = self.used;
+        let end = at + len;
+        if end > self.bytes.0.capacity() {
+            let room = end.max(2 * self.bytes.0.capacity());
             let mut bigger = Vec::with_capacity(room);
-            bigger.extend_from_slice(bytes);
+            bigger.extend_from_slice(&self.bytes.0[..at]);
             // The old buffer is wiped as it drops.
             self.bytes = Wiped(bigger);
         }
-        self.bytes.0.resize(at + len, 0);
+        if end > self.bytes.0.len() {
+            self.bytes.0.resize(end, 0);
+        }
+        self.used = end;
         at
     }
 
-    /// Wipes and drops the bytes from `at` on.
+    /// The bytes of the slot at `at`, up to the end of those in use.
+    fn slot_mut(&mut self, at: usize) -> &mut [u8] {
+        &mut self.bytes.0[at..self.used]
+    }
+
+    /// Gives up the slot at `at` (and any after it), wiping it.
     fn cut(&mut self, at: usize) {
-        self.bytes.0[at..].zeroize();
-        self.bytes.0.truncate(at);
+        self.bytes.0[at..self.used].zeroize();
+        self.used = at;
+    }
+
+    /// Wipes what the buffer held beyond the bytes now in use (a previous batch's records),
+    /// before the batch is sent.
+    fn finish(&mut self) {
+        self.bytes.0[self.used..].zeroize();
+        self.bytes.0.truncate(self.used);
     }
 
     /// The bytes made for `made`.
     fn bytes_of(&self, made: &Made) -> &[u8] {
         &self.bytes.0[made.at..made.at + made.len]
-    }
-
-    fn bytes_mut(&mut self, at: usize) -> &mut [u8] {
-        &mut self.bytes.0[at..]
     }
 }
 
@@ -419,11 +437,15 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
     let page_size = geo.page_size as usize;
     let per_batch = (READ_AHEAD_BYTES / page_size).max(1);
     let mut chunk = vec![0u8; per_batch * page_size];
+    let mut walker = Walker::new(files, from);
     // What the records that start in one batch can need: those that end in it hold at most
     // the batch's bytes; the last one adds at most the next batch (decrypted, when it ends
-    // there) or its keystream (at most `AHEAD_MAX_RECORD`).
-    let record_room = chunk.len() + chunk.len().max(AHEAD_MAX_RECORD);
-    let mut walker = Walker::new(files, from);
+    // there) or its keystream (at most `AHEAD_MAX_RECORD`). Logs it does not walk need none.
+    let record_room = if walker.pos.is_some() {
+        chunk.len() + chunk.len().max(AHEAD_MAX_RECORD)
+    } else {
+        0
+    };
     // Each batch is sent once the next one is read, so the record headers that run over its
     // last page can be walked.
     let mut held: Option<Batch> = None;
@@ -441,6 +463,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             // the next batch is ready.
             let make = !waiting.swap(false, Ordering::Relaxed);
             walker.walk(&prev.pages, &batch.pages, limit, make, &mut prev.records);
+            prev.records.finish();
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
             }
@@ -502,6 +525,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
     }
     if let Some(mut last) = held.take() {
         walker.walk(&last.pages, &[], u64::MAX, true, &mut last.records);
+        last.records.finish();
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
     }
@@ -641,22 +665,18 @@ impl<'a> Walker<'a> {
         let (key_id, iv) = header.encryption?;
         let keys = self.files.keys.as_ref()?;
         let len = header.len as usize;
-        let at = out.extend(len);
+        let at = out.slot(len);
         let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
-        let verified = window
-            .stream_bytes(geo, payload, out.bytes_mut(at))
-            .is_some();
-        if verified && format::record_crc(head, out.bytes_mut(at)) != header.crc {
+        let slot = out.slot_mut(at);
+        let verified = window.stream_bytes(geo, payload, slot).is_some();
+        if verified && format::record_crc(head, slot) != header.crc {
             out.cut(at);
             return Some(());
         }
         if !verified {
-            out.bytes_mut(at).fill(0);
+            slot.fill(0);
         }
-        if keys
-            .apply_keystream(key_id, &iv, out.bytes_mut(at))
-            .is_err()
-        {
+        if keys.apply_keystream(key_id, &iv, slot).is_err() {
             out.cut(at);
             return None;
         }
