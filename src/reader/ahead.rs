@@ -456,13 +456,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            // perrecord records are made here unless the cursor is blocked waiting for a
-            // batch: an empty channel alone only says the cursor keeps up, and handing it the
-            // records then would load the busier thread with the AES work. One batch per wait:
-            // the flag is cleared here, since the woken cursor may not run (and clear it) before
-            // the next batch is ready.
-            let make = !waiting.swap(false, Ordering::Relaxed);
-            walker.walk(&prev.pages, &batch.pages, limit, make, &mut prev.records);
+            walker.walk(&prev.pages, &batch.pages, limit, Some(&waiting), &mut prev.records);
             prev.records.finish();
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
@@ -524,7 +518,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         page = seg_end;
     }
     if let Some(mut last) = held.take() {
-        walker.walk(&last.pages, &[], u64::MAX, true, &mut last.records);
+        walker.walk(&last.pages, &[], u64::MAX, None, &mut last.records);
         last.records.finish();
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
@@ -568,14 +562,14 @@ impl<'a> Walker<'a> {
     }
 
     /// Walks the records that start before `limit` in `pages` (whose bytes may run into
-    /// `next`), adding what it makes for them to `out` if `make` (else the cursor reads and
-    /// decrypts them itself).
+    /// `next`), adding what it makes for them to `out` until `waiting` says the cursor is
+    /// blocked waiting for them (it then reads and decrypts the rest itself).
     fn walk(
         &mut self,
         pages: &[Prefetched],
         next: &[Prefetched],
         limit: u64,
-        make: bool,
+        waiting: Option<&AtomicBool>,
         out: &mut Records,
     ) {
         let geo = self.files.geo;
@@ -583,7 +577,16 @@ impl<'a> Walker<'a> {
             batches: [pages, next],
             hint: (0, 0),
         };
+        let mut make = true;
         while let Some(pos) = self.pos {
+            // Records are made here until the cursor is found blocked waiting for this batch:
+            // then the rest of it goes as read and the cursor does their AES work, so the two
+            // threads share it record by record. An empty channel alone would only say the
+            // cursor keeps up. The flag is cleared here, since the woken cursor may not run
+            // (and clear it) before the next batch is ready.
+            if make && waiting.is_some_and(|w| w.load(Ordering::Relaxed)) {
+                make = !waiting.is_some_and(|w| w.swap(false, Ordering::Relaxed));
+            }
             // Only a position at a page or segment start has headers to skip.
             let start = if pos % geo.page_size == 0 {
                 geo.skip_headers(pos)
