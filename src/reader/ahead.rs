@@ -61,6 +61,10 @@ pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 /// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; the
 /// perrecord record buffers add at most 8 MiB (see the module docs).
 pub(crate) const PREFETCH_DEPTH: usize = 4;
+/// The granularity at which the AES work of a perrecord replay is shared between the threads,
+/// and the largest share the cursor takes on.
+const SHARE_STEPS: u32 = 16;
+const SHARE_MAX: u32 = 12;
 /// Records with a longer payload get nothing made ahead; the cursor reads and decrypts them
 /// itself. It bounds what a damaged length field can make the prefetcher allocate.
 pub(crate) const AHEAD_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
@@ -456,7 +460,15 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            walker.walk(&prev.pages, &batch.pages, limit, Some(&waiting), &mut prev.records);
+            // The cursor blocked waiting for a batch since the last one was sent: the pipeline
+            // waits for this thread, so the cursor takes a larger share of the AES work;
+            // otherwise a smaller one.
+            if waiting.swap(false, Ordering::Relaxed) {
+                walker.share = (walker.share + 1).min(SHARE_MAX);
+            } else {
+                walker.share = walker.share.saturating_sub(1);
+            }
+            walker.walk(&prev.pages, &batch.pages, limit, &mut prev.records);
             prev.records.finish();
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
@@ -518,7 +530,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         page = seg_end;
     }
     if let Some(mut last) = held.take() {
-        walker.walk(&last.pages, &[], u64::MAX, None, &mut last.records);
+        walker.walk(&last.pages, &[], u64::MAX, &mut last.records);
         last.records.finish();
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
@@ -548,6 +560,13 @@ fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
 /// itself.
 struct Walker<'a> {
     files: &'a LogFiles,
+    /// How many of every [`SHARE_STEPS`] records the walk leaves to the cursor (which then
+    /// reads and decrypts them itself), adjusted per batch so that neither thread waits for
+    /// the other: an empty channel alone says only that the cursor keeps up, not that it
+    /// has time to spare.
+    share: u32,
+    /// Carries the spreading of left records from one record and batch to the next.
+    spread: u32,
     /// The next record boundary, or `None` when the walk ended (or the log is not perrecord).
     pos: Option<u64>,
 }
@@ -557,35 +576,27 @@ impl<'a> Walker<'a> {
         let walks = files.mode.is_per_record() && !files.mode.is_authenticated();
         Walker {
             files,
+            share: 0,
+            spread: 0,
             pos: walks.then_some(from),
         }
     }
 
     /// Walks the records that start before `limit` in `pages` (whose bytes may run into
-    /// `next`), adding what it makes for them to `out` until `waiting` says the cursor is
-    /// blocked waiting for them (it then reads and decrypts the rest itself).
-    fn walk(
-        &mut self,
-        pages: &[Prefetched],
-        next: &[Prefetched],
-        limit: u64,
-        waiting: Option<&AtomicBool>,
-        out: &mut Records,
-    ) {
+    /// `next`), adding what it makes for them to `out`, but for `share` of every
+    /// [`SHARE_STEPS`] records (the cursor reads and decrypts those itself).
+    fn walk(&mut self, pages: &[Prefetched], next: &[Prefetched], limit: u64, out: &mut Records) {
         let geo = self.files.geo;
         let mut window = Window {
             batches: [pages, next],
             hint: (0, 0),
         };
-        let mut make = true;
         while let Some(pos) = self.pos {
-            // Records are made here until the cursor is found blocked waiting for this batch:
-            // then the rest of it goes as read and the cursor does their AES work, so the two
-            // threads share it record by record. An empty channel alone would only say the
-            // cursor keeps up. The flag is cleared here, since the woken cursor may not run
-            // (and clear it) before the next batch is ready.
-            if make && waiting.is_some_and(|w| w.load(Ordering::Relaxed)) {
-                make = !waiting.is_some_and(|w| w.swap(false, Ordering::Relaxed));
+            // `share` of every SHARE_STEPS records are left to the cursor, spread evenly.
+            self.spread += self.share;
+            let make = self.spread < SHARE_STEPS;
+            if !make {
+                self.spread -= SHARE_STEPS;
             }
             // Only a position at a page or segment start has headers to skip.
             let start = if pos % geo.page_size == 0 {
