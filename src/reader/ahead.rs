@@ -23,7 +23,9 @@
 //!
 //! A record whose CRC does not match there gets nothing, and so does any record the prefetcher
 //! cannot follow: the cursor reads it as before and reports what it finds, at the same record,
-//! with the same error. No decrypted byte reaches the cursor before its CRC was verified.
+//! with the same error. No decrypted byte reaches the cursor before its CRC was verified. The
+//! prefetcher also leaves an adaptive share of the records to the cursor (see `Walker`), so
+//! that when it is the slower thread the cursor takes on part of the AES work.
 //!
 //! Memory (the bounds hold for any input): the prefetcher is at most six batches of
 //! [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor, and a replay holds at most
