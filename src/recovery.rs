@@ -185,12 +185,13 @@ fn replay_records(
 }
 
 /// Replays in two stages on two threads. A prefetching thread (`reader::ahead`) reads pages in
-/// large chunks, checks their headers, decrypts pagelevel bodies and makes the keystream of
-/// each perrecord record; the caller's thread parses records, checks their CRCs, decrypts them
-/// with that keystream (an XOR) and applies them, in LSN order. The AES work encryption adds
-/// to a replay thus runs beside the parsing and applying, on the thread that a plaintext replay
-/// leaves nearly idle; when the caller's thread is the one waiting, the prefetcher leaves
-/// decryption to it (see `prefetch_pages`).
+/// large chunks, checks their headers, decrypts pagelevel bodies and, for perrecord logs,
+/// checks each record's CRC and decrypts its payload into buffers of its own (or makes its
+/// keystream); the caller's thread parses records, makes every other check, takes the
+/// decrypted payloads (or checks the CRC and decrypts itself) and applies them, in LSN order.
+/// The AES work encryption adds to a replay thus runs beside the parsing and applying, on the
+/// thread that a plaintext replay leaves nearly idle; how the two threads share it is in
+/// `prefetch_pages`.
 fn replay_prefetched(
     cursor: Cursor<'_>,
     files: &LogFiles,
@@ -198,9 +199,9 @@ fn replay_prefetched(
     deliver: &mut impl FnMut(Stored) -> Result<()>,
 ) -> Result<ScanEnd> {
     let from = cursor.position();
-    let (feed, batches, spent) = PageFeed::channels();
+    let (feed, ends) = PageFeed::channels();
     std::thread::scope(|scope| {
-        let prefetcher = scope.spawn(move || prefetch_pages(files, from, batches, spent));
+        let prefetcher = scope.spawn(move || prefetch_pages(files, from, ends));
         // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
         // thread's next send fails and it returns: the join below (or the scope's own wait
         // when `deliver` panicked) cannot block on it.

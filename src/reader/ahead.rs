@@ -1,42 +1,61 @@
 //! Reading ahead for crash recovery: segment bytes read in large chunks instead of one page
 //! per system call ([`ReadAhead`]), and a second thread that reads, checks and decrypts pages
-//! ahead of the cursor that parses them, and for perrecord logs generates each record's
-//! keystream ahead ([`prefetch_pages`], [`PageFeed`]).
+//! ahead of the cursor that parses them, and for perrecord logs checks each record's CRC and
+//! decrypts its payload ahead ([`prefetch_pages`], [`PageFeed`]).
 //!
 //! Both only change how bytes reach a [`Cursor`](super::Cursor), never what it decides: a page
 //! the prefetcher did not deliver (a header that does not check, a key that is not listed, a
 //! read that failed) is read again by the cursor itself, which then reports exactly what and
-//! where it always did. A keystream is used only for the record it was made for (same
-//! position, key id, IV and length) and only after the cursor verified that record's CRC;
-//! otherwise the record is decrypted as before. Recovery uses them because it holds the log
-//! directory: no writer changes the files under it, so a page read early is the page read
-//! late. Readers of live logs keep reading one page at a time.
+//! where it always did. Recovery uses them because it holds the log directory: no writer
+//! changes the files under it, so a page read early is the page read late. Readers of live
+//! logs keep reading one page at a time.
+//!
+//! For a perrecord record the prefetcher makes one of two things, kept in a per-batch buffer
+//! of its own (the page images stay ciphertext: the tail page goes back to the writer):
+//! * the record lies wholly in the pages it holds (the batch and the next): it computes the
+//!   CRC over the header and the stored payload and, only if it matches the header's, decrypts
+//!   the payload. The cursor, finding a record at that LSN with exactly those 32 header bytes,
+//!   still walks the record's pages (page loads, continuation lengths, in the same order) and
+//!   makes every other check, then copies the decrypted payload out instead of reading,
+//!   checksumming and decrypting it: the CRC verdict is the same because the bytes are.
+//! * the record runs past those pages (and is at most [`AHEAD_MAX_RECORD`]): its keystream,
+//!   which the cursor XORs in only after it verified the record's CRC itself.
+//!
+//! A record whose CRC does not match there gets nothing, and so does any record the prefetcher
+//! cannot follow: the cursor reads it as before and reports what it finds, at the same record,
+//! with the same error. No decrypted byte reaches the cursor before its CRC was verified. The
+//! prefetcher also leaves an adaptive share of the records to the cursor (see `Walker`), so
+//! that when it is the slower thread the cursor takes on part of the AES work.
+//!
+//! Memory (the bounds hold for any input): the prefetcher is at most six batches of
+//! [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor, and a replay holds at most
+//! about 2.5 MiB of pages ([`PREFETCH_DEPTH`]). A record buffer holds the decrypted payloads
+//! and keystreams of the records that start in one batch, which is at most the batch's bytes
+//! and one record running past it (at most the next batch, or [`AHEAD_MAX_RECORD`]): 768 KiB
+//! with pages of up to 256 KiB (a batch is [`READ_AHEAD_BYTES`]), twice the page size with
+//! larger pages (a batch is one page). At most 8 are alive: four in the channel, the one the
+//! prefetcher holds back and the one it fills, and the cursor's (the record it is at and the
+//! batch where that record ends). So 6 MiB at most with the default 8 KiB pages. When a buffer
+//! is reused, its old bytes are overwritten by the new batch's or wiped (zeroized) before that
+//! batch is sent; it is wiped when dropped, and never reallocated in place. The payloads
+//! handed to the replay callback are the caller's.
 
 use std::collections::VecDeque;
 
-use crossbeam::channel::{Receiver, Sender};
-
 use super::files::{LogFiles, check_page_header, read_full};
-use crate::crypto::IV_LEN;
-use crate::format::{
-    self, Geometry, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
-    RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
-};
+use super::made::{AHEAD_MAX_RECORD, Made, Records, SHARE_MAX, Walker, Wiped};
+use crate::format::{PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
 use crate::storage::StorageFile;
+use crossbeam::channel::{Receiver, Sender};
 
 /// Bytes one read-ahead system call asks for (32 pages of 8 KiB).
 pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 /// Page batches in flight between the prefetching thread and the cursor. With the batch it
 /// holds back and the one it is reading, the prefetcher is at most six batches of
 /// [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor. With the recycled page buffers,
-/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; perrecord
-/// keystream adds at most the payload bytes of those pages plus one record of up to
-/// [`KEYSTREAM_MAX_RECORD`] per batch (4.5 MiB in the worst case, about 1.5 MiB in practice).
+/// its read buffer and the cursor's, a replay holds at most about 2.5 MiB of pages; the
+/// perrecord record buffers add at most 6 MiB with 8 KiB pages (see the module docs).
 pub(crate) const PREFETCH_DEPTH: usize = 4;
-/// Records with a longer payload get no keystream ahead; the cursor decrypts them itself. It
-/// bounds what a damaged length field can make the prefetcher allocate.
-pub(crate) const KEYSTREAM_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
-
 /// A window of one segment file's bytes, refilled with one large read when a page outside it
 /// is asked for.
 pub(crate) struct ReadAhead {
@@ -98,87 +117,136 @@ pub(crate) struct Prefetched {
     pub(crate) encrypted: bool,
 }
 
-/// The keystream made ahead for one perrecord record.
-struct Keystream {
-    /// Where the record starts.
-    lsn: u64,
-    key_id: u32,
-    iv: [u8; IV_LEN],
-    /// Where in its batch's keystream bytes, and how long (the payload length).
-    at: usize,
-    len: usize,
-}
-
-/// Keystream for the records that start in one batch of pages, in LSN order.
-#[derive(Default)]
-struct Keystreams {
-    records: VecDeque<Keystream>,
-    bytes: Vec<u8>,
-}
-
-/// What the prefetching thread sends: pages in ascending order and the keystreams of the
+/// What the prefetching thread sends: pages in ascending order and what was made for the
 /// perrecord records that start in them.
 pub(crate) struct Batch {
     pages: Vec<Prefetched>,
-    keystreams: Keystreams,
+    records: Records,
 }
 
 /// The cursor's end of the prefetching thread: pages in ascending order, some possibly
-/// missing (those the cursor reads itself), and keystreams for records.
+/// missing (those the cursor reads itself), and decrypted payloads or keystreams for records.
 pub(crate) struct PageFeed {
     batches: Receiver<Batch>,
     /// Page buffers the cursor is done with, back to the prefetcher.
     spent: Sender<Vec<u8>>,
+    /// Record byte buffers the cursor is done with, back to the prefetcher, which wipes them
+    /// before reuse (so the wiping costs the cursor nothing).
+    spent_bytes: Sender<Wiped>,
     pages: std::vec::IntoIter<Prefetched>,
     next: Option<Prefetched>,
-    keystreams: VecDeque<Keystreams>,
+    records: VecDeque<Records>,
 }
+
+/// The prefetcher's ends of the channels to a [`PageFeed`].
+pub(crate) struct FeedEnds {
+    batches: Sender<Batch>,
+    spent: Receiver<Vec<u8>>,
+    spent_bytes: Receiver<Wiped>,
+}
+
+/// Spent record byte buffers that wait for reuse: one for each batch that can be in flight, so
+/// the cursor never has to drop (and wipe) one itself.
+const SPENT_BYTES_DEPTH: usize = PREFETCH_DEPTH + 2;
 
 impl PageFeed {
     /// The channels between a cursor and [`prefetch_pages`]: the feed, and the prefetcher's
     /// ends.
-    pub(crate) fn channels() -> (PageFeed, Sender<Batch>, Receiver<Vec<u8>>) {
+    pub(crate) fn channels() -> (PageFeed, FeedEnds) {
         let (batches_tx, batches) = crossbeam::channel::bounded(PREFETCH_DEPTH);
         let (spent, spent_rx) = crossbeam::channel::bounded(2 * READ_AHEAD_BYTES / 4096);
+        let (spent_bytes, spent_bytes_rx) = crossbeam::channel::bounded(SPENT_BYTES_DEPTH);
         let feed = PageFeed {
             batches,
             spent,
+            spent_bytes,
             pages: Vec::new().into_iter(),
             next: None,
-            keystreams: VecDeque::new(),
+            records: VecDeque::new(),
         };
-        (feed, batches_tx, spent_rx)
+        let ends = FeedEnds {
+            batches: batches_tx,
+            spent: spent_rx,
+            spent_bytes: spent_bytes_rx,
+        };
+        (feed, ends)
     }
 
-    /// Decrypts `stored`, the CRC-verified payload of the record at `lsn`, with the keystream
-    /// made ahead for exactly this record (key id, IV and length). False when there is none:
-    /// the caller then decrypts it as usual. Keystreams of records before `lsn` are dropped.
-    pub(crate) fn decrypt(
-        &mut self,
-        lsn: u64,
-        key_id: u32,
-        iv: &[u8; IV_LEN],
-        stored: &mut [u8],
-    ) -> bool {
-        while let Some(front) = self.keystreams.front_mut() {
-            while front.records.front().is_some_and(|k| k.lsn < lsn) {
-                front.records.pop_front();
+    /// What was made for the record at `lsn` whose header is `head`, if anything; what was
+    /// made for records before `lsn` is dropped.
+    fn made_for(&mut self, lsn: u64, head: &[u8]) -> Option<(&Made, &[u8])> {
+        loop {
+            let front = self.records.front_mut()?;
+            while front.made.front().is_some_and(|m| m.lsn < lsn) {
+                front.made.pop_front();
             }
-            let Some(k) = front.records.front() else {
-                self.keystreams.pop_front();
+            if front.made.is_empty() {
+                if let Some(done) = self.records.pop_front() {
+                    self.give_back_bytes(done.bytes);
+                }
                 continue;
-            };
-            if k.lsn != lsn || k.key_id != key_id || k.iv != *iv || k.len != stored.len() {
-                return false;
             }
-            let stream = &front.bytes[k.at..k.at + k.len];
-            for (b, s) in stored.iter_mut().zip(stream) {
-                *b ^= s;
-            }
-            front.records.pop_front();
-            return true;
+            break;
         }
-        false
+        let front = self.records.front()?;
+        let made = front.made.front()?;
+        (made.lsn == lsn && made.head[..] == *head).then(|| (made, front.bytes_of(made)))
+    }
+
+    /// Whether the prefetcher verified the CRC of the record at `lsn`, whose header bytes are
+    /// `head`, and decrypted its payload: then [`PageFeed::take_plaintext`] hands it out.
+    pub(crate) fn verified(&mut self, lsn: u64, head: &[u8]) -> bool {
+        self.made_for(lsn, head).is_some_and(|(m, _)| m.verified)
+    }
+
+    /// Appends the payload of the record at `lsn` (header `head`), decrypted by the prefetcher
+    /// after its CRC matched, to `out`. False when there is none.
+    pub(crate) fn take_plaintext(&mut self, lsn: u64, head: &[u8], out: &mut Vec<u8>) -> bool {
+        match self.made_for(lsn, head) {
+            Some((made, plain)) if made.verified => out.extend_from_slice(plain),
+            _ => return false,
+        }
+        self.pop_made();
+        true
+    }
+
+    /// Decrypts `stored`, the CRC-verified payload of the record at `lsn` whose header bytes
+    /// are `head`, with the keystream made ahead for exactly this record. False when there is
+    /// none: the caller then decrypts it as usual.
+    pub(crate) fn decrypt(&mut self, lsn: u64, head: &[u8], stored: &mut [u8]) -> bool {
+        match self.made_for(lsn, head) {
+            Some((made, stream)) if !made.verified && made.len == stored.len() => {
+                for (b, s) in stored.iter_mut().zip(stream) {
+                    *b ^= s;
+                }
+            }
+            _ => return false,
+        }
+        self.pop_made();
+        true
+    }
+
+    /// Returns a record byte buffer to the prefetcher, which wipes it before reuse; one that
+    /// was never used is simply dropped.
+    fn give_back_bytes(&self, bytes: Wiped) {
+        if bytes.is_allocated() {
+            let _ = self.spent_bytes.try_send(bytes);
+        }
+    }
+
+    /// Drops what was made for the record just handed out, and gives the batch's buffer back
+    /// once nothing is left in it, so the cursor holds at most two: that of the record it is
+    /// at and that of the batch where the record ends.
+    fn pop_made(&mut self) {
+        let Some(front) = self.records.front_mut() else {
+            return;
+        };
+        front.made.pop_front();
+        if front.made.is_empty()
+            && let Some(done) = self.records.pop_front()
+        {
+            self.give_back_bytes(done.bytes);
+        }
     }
 
     /// The prefetched page at `page`, if the prefetcher delivered it; pages before it are
@@ -212,8 +280,10 @@ impl PageFeed {
             }
             let batch = self.batches.recv().ok()?;
             self.pages = batch.pages.into_iter();
-            if !batch.keystreams.records.is_empty() {
-                self.keystreams.push_back(batch.keystreams);
+            if batch.records.made.is_empty() {
+                self.give_back_bytes(batch.records.bytes);
+            } else {
+                self.records.push_back(batch.records);
             }
         }
     }
@@ -221,21 +291,30 @@ impl PageFeed {
 
 /// The prefetching thread: reads the log's pages from the record boundary `from` to the end of
 /// the files in large reads, checks each page header against its position, decrypts pagelevel
-/// bodies, walks the record headers of perrecord logs to make each record's keystream, and
-/// sends all that in batches. A page that does not check is left out, and so is the rest of
-/// its segment (the cursor reads those itself and decides what they mean); the first failed
-/// read ends the prefetching. It also ends when the cursor's side is dropped.
-pub(crate) fn prefetch_pages(
-    files: &LogFiles,
-    from: u64,
-    batches: Sender<Batch>,
-    spent: Receiver<Vec<u8>>,
-) {
+/// bodies, walks the record headers of perrecord logs to check and decrypt each record (or
+/// make its keystream), and sends all that in batches. A page that does not check is left out,
+/// and so is the rest of its segment (the cursor reads those itself and decides what they
+/// mean); the first failed read ends the prefetching. It also ends when the cursor's side is
+/// dropped.
+pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
+    let FeedEnds {
+        batches,
+        spent,
+        spent_bytes,
+    } = ends;
     let geo = files.geo;
     let page_size = geo.page_size as usize;
     let per_batch = (READ_AHEAD_BYTES / page_size).max(1);
     let mut chunk = vec![0u8; per_batch * page_size];
     let mut walker = Walker::new(files, from);
+    // What the records that start in one batch can need: those that end in it hold at most
+    // the batch's bytes; the last one adds at most the next batch (decrypted, when it ends
+    // there) or its keystream (at most `AHEAD_MAX_RECORD`). Logs it does not walk need none.
+    let record_room = if walker.walks() {
+        chunk.len() + chunk.len().max(AHEAD_MAX_RECORD)
+    } else {
+        0
+    };
     // Each batch is sent once the next one is read, so the record headers that run over its
     // last page can be walked.
     let mut held: Option<Batch> = None;
@@ -246,13 +325,19 @@ pub(crate) fn prefetch_pages(
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
             let decrypt = !batches.is_empty();
-            walker.walk(
-                &prev.pages,
-                &batch.pages,
-                limit,
-                decrypt,
-                &mut prev.keystreams,
-            );
+            // No batch queued: the cursor keeps up with this thread (or waits for it), so it
+            // takes a larger share of the AES work; half the channel or more queued: a smaller
+            // one. Kept so, the cursor seldom blocks. Handing it records only once it had
+            // blocked was measured worse: in bulk it then waited about 280 µs at a time, for
+            // four batches, while the two threads ran in turn rather than side by side.
+            let queued = batches.len();
+            if queued == 0 {
+                walker.share = (walker.share + 1).min(SHARE_MAX);
+            } else if queued >= PREFETCH_DEPTH / 2 {
+                walker.share = walker.share.saturating_sub(1);
+            }
+            walker.walk(&prev.pages, &batch.pages, limit, &mut prev.records);
+            prev.records.finish();
             if decrypt {
                 decrypt_pages(files, &mut prev.pages);
             }
@@ -300,7 +385,7 @@ pub(crate) fn prefetch_pages(
             if !pages.is_empty() {
                 let batch = Batch {
                     pages,
-                    keystreams: Keystreams::default(),
+                    records: Records::reusing(spent_bytes.try_recv().ok(), record_room),
                 };
                 if !send(batch, &mut walker) {
                     return;
@@ -313,7 +398,8 @@ pub(crate) fn prefetch_pages(
         page = seg_end;
     }
     if let Some(mut last) = held.take() {
-        walker.walk(&last.pages, &[], u64::MAX, true, &mut last.keystreams);
+        walker.walk(&last.pages, &[], u64::MAX, &mut last.records);
+        last.records.finish();
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
     }
@@ -332,166 +418,6 @@ fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
         {
             p.encrypted = false;
         }
-    }
-}
-
-/// Follows the record headers of a perrecord log through the prefetched pages and makes the
-/// keystream of each encrypted record. It needs no checksums: a keystream is only used for a
-/// record the cursor verified and that matches it. Anything it cannot follow (a header it
-/// cannot read or decode, a page that was not prefetched) ends the walk; the cursor then
-/// decrypts the remaining records itself.
-struct Walker<'a> {
-    files: &'a LogFiles,
-    /// The next record boundary, or `None` when the walk ended (or the log is not perrecord).
-    pos: Option<u64>,
-}
-
-impl<'a> Walker<'a> {
-    fn new(files: &'a LogFiles, from: u64) -> Walker<'a> {
-        let walks = files.mode.is_per_record() && !files.mode.is_authenticated();
-        Walker {
-            files,
-            pos: walks.then_some(from),
-        }
-    }
-
-    /// Walks the records that start before `limit` in `pages` (whose headers may run into
-    /// `next`), adding their keystreams to `out` if `make` (else the cursor decrypts them).
-    fn walk(
-        &mut self,
-        pages: &[Prefetched],
-        next: &[Prefetched],
-        limit: u64,
-        make: bool,
-        out: &mut Keystreams,
-    ) {
-        let geo = self.files.geo;
-        let mut window = Window {
-            batches: [pages, next],
-            hint: (0, 0),
-        };
-        while let Some(pos) = self.pos {
-            // Only a position at a page or segment start has headers to skip.
-            let start = if pos % geo.page_size == 0 {
-                geo.skip_headers(pos)
-            } else {
-                pos
-            };
-            if start >= limit {
-                return;
-            }
-            self.pos = self.step(geo, start, &mut window, make, out);
-        }
-    }
-
-    /// One record at `start`: its keystream if it is encrypted, and where the next starts.
-    fn step(
-        &self,
-        geo: Geometry,
-        start: u64,
-        window: &mut Window<'_>,
-        make: bool,
-        out: &mut Keystreams,
-    ) -> Option<u64> {
-        let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
-        let page = geo.page_start(start);
-        let in_page = (start - page) as usize;
-        let page_size = geo.page_size as usize;
-        // Most headers lie within one page: read them straight from it.
-        let hlen = match window.page(page) {
-            Some(image) if in_page + RECORD_HEADER_ENCRYPTED <= page_size => {
-                let flags = image[in_page + format::REC_FLAGS_AT];
-                let hlen = format::header_len_for_flags(flags);
-                head[..hlen].copy_from_slice(&image[in_page..in_page + hlen]);
-                hlen
-            }
-            _ => {
-                window.stream_bytes(geo, start, &mut head[..RECORD_HEADER_PLAIN])?;
-                let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
-                window.stream_bytes(geo, start, &mut head[..hlen])?;
-                hlen
-            }
-        };
-        let header = RecordHeader::decode(&head[..hlen]).ok()?;
-        if header.flags & RECORD_FLAG_SWITCH != 0 {
-            return Some(geo.after_switch(start, (hlen + header.len as usize) as u64));
-        }
-        let len = header.len as usize;
-        if let Some((key_id, iv)) = header.encryption
-            && make
-            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
-            && len <= KEYSTREAM_MAX_RECORD
-        {
-            let keys = self.files.keys.as_ref()?;
-            let at = out.bytes.len();
-            out.bytes.resize(at + len, 0);
-            if keys
-                .apply_keystream(key_id, &iv, &mut out.bytes[at..])
-                .is_err()
-            {
-                out.bytes.truncate(at);
-                return None;
-            }
-            out.records.push_back(Keystream {
-                lsn: start,
-                key_id,
-                iv,
-                at,
-                len,
-            });
-        }
-        let total = hlen + len;
-        if in_page + total < page_size {
-            // Ends inside the same page, short of its end: the next record starts right here.
-            return Some(start + total as u64);
-        }
-        Some(geo.advance(start, total as u64))
-    }
-}
-
-/// The prefetched pages a walk reads record headers from: one batch and the next.
-struct Window<'p> {
-    batches: [&'p [Prefetched]; 2],
-    /// The batch and index of the page found last: most headers are on the same page or the
-    /// next, so a lookup rarely needs a search.
-    hint: (usize, usize),
-}
-
-impl<'p> Window<'p> {
-    fn page(&mut self, page: u64) -> Option<&'p [u8]> {
-        let (b, i) = self.hint;
-        for (b, i) in [(b, i), (b, i + 1), (b + 1, 0)] {
-            if let Some(p) = self.batches.get(b).and_then(|pages| pages.get(i))
-                && p.lsn == page
-            {
-                self.hint = (b, i);
-                return Some(&p.image);
-            }
-        }
-        for (b, pages) in self.batches.iter().enumerate() {
-            if let Ok(i) = pages.binary_search_by_key(&page, |p| p.lsn) {
-                self.hint = (b, i);
-                return Some(&pages[i].image);
-            }
-        }
-        None
-    }
-
-    /// Copies the record stream's bytes from `pos` (skipping page and segment headers);
-    /// `None` if a page is not in the window.
-    fn stream_bytes(&mut self, geo: Geometry, mut pos: u64, out: &mut [u8]) -> Option<()> {
-        let mut done = 0;
-        while done < out.len() {
-            pos = geo.skip_headers(pos);
-            let page = geo.page_start(pos);
-            let image = self.page(page)?;
-            let in_page = (pos - page) as usize;
-            let n = (out.len() - done).min(image.len() - in_page);
-            out[done..done + n].copy_from_slice(&image[in_page..in_page + n]);
-            done += n;
-            pos += n as u64;
-        }
-        Some(())
     }
 }
 

@@ -252,23 +252,16 @@ impl<'a> Cursor<'a> {
     fn read_record(&mut self, start: u64) -> Try<Stored> {
         let mut pos = start;
         let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
-        if let Err(inv) =
-            self.read_into(&mut pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)?
-        {
-            return Ok(Err(inv));
-        }
-        let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
-        if hlen > RECORD_HEADER_PLAIN
-            && let Err(inv) = self.read_into(
-                &mut pos,
-                &mut head[RECORD_HEADER_PLAIN..hlen],
-                start,
-                RECORD_HEADER_PLAIN,
-                None,
-            )?
-        {
-            return Ok(Err(inv));
-        }
+        let hlen = match self.header_in_loaded_page(start, &mut head) {
+            Some(hlen) => {
+                pos += hlen as u64;
+                hlen
+            }
+            None => match self.read_header(&mut pos, &mut head, start)? {
+                Ok(hlen) => hlen,
+                Err(inv) => return Ok(Err(inv)),
+            },
+        };
         let header = match RecordHeader::decode(&head[..hlen]) {
             Ok(h) => h,
             Err(what) => {
@@ -280,30 +273,25 @@ impl<'a> Cursor<'a> {
             }
         };
         let total = (hlen + header.len as usize) as u64;
-        // Grow the payload as pages are actually read, so an absurd length never allocates
-        // more than the files hold.
+        // A record whose CRC the prefetcher verified over these header bytes and the payload of
+        // the same pages: the cursor still walks its pages (page loads, continuation lengths)
+        // but leaves the bytes where they are and takes the decrypted payload below.
+        let ahead = header.encryption.is_some()
+            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
+            && self
+                .feed
+                .as_mut()
+                .is_some_and(|feed| feed.verified(start, &head[..hlen]));
         let mut stored = Vec::new();
-        let mut left = header.len as usize;
-        let mut consumed = hlen;
-        while left > 0 {
-            let chunk = left.min(self.files.geo.body_len() as usize);
-            let at = stored.len();
-            stored.resize(at + chunk, 0);
-            if let Err(inv) =
-                self.read_into(&mut pos, &mut stored[at..], start, consumed, Some(total))?
-            {
+        if ahead {
+            let len = header.len as usize;
+            if let Err(inv) = self.pass_over(&mut pos, len, start, hlen, total)? {
                 return Ok(Err(inv));
             }
-            left -= chunk;
-            consumed += chunk;
-        }
-        let crc = format::record_crc(&head[..hlen], &stored);
-        if crc != header.crc {
-            let kind = CorruptionKind::RecordChecksum {
-                expected: header.crc,
-                got: crc,
-            };
-            return Ok(Err(invalid(start, start, kind)));
+        } else if let Err(inv) =
+            self.read_payload(&mut pos, &head[..hlen], &header, start, &mut stored)?
+        {
+            return Ok(Err(inv));
         }
         let mode = self.files.mode;
         let control = header.flags & RECORD_FLAGS_CONTROL != 0;
@@ -334,12 +322,24 @@ impl<'a> Cursor<'a> {
             self.listed = Some((segment, key_id));
         }
         let mut header = header;
-        if let Some((key_id, iv)) = header.encryption
+        if let Some(feed) = self.feed.as_mut()
+            && header.encryption.is_some()
             && header.flags & RECORD_FLAG_AUTHENTICATED == 0
-            && let Some(feed) = self.feed.as_mut()
-            && feed.decrypt(start, key_id, &iv, &mut stored)
         {
-            header.encryption = None;
+            let head = &head[..hlen];
+            if ahead {
+                if !feed.take_plaintext(start, head, &mut stored) {
+                    // Not reached: nothing since `verified` drops what the feed holds for this
+                    // record. Should it happen, the record is read again without the feed.
+                    let feed = self.feed.take();
+                    let again = self.read_record(start);
+                    self.feed = feed;
+                    return again;
+                }
+                header.encryption = None;
+            } else if feed.decrypt(start, head, &mut stored) {
+                header.encryption = None;
+            }
         }
         Ok(Ok(Stored {
             lsn: Lsn(start),
@@ -355,6 +355,92 @@ impl<'a> Cursor<'a> {
         }))
     }
 
+    /// The header of the record at `start` copied into `head` when it lies wholly inside the
+    /// body of the page loaded last, past its first byte (what [`Cursor::read_header`] would
+    /// copy without loading a page or skipping a header); returns its length.
+    fn header_in_loaded_page(
+        &self,
+        start: u64,
+        head: &mut [u8; format::RECORD_HEADER_ENCRYPTED],
+    ) -> Option<usize> {
+        let p = self.page.as_ref()?;
+        let end = p.lsn + self.files.geo.page_size;
+        if start <= p.lsn + PAGE_HEADER_LEN as u64 || start + RECORD_HEADER_PLAIN as u64 > end {
+            return None;
+        }
+        let at = (start - p.lsn) as usize;
+        let hlen = format::header_len_for_flags(p.image[at + format::REC_FLAGS_AT]);
+        if start + hlen as u64 > end {
+            return None;
+        }
+        head[..hlen].copy_from_slice(&p.image[at..at + hlen]);
+        Some(hlen)
+    }
+
+    /// Reads the header of the record at `start` into `head`, loading pages as needed;
+    /// returns its length.
+    fn read_header(
+        &mut self,
+        pos: &mut u64,
+        head: &mut [u8; format::RECORD_HEADER_ENCRYPTED],
+        start: u64,
+    ) -> Try<usize> {
+        if let Err(inv) = self.read_into(pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)? {
+            return Ok(Err(inv));
+        }
+        let hlen = format::header_len_for_flags(head[format::REC_FLAGS_AT]);
+        if hlen > RECORD_HEADER_PLAIN
+            && let Err(inv) = self.read_into(
+                pos,
+                &mut head[RECORD_HEADER_PLAIN..hlen],
+                start,
+                RECORD_HEADER_PLAIN,
+                None,
+            )?
+        {
+            return Ok(Err(inv));
+        }
+        Ok(Ok(hlen))
+    }
+
+    /// Reads the payload of the record at `start` (header bytes `head`, decoded as `header`)
+    /// into `stored` and checks the record's CRC.
+    fn read_payload(
+        &mut self,
+        pos: &mut u64,
+        head: &[u8],
+        header: &RecordHeader,
+        start: u64,
+        stored: &mut Vec<u8>,
+    ) -> Try<()> {
+        let total = (head.len() + header.len as usize) as u64;
+        // Grow the payload as pages are actually read, so an absurd length never allocates
+        // more than the files hold.
+        let mut left = header.len as usize;
+        let mut consumed = head.len();
+        while left > 0 {
+            let chunk = left.min(self.files.geo.body_len() as usize);
+            let at = stored.len();
+            stored.resize(at + chunk, 0);
+            if let Err(inv) =
+                self.read_into(pos, &mut stored[at..], start, consumed, Some(total))?
+            {
+                return Ok(Err(inv));
+            }
+            left -= chunk;
+            consumed += chunk;
+        }
+        let crc = format::record_crc(head, stored);
+        if crc != header.crc {
+            let kind = CorruptionKind::RecordChecksum {
+                expected: header.crc,
+                got: crc,
+            };
+            return Ok(Err(invalid(start, start, kind)));
+        }
+        Ok(Ok(()))
+    }
+
     /// Copies `out.len()` stream bytes from `*pos`, loading pages as needed. `consumed` is how
     /// many bytes of the record at `record` came before; `total`, when known, lets page
     /// continuation lengths be checked.
@@ -366,9 +452,38 @@ impl<'a> Cursor<'a> {
         consumed: usize,
         total: Option<u64>,
     ) -> Try<()> {
+        let len = out.len();
+        self.walk_bytes(pos, len, Some(out), record, consumed, total)
+    }
+
+    /// Moves `*pos` over `len` payload bytes of the record at `record` as [`Cursor::read_into`]
+    /// would read them (the same page loads and checks, in the same order), without copying.
+    fn pass_over(
+        &mut self,
+        pos: &mut u64,
+        len: usize,
+        record: u64,
+        consumed: usize,
+        total: u64,
+    ) -> Try<()> {
+        self.walk_bytes(pos, len, None, record, consumed, Some(total))
+    }
+
+    /// Walks `len` stream bytes from `*pos`, loading pages as needed, and copies them into
+    /// `out` if there is one. `consumed` is how many bytes of the record at `record` came
+    /// before; `total`, when known, lets page continuation lengths be checked.
+    fn walk_bytes(
+        &mut self,
+        pos: &mut u64,
+        len: usize,
+        mut out: Option<&mut [u8]>,
+        record: u64,
+        consumed: usize,
+        total: Option<u64>,
+    ) -> Try<()> {
         let geo = self.files.geo;
         let mut done = 0;
-        while done < out.len() {
+        while done < len {
             let page = match self.page.as_ref() {
                 // Inside the body of the page loaded last, past its first byte: no header to
                 // skip, and no division to find the page (the common case, once per field).
@@ -403,8 +518,10 @@ impl<'a> Cursor<'a> {
                 )));
             }
             let in_page = (*pos - page) as usize;
-            let n = (out.len() - done).min(geo.page_size as usize - in_page);
-            out[done..done + n].copy_from_slice(&loaded.image[in_page..in_page + n]);
+            let n = (len - done).min(geo.page_size as usize - in_page);
+            if let Some(out) = out.as_deref_mut() {
+                out[done..done + n].copy_from_slice(&loaded.image[in_page..in_page + n]);
+            }
             done += n;
             *pos += n as u64;
         }

@@ -17,6 +17,7 @@ pub(crate) mod ahead;
 mod cursor;
 mod files;
 mod follow;
+mod made;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
 pub(crate) use files::{LogFiles, list_segments, read_segment_header};
