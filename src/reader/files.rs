@@ -263,36 +263,48 @@ impl LogFiles {
     /// Every page header from `from_page` to the end of the files, in order.
     pub(crate) fn page_headers_from(&self, from_page: u64) -> Result<Vec<PageInfo>> {
         let mut out = Vec::new();
-        let mut buf = [0u8; PAGE_HEADER_LEN];
         for seg in &self.segments {
-            let start = u64::from(seg.header.start);
-            if start + self.geo.segment_size <= from_page {
-                continue;
-            }
-            let file = self
-                .storage
-                .open(&seg.path, false)
-                .map_err(|e| Error::io("open segment", &seg.path, e))?;
-            let len = file
-                .file_len()
-                .map_err(|e| Error::io("stat segment", &seg.path, e))?;
-            let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
-            while offset < self.geo.segment_size && offset < len {
-                let n = read_full(file.as_ref(), &mut buf, offset)
-                    .map_err(|e| Error::io("read page header", &seg.path, e))?;
-                let page_lsn = start + offset;
-                let header = PageHeader::decode(self.log_id, &buf[..n])
-                    .filter(|h| u64::from(h.page_lsn) == page_lsn);
-                out.push(PageInfo {
-                    segment: Lsn(start),
-                    offset,
-                    page_lsn: Lsn(page_lsn),
-                    header,
-                });
-                offset += self.geo.page_size;
-            }
+            self.segment_page_headers(seg, from_page, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// Appends to `out` the page headers of segment `seg` (its pages after the header page)
+    /// from `from_page` to the end of its file, in order.
+    pub(crate) fn segment_page_headers(
+        &self,
+        seg: &SegmentInfo,
+        from_page: u64,
+        out: &mut Vec<PageInfo>,
+    ) -> Result<()> {
+        let start = u64::from(seg.header.start);
+        if start + self.geo.segment_size <= from_page {
+            return Ok(());
+        }
+        let file = self
+            .storage
+            .open(&seg.path, false)
+            .map_err(|e| Error::io("open segment", &seg.path, e))?;
+        let len = file
+            .file_len()
+            .map_err(|e| Error::io("stat segment", &seg.path, e))?;
+        let mut buf = [0u8; PAGE_HEADER_LEN];
+        let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
+        while offset < self.geo.segment_size && offset < len {
+            let n = read_full(file.as_ref(), &mut buf, offset)
+                .map_err(|e| Error::io("read page header", &seg.path, e))?;
+            let page_lsn = start + offset;
+            let header = PageHeader::decode(self.log_id, &buf[..n])
+                .filter(|h| u64::from(h.page_lsn) == page_lsn);
+            out.push(PageInfo {
+                segment: Lsn(start),
+                offset,
+                page_lsn: Lsn(page_lsn),
+                header,
+            });
+            offset += self.geo.page_size;
+        }
+        Ok(())
     }
 
     /// Fails unless the header of the segment holding `at` lists `key_id`. A record or page
