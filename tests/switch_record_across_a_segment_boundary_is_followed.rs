@@ -63,6 +63,59 @@ fn append_to_leave(wal: &Wal, mode: Mode, left: u64, expected: &mut Vec<(Lsn, Ve
     }
 }
 
+/// Appends records until `left` bytes remain in a segment, then activates key 2 (added to
+/// `keys`), whose switch record takes the rest and runs into the next segment. Returns the start
+/// of the segment holding the tail.
+fn rotate_leaving(
+    wal: &Wal,
+    mode: Mode,
+    keys: &mut KeyRing,
+    left: u64,
+    expected: &mut Vec<(Lsn, Vec<u8>)>,
+) -> u64 {
+    append_to_leave(wal, mode, left, expected);
+    let before = u64::from(wal.end_lsn());
+    let key = Key::generate().unwrap();
+    keys.add(2, key.clone()).unwrap();
+    wal.activate_key(2, key).unwrap();
+    before - before % SEGMENT + SEGMENT
+}
+
+/// Appends and durably flushes four records of 200 bytes, seeded from `seed`.
+fn append_four(wal: &Wal, seed: u64, expected: &mut Vec<(Lsn, Vec<u8>)>) {
+    for i in 0..4 {
+        let p = payload(seed + i, 200);
+        let lsn = wal.append(1, &p).unwrap();
+        wal.flush(lsn).unwrap();
+        expected.push((lsn, p));
+    }
+}
+
+/// A plain read and a reopen of the log in `dir` both return exactly `expected`.
+fn assert_reads_back(
+    dir: &std::path::Path,
+    mode: Mode,
+    keys: &KeyRing,
+    expected: &[(Lsn, Vec<u8>)],
+    what: &str,
+) {
+    let read: Vec<(Lsn, Vec<u8>)> = Reader::open(dir, Some(keys.clone()))
+        .unwrap()
+        .records_from(Lsn::default())
+        .map(|r| r.map(|r| (r.lsn, r.payload)))
+        .collect::<walcrypt::Result<_>>()
+        .unwrap_or_else(|e| panic!("{what}: read: {e}"));
+    assert_eq!(read, expected, "{what}");
+    let mut replayed = Vec::new();
+    let wal = Wal::open_and_replay(dir, config(mode, keys), Lsn::default(), |r| {
+        replayed.push((r.lsn, r.payload));
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    assert_eq!(replayed, expected, "{what}");
+    wal.close().unwrap();
+}
+
 #[test]
 fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segment() {
     for mode in [Mode::PerRecord, Mode::PageLevel] {
@@ -75,40 +128,15 @@ fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segme
             let mut keys = KeyRing::generate().unwrap();
             let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
             let mut expected = Vec::new();
-            append_to_leave(&wal, mode, left, &mut expected);
-            let before = u64::from(wal.end_lsn());
-            let key = Key::generate().unwrap();
-            keys.add(2, key.clone()).unwrap();
-            wal.activate_key(2, key).unwrap();
-            let segment = before - before % SEGMENT;
+            let tail_segment = rotate_leaving(&wal, mode, &mut keys, left, &mut expected);
             assert_eq!(
                 wal.end_lsn(),
-                Lsn(segment + 2 * SEGMENT),
+                Lsn(tail_segment + SEGMENT),
                 "{what}: the log continues in the segment after the one holding the tail"
             );
-            for i in 0..4 {
-                let p = payload(1000 + i, 200);
-                let lsn = wal.append(1, &p).unwrap();
-                wal.flush(lsn).unwrap();
-                expected.push((lsn, p));
-            }
+            append_four(&wal, 1000, &mut expected);
             wal.close().unwrap();
-
-            let mut replayed = Vec::new();
-            let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-                replayed.push((r.lsn, r.payload));
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-            assert_eq!(replayed, expected, "{what}");
-            wal.close().unwrap();
-            let read: Vec<(Lsn, Vec<u8>)> = Reader::open(dir.path(), Some(keys.clone()))
-                .unwrap()
-                .records_from(Lsn::default())
-                .map(|r| r.map(|r| (r.lsn, r.payload)))
-                .collect::<walcrypt::Result<_>>()
-                .unwrap_or_else(|e| panic!("{what}: read: {e}"));
-            assert_eq!(read, expected, "{what}");
+            assert_reads_back(dir.path(), mode, &keys, &expected, &what);
         }
     }
 }
@@ -124,19 +152,9 @@ fn a_purge_that_leaves_the_tail_segment_oldest_keeps_every_later_record() {
             let dir = tempfile::tempdir().unwrap();
             let mut keys = KeyRing::generate().unwrap();
             let wal = Wal::open(dir.path(), config(mode, &keys)).unwrap();
-            append_to_leave(&wal, mode, left, &mut Vec::new());
-            let before = u64::from(wal.end_lsn());
-            let tail_segment = before - before % SEGMENT + SEGMENT;
-            let key = Key::generate().unwrap();
-            keys.add(2, key.clone()).unwrap();
-            wal.activate_key(2, key).unwrap();
+            let tail_segment = rotate_leaving(&wal, mode, &mut keys, left, &mut Vec::new());
             let mut expected = Vec::new();
-            for i in 0..4 {
-                let p = payload(2000 + i, 200);
-                let lsn = wal.append(1, &p).unwrap();
-                wal.flush(lsn).unwrap();
-                expected.push((lsn, p));
-            }
+            append_four(&wal, 2000, &mut expected);
             assert!(
                 wal.purge_before(Lsn(tail_segment)).unwrap() > 0,
                 "{what}: purged"
@@ -147,22 +165,7 @@ fn a_purge_that_leaves_the_tail_segment_oldest_keeps_every_later_record() {
                 tail_segment,
                 "{what}: the tail's segment is the oldest"
             );
-
-            let read: Vec<(Lsn, Vec<u8>)> = Reader::open(dir.path(), Some(keys.clone()))
-                .unwrap()
-                .records_from(Lsn::default())
-                .map(|r| r.map(|r| (r.lsn, r.payload)))
-                .collect::<walcrypt::Result<_>>()
-                .unwrap_or_else(|e| panic!("{what}: read: {e}"));
-            assert_eq!(read, expected, "{what}");
-            let mut replayed = Vec::new();
-            let wal = Wal::open_and_replay(dir.path(), config(mode, &keys), Lsn::default(), |r| {
-                replayed.push((r.lsn, r.payload));
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-            assert_eq!(replayed, expected, "{what}");
-            wal.close().unwrap();
+            assert_reads_back(dir.path(), mode, &keys, &expected, &what);
         }
     }
 }
