@@ -6,9 +6,9 @@
 
 mod support;
 
-use support::large::{PAGE, SEGMENT, append_flushing, config, payload};
+use support::large::{PAGE, append_flushing, config};
 use walcrypt::inspect::REC_IV_AT;
-use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+use walcrypt::{KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 /// Flips one bit at `offset(record)` of the first record from three quarters of the log on
 /// that spans two pages and has at least 200 bytes on its second page, then checks that the
@@ -37,49 +37,7 @@ fn damage_is_reported_at_its_record(what: &str, offset: impl Fn(u64, u64) -> u64
     let byte = offset(u64::from(lsns[n]), ends[n]);
     support::tamper::flip_bits_at(dir.path(), byte, 0x10);
 
-    let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
-    let read: Vec<_> = reader.records_from(Lsn::default()).collect();
-    assert_eq!(read.len(), n + 1, "{what}: {n} records, then the error");
-    let Some(Err(Error::Corrupt { at, kind })) = read.last() else {
-        panic!(
-            "{what}: the reader must report corruption, got {:?}",
-            read.last()
-        );
-    };
-    assert_eq!(at.lsn, lsns[n], "{what}");
-
-    let mut seen = Vec::new();
-    let replayed = Wal::open_and_replay(
-        dir.path(),
-        config(mode, &keys, SyncMode::Durable),
-        Lsn::default(),
-        |r| {
-            assert_eq!(r.payload, payload(seen.len()), "{what}");
-            seen.push(r.lsn);
-            Ok(())
-        },
-    );
-    match replayed {
-        Err(Error::Corrupt {
-            at: got_at,
-            kind: got_kind,
-        }) => {
-            assert_eq!(got_at, *at, "{what}: recovery and reader agree on where");
-            assert_eq!(
-                format!("{got_kind:?}"),
-                format!("{kind:?}"),
-                "{what}: and on what"
-            );
-            let segment = u64::from(lsns[n]) - u64::from(lsns[n]) % SEGMENT;
-            assert_eq!(u64::from(got_at.segment), segment, "{what}");
-        }
-        other => panic!("{what}: recovery must refuse the damaged log, got {other:?}"),
-    }
-    assert_eq!(
-        seen,
-        lsns[..n],
-        "{what}: every record before the damage, in order"
-    );
+    support::large::assert_damage_reported_alike(dir.path(), mode, &keys, &lsns, n, what);
 }
 
 #[test]

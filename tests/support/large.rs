@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
+use walcrypt::{Config, Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 pub const PAGE: u64 = 4096;
 pub const SEGMENT: u64 = 1 << 20;
@@ -59,4 +59,61 @@ pub fn append_flushing(wal: &Wal, more: impl Fn(usize, usize) -> bool) -> Vec<Ls
         }
     }
     lsns
+}
+
+/// The log in `dir` (written by [`write_log`], records at `lsns`) is damaged in record `n`: a
+/// plain read hands out the `n` records before it and then reports corruption at its LSN, and
+/// recovery replays the same `n` records, in order, then refuses the log with the same error at
+/// the same place (segment, offset, LSN).
+pub fn assert_damage_reported_alike(
+    dir: &Path,
+    mode: Mode,
+    keys: &KeyRing,
+    lsns: &[Lsn],
+    n: usize,
+    what: &str,
+) {
+    let reader = Reader::open(dir, Some(keys.clone())).unwrap();
+    let read: Vec<_> = reader.records_from(Lsn::default()).collect();
+    assert_eq!(read.len(), n + 1, "{what}: {n} records, then the error");
+    let Some(Err(Error::Corrupt { at, kind })) = read.last() else {
+        panic!(
+            "{what}: the reader must report corruption, got {:?}",
+            read.last()
+        );
+    };
+    assert_eq!(at.lsn, lsns[n], "{what}");
+
+    let mut seen = Vec::new();
+    let replayed = Wal::open_and_replay(
+        dir,
+        config(mode, keys, SyncMode::Durable),
+        Lsn::default(),
+        |r| {
+            assert_eq!(r.payload, payload(seen.len()), "{what}");
+            seen.push(r.lsn);
+            Ok(())
+        },
+    );
+    match replayed {
+        Err(Error::Corrupt {
+            at: got_at,
+            kind: got_kind,
+        }) => {
+            assert_eq!(got_at, *at, "{what}: recovery and reader agree on where");
+            assert_eq!(
+                format!("{got_kind:?}"),
+                format!("{kind:?}"),
+                "{what}: and on what"
+            );
+            let segment = u64::from(lsns[n]) - u64::from(lsns[n]) % SEGMENT;
+            assert_eq!(u64::from(got_at.segment), segment, "{what}");
+        }
+        other => panic!("{what}: recovery must refuse the damaged log, got {other:?}"),
+    }
+    assert_eq!(
+        seen,
+        lsns[..n],
+        "{what}: every record before the damage, in order"
+    );
 }
