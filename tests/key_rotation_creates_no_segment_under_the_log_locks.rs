@@ -158,6 +158,15 @@ fn read_back(dir: &Path, keys: &KeyRing) -> Vec<(Lsn, Vec<u8>)> {
         .collect()
 }
 
+/// Activates `key` as key 2 on a thread named "rotating" (the name the hooks record).
+fn spawn_rotation(wal: &Arc<Wal>, key: &Key) -> std::thread::JoinHandle<walcrypt::Result<()>> {
+    let (wal, key) = (wal.clone(), key.clone());
+    std::thread::Builder::new()
+        .name("rotating".into())
+        .spawn(move || wal.activate_key(2, key))
+        .unwrap()
+}
+
 #[test]
 fn a_rotation_holds_no_lock_while_it_makes_and_places_the_new_segment() {
     for mode in [Mode::PerRecord, Mode::PageLevel] {
@@ -177,13 +186,7 @@ fn a_rotation_holds_no_lock_while_it_makes_and_places_the_new_segment() {
         });
 
         let key = Key::generate().unwrap();
-        let rotation = {
-            let (wal, key) = (wal.clone(), key.clone());
-            std::thread::Builder::new()
-                .name("rotating".into())
-                .spawn(move || wal.activate_key(2, key))
-                .unwrap()
-        };
+        let rotation = spawn_rotation(&wal, &key);
         gates.wait_held("making");
         expected.push(append_elsewhere(&wal, 10));
         assert!(
@@ -256,13 +259,7 @@ fn a_log_that_enters_the_expected_segment_first_gets_the_replacement_one_later()
             s.hold_making = true;
         });
         let key = Key::generate().unwrap();
-        let rotation = {
-            let (wal, key) = (wal.clone(), key.clone());
-            std::thread::Builder::new()
-                .name("rotating".into())
-                .spawn(move || wal.activate_key(2, key))
-                .unwrap()
-        };
+        let rotation = spawn_rotation(&wal, &key);
         gates.wait_held("making");
         // The appenders carry the log into the segment prepared under key 1.
         let mut seed = 1;
