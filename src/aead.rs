@@ -1,7 +1,7 @@
 //! Authenticated record encryption (mode `perrecord-gcm`): AES-256-GCM from the `aes-gcm`
 //! crate, with the record's position bound into the tag after sealing.
 //!
-//! The tag covers the ciphertext and, as associated data, [`format::auth_aad`]: log id, key
+//! The tag covers the ciphertext and, as associated data, [`crate::format::auth_aad`]: log id, key
 //! id, length, kind, flags and the record's LSN. The LSN is only known inside the insert lock,
 //! and no AES or checksum over the payload may run there. GHASH is linear in every block of
 //! associated data, so the appending thread encrypts and computes the tag with the LSN field

@@ -25,7 +25,7 @@ pub enum Mode {
     /// Like [`Mode::PerRecord`], but authenticated: AES-256-GCM, whose tag also covers the
     /// log id, the record's LSN, kind, flags, length and key id. A record that was altered,
     /// moved, replayed or spliced in from another log fails with
-    /// [`Error::AuthenticationFailed`](crate::Error::AuthenticationFailed). Off unless chosen;
+    /// [`Error::AuthenticationFailed`]. Off unless chosen;
     /// its cost against CTR is in docs/BENCHMARKS.md.
     PerRecordGcm,
 }
