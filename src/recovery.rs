@@ -172,6 +172,8 @@ fn replay_records(
         if stored.lsn >= from {
             replay(stored.into_record(Some(keys))?)?;
             replayed += 1;
+        } else {
+            stored.discard();
         }
         Ok(())
     };

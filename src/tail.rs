@@ -43,81 +43,86 @@ pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Erro
 /// have been lost in a crash while later ones survived, and the scan must reach that hole.
 /// Everything before the returned position is known to be durable.
 ///
-/// Each segment's page headers are read once: the walk keeps the highest durable hint of the
-/// segments it has left behind, so a log whose hints prove nothing (written `Buffered` and
-/// never closed) costs one header read per page, not one per page for every segment after it.
+/// Each page header is read at most once: the walk keeps the highest durable hint of the pages
+/// from the segment it looks at to the end, so a log whose hints prove nothing (written
+/// `Buffered` and never closed) costs one read per page, not one per page for every later
+/// segment. It reads the pages a candidate needs when the candidate first needs them, and no
+/// others: an unreadable page of the proven part stays unread, as the open never needs it.
 pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
     let geo = files.geo;
     let oldest = u64::from(files.segments[0].header.start);
     let oldest_first = files
         .first_record_in_segment(oldest)?
         .unwrap_or_else(|| geo.skip_headers(oldest));
-    // The highest durable hint of the segments after the one being looked at.
+    // Highest durable hint of the segments after the one looked at whose pages were read.
     let mut later_hint = 0u64;
-    // Page headers of the segment being looked at, read when the walk reached it as the one
-    // before (a record ran into its successor), so they are read once.
-    let mut read_ahead: Option<(usize, Vec<PageInfo>)> = None;
+    // Segments after the one looked at whose pages no candidate has needed yet, newest first
+    // (their page 1 held no valid header).
+    let mut unread: Vec<usize> = Vec::new();
+    // A segment read from one of its pages on, for a record that ran into its successor: its
+    // index, the first page read and the highest hint from there.
+    let mut partly: Option<(usize, u64, u64)> = None;
     let mut tail = oldest_first;
     for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
         let start = u64::from(seg.header.start);
         let page1 = start + geo.page_size;
-        let here = headers_of(files, i, read_ahead.take())?;
-        let here_hint = highest_hint_from(&here, 0);
-        let candidate = match here.first().filter(|p| u64::from(p.page_lsn) == page1) {
-            Some(PageInfo {
-                header: Some(h), ..
-            }) if h.rem_len == 0 => Some((geo.skip_headers(page1), None)),
-            Some(PageInfo {
-                header: Some(_), ..
-            }) => {
+        let candidate = match files.read_page_header(page1)? {
+            Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
+            Some(_) => {
                 let previous = u64::from(files.segments[i - 1].header.start);
-                match files
+                files
                     .first_record_in_segment(previous)?
                     .filter(|&first| first < start)
-                {
-                    Some(first) => {
-                        let before = headers_of(files, i - 1, None)?;
-                        let hint = highest_hint_from(&before, geo.page_start(first));
-                        read_ahead = Some((i - 1, before));
-                        Some((first, Some(hint)))
-                    }
-                    None => None,
-                }
             }
-            _ => None,
+            None => None,
         };
-        if let Some((first, before_hint)) = candidate {
-            let from_here = if before_hint.is_some() {
-                here_hint
-            } else {
-                highest_hint_from(&here, geo.page_start(first))
-            };
-            let highest = before_hint.unwrap_or(0).max(from_here).max(later_hint);
-            if highest >= first {
-                tail = first;
-                break;
-            }
+        let Some(first) = candidate else {
+            unread.push(i);
+            continue;
+        };
+        // The pages from `first` on, in log order: the segment before (when the candidate is
+        // there), this one, then the later ones not read yet.
+        let before = if first < start {
+            let from = geo.page_start(first);
+            Some((i - 1, from, segment_hint(files, i - 1, from, u64::MAX)?))
+        } else {
+            None
+        };
+        let here = whole_segment_hint(files, i, &mut partly)?;
+        for j in std::mem::take(&mut unread).into_iter().rev() {
+            later_hint = later_hint.max(whole_segment_hint(files, j, &mut partly)?);
         }
-        later_hint = later_hint.max(here_hint);
+        // Every segment after the one before is read whole now; that one is read in part.
+        partly = before;
+        let before_hint = before.map_or(0, |(_, _, hint)| hint);
+        if before_hint.max(here).max(later_hint) >= first {
+            tail = first;
+            break;
+        }
+        later_hint = later_hint.max(here);
     }
     Ok(tail)
 }
 
-/// The page headers of segment `i`: `read` when they were read already (for the same
-/// segment), else read now.
-fn headers_of(
+/// The highest durable hint of segment `i`'s pages from page 1 on, reading only those not
+/// read already (`partly`).
+fn whole_segment_hint(
     files: &LogFiles,
     i: usize,
-    read: Option<(usize, Vec<PageInfo>)>,
-) -> Result<Vec<PageInfo>> {
-    if let Some((j, headers)) = read
-        && j == i
-    {
-        return Ok(headers);
+    partly: &mut Option<(usize, u64, u64)>,
+) -> Result<u64> {
+    let page1 = u64::from(files.segments[i].header.start) + files.geo.page_size;
+    match partly.take_if(|(j, _, _)| *j == i) {
+        Some((_, from, hint)) => Ok(hint.max(segment_hint(files, i, page1, from)?)),
+        None => segment_hint(files, i, page1, u64::MAX),
     }
-    let mut out = Vec::new();
-    files.segment_page_headers(&files.segments[i], 0, &mut out)?;
-    Ok(out)
+}
+
+/// The highest durable hint of segment `i`'s pages from `from_page` up to `to_page`.
+fn segment_hint(files: &LogFiles, i: usize, from_page: u64, to_page: u64) -> Result<u64> {
+    let mut pages = Vec::new();
+    files.segment_page_headers(&files.segments[i], from_page, to_page, &mut pages)?;
+    Ok(highest_hint_from(&pages, 0))
 }
 
 /// The highest durable hint among the valid page headers of `pages` at or after `from_page`
@@ -278,12 +283,120 @@ mod tests {
                 std::os::unix::fs::FileExt::write_all_at(&file, &[0u8; PAGE as usize], page * PAGE)
                     .unwrap();
             }
-            let files = LogFiles::open(dir.path(), Arc::new(FsStorage), Some(&keys)).unwrap();
-            let walked = proven_start(&files).map_err(|e| e.to_string());
-            let rescanned = proven_start_rescanning(&files).map_err(|e| e.to_string());
+            let watch = Arc::new(Watched::default());
+            let files = LogFiles::open(dir.path(), Arc::new(watch.clone()), Some(&keys)).unwrap();
+            let (rescanned, rescan_reads) = watch.run(|| proven_start_rescanning(&files));
+            let (walked, walk_reads) = watch.run(|| proven_start(&files));
             assert_eq!(walked, rescanned, "round {round}: {mode}, {sync:?}");
+            assert!(
+                walk_reads.is_subset(&rescan_reads),
+                "round {round}: the walk reads only what the rescanning walk read"
+            );
+            // An unreadable page that the rescanning walk read fails both alike.
+            let reads: Vec<_> = rescan_reads.into_iter().collect();
+            let mut sorted = reads.clone();
+            sorted.sort();
+            *watch.fail.lock().unwrap() =
+                Some(sorted[rng.below(sorted.len() as u64) as usize].clone());
+            let (rescanned, _) = watch.run(|| proven_start_rescanning(&files));
+            let (walked, _) = watch.run(|| proven_start(&files));
+            assert_eq!(
+                walked, rescanned,
+                "round {round}: {mode}, {sync:?}, a failed read"
+            );
+            *watch.fail.lock().unwrap() = None;
             compared += 1;
         }
         assert_eq!(compared, 24);
+    }
+
+    /// The file system, with every read of a segment file recorded (file and offset), and one
+    /// of them failing on demand.
+    #[derive(Default)]
+    struct Watched {
+        reads: std::sync::Mutex<std::collections::BTreeSet<(std::path::PathBuf, u64)>>,
+        fail: std::sync::Mutex<Option<(std::path::PathBuf, u64)>>,
+    }
+
+    impl Watched {
+        /// Runs `f` and returns its result (errors as text) and the reads it made.
+        fn run(
+            &self,
+            f: impl FnOnce() -> Result<u64>,
+        ) -> (
+            std::result::Result<u64, String>,
+            std::collections::BTreeSet<(std::path::PathBuf, u64)>,
+        ) {
+            self.reads.lock().unwrap().clear();
+            let result = f().map_err(|e| e.to_string());
+            (result, std::mem::take(&mut *self.reads.lock().unwrap()))
+        }
+    }
+
+    struct WatchedFile {
+        inner: Box<dyn crate::storage::StorageFile>,
+        path: std::path::PathBuf,
+        watch: Arc<Watched>,
+    }
+
+    impl crate::storage::StorageFile for WatchedFile {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            let at = (self.path.clone(), offset);
+            if self.watch.fail.lock().unwrap().as_ref() == Some(&at) {
+                return Err(std::io::Error::other("injected read failure"));
+            }
+            self.watch.reads.lock().unwrap().insert(at);
+            self.inner.read_at(buf, offset)
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.inner.write_all_at(buf, offset)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.inner.sync_data()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.inner.set_len(len)
+        }
+        fn file_len(&self) -> std::io::Result<u64> {
+            self.inner.file_len()
+        }
+    }
+
+    impl crate::storage::Storage for Arc<Watched> {
+        fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+            FsStorage.list(dir)
+        }
+        fn open(
+            &self,
+            path: &std::path::Path,
+            write: bool,
+        ) -> std::io::Result<Box<dyn crate::storage::StorageFile>> {
+            Ok(Box::new(WatchedFile {
+                inner: FsStorage.open(path, write)?,
+                path: path.to_path_buf(),
+                watch: self.clone(),
+            }))
+        }
+        fn create_new(
+            &self,
+            path: &std::path::Path,
+        ) -> std::io::Result<Box<dyn crate::storage::StorageFile>> {
+            FsStorage.create_new(path)
+        }
+        fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+            FsStorage.rename(from, to)
+        }
+        fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+            FsStorage.remove(path)
+        }
+        fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+            FsStorage.sync_dir(dir)
+        }
+        fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+            FsStorage.create_dir_all(dir)
+        }
+        fn lock_dir(&self, dir: &std::path::Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
+            FsStorage.lock_dir(dir)
+        }
     }
 }

@@ -41,6 +41,12 @@ pub(crate) struct Stored {
 }
 
 impl Stored {
+    /// Drops a record that is not handed out, wiping its payload first: past the start of a
+    /// replay it may be plaintext that the read-ahead thread decrypted.
+    pub(crate) fn discard(mut self) {
+        zeroize::Zeroize::zeroize(&mut self.stored);
+    }
+
     /// Decrypts the payload in place (perrecord modes), checking the tag of an authenticated
     /// record first, and decompresses it if it was stored compressed; afterwards it is the
     /// payload as appended.
@@ -245,7 +251,11 @@ impl<'a> Cursor<'a> {
             {
                 Some(u64::from(rec.end_lsn))
             }
-            _ => None,
+            Ok(other) => {
+                other.discard();
+                None
+            }
+            Err(_) => None,
         })
     }
 

@@ -264,17 +264,18 @@ impl LogFiles {
     pub(crate) fn page_headers_from(&self, from_page: u64) -> Result<Vec<PageInfo>> {
         let mut out = Vec::new();
         for seg in &self.segments {
-            self.segment_page_headers(seg, from_page, &mut out)?;
+            self.segment_page_headers(seg, from_page, u64::MAX, &mut out)?;
         }
         Ok(out)
     }
 
     /// Appends to `out` the page headers of segment `seg` (its pages after the header page)
-    /// from `from_page` to the end of its file, in order.
+    /// from `from_page` to the end of its file or up to `to_page` (not included), in order.
     pub(crate) fn segment_page_headers(
         &self,
         seg: &SegmentInfo,
         from_page: u64,
+        to_page: u64,
         out: &mut Vec<PageInfo>,
     ) -> Result<()> {
         let start = u64::from(seg.header.start);
@@ -290,7 +291,7 @@ impl LogFiles {
             .map_err(|e| Error::io("stat segment", &seg.path, e))?;
         let mut buf = [0u8; PAGE_HEADER_LEN];
         let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
-        while offset < self.geo.segment_size && offset < len {
+        while offset < self.geo.segment_size && offset < len && start + offset < to_page {
             let n = read_full(file.as_ref(), &mut buf, offset)
                 .map_err(|e| Error::io("read page header", &seg.path, e))?;
             let page_lsn = start + offset;
