@@ -63,20 +63,9 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
     // index, the first page read and the highest hint from there.
     let mut partly: Option<(usize, u64, u64)> = None;
     let mut tail = oldest_first;
-    for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
-        let start = u64::from(seg.header.start);
-        let page1 = start + geo.page_size;
-        let candidate = match files.read_page_header(page1)? {
-            Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
-            Some(_) => {
-                let previous = u64::from(files.segments[i - 1].header.start);
-                files
-                    .first_record_in_segment(previous)?
-                    .filter(|&first| first < start)
-            }
-            None => None,
-        };
-        let Some(first) = candidate else {
+    for i in (1..files.segments.len()).rev() {
+        let start = u64::from(files.segments[i].header.start);
+        let Some(first) = candidate(files, i)? else {
             unread.push(i);
             continue;
         };
@@ -102,6 +91,25 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
         later_hint = later_hint.max(here);
     }
     Ok(tail)
+}
+
+/// The candidate start for segment `i` (not the oldest): its first record boundary, or, when
+/// a record runs into it from the segment before, that segment's first record boundary; `None`
+/// when its page 1 holds no valid header or the segment before has no record boundary.
+fn candidate(files: &LogFiles, i: usize) -> Result<Option<u64>> {
+    let geo = files.geo;
+    let start = u64::from(files.segments[i].header.start);
+    let page1 = start + geo.page_size;
+    Ok(match files.read_page_header(page1)? {
+        Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
+        Some(_) => {
+            let previous = u64::from(files.segments[i - 1].header.start);
+            files
+                .first_record_in_segment(previous)?
+                .filter(|&first| first < start)
+        }
+        None => None,
+    })
 }
 
 /// The highest durable hint of segment `i`'s pages from page 1 on, reading only those not
@@ -194,20 +202,8 @@ mod tests {
             .first_record_in_segment(oldest)?
             .unwrap_or_else(|| geo.skip_headers(oldest));
         let mut tail = oldest_first;
-        for (i, seg) in files.segments.iter().enumerate().skip(1).rev() {
-            let start = u64::from(seg.header.start);
-            let page1 = start + geo.page_size;
-            let candidate = match files.read_page_header(page1)? {
-                Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
-                Some(_) => {
-                    let previous = u64::from(files.segments[i - 1].header.start);
-                    files
-                        .first_record_in_segment(previous)?
-                        .filter(|&first| first < start)
-                }
-                None => None,
-            };
-            let Some(first) = candidate else {
+        for i in (1..files.segments.len()).rev() {
+            let Some(first) = candidate(files, i)? else {
                 continue;
             };
             let proven = files
