@@ -7,7 +7,7 @@
 //! (`truncate_after`), making everything from the proven start durable before writing resumes.
 
 use crate::error::{Error, Result};
-use crate::reader::{Invalid, LogFiles, PageInfo};
+use crate::reader::{Invalid, LogFiles};
 
 /// Decides what an invalid record at `lsn` means. A valid page at or after the page
 /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
@@ -126,23 +126,17 @@ fn whole_segment_hint(
     }
 }
 
-/// The highest durable hint of segment `i`'s pages from `from_page` up to `to_page`.
+/// The highest durable hint among the valid page headers of segment `i` from `from_page` up
+/// to `to_page` (0 when there is none).
 fn segment_hint(files: &LogFiles, i: usize, from_page: u64, to_page: u64) -> Result<u64> {
     let mut pages = Vec::new();
     files.segment_page_headers(&files.segments[i], from_page, to_page, &mut pages)?;
-    Ok(highest_hint_from(&pages, 0))
-}
-
-/// The highest durable hint among the valid page headers of `pages` at or after `from_page`
-/// (0 when there is none).
-fn highest_hint_from(pages: &[PageInfo], from_page: u64) -> u64 {
-    pages
+    Ok(pages
         .iter()
-        .filter(|p| u64::from(p.page_lsn) >= from_page)
         .filter_map(|p| p.header.as_ref())
         .map(|h| u64::from(h.durable_hint))
         .max()
-        .unwrap_or(0)
+        .unwrap_or(0))
 }
 
 /// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every
