@@ -218,7 +218,8 @@ fn zero_after(file: &dyn StorageFile, path: &Path, keep: u64, size: u64) -> Resu
                 .map_err(|e| at_offset("zero the rest of segment", path, from, e))?;
         }
         if read_end < chunk_end {
-            // The file ends here: bytes past its end read as zeros, but are a hole.
+            // The file ends here (cut short by a crash): what lies past its end reads as zeros
+            // but has no blocks, so it is written.
             return file
                 .fill_zeros(read_end, size - read_end)
                 .map_err(|e| at_offset("zero-fill the end of segment", path, read_end, e));
