@@ -6,8 +6,11 @@
 //! may have left is seen (`proven_start`), and cuts the log at the end it found
 //! (`truncate_after`), making everything from the proven start durable before writing resumes.
 
+use std::path::Path;
+
 use crate::error::{Error, Result};
-use crate::reader::{Invalid, LogFiles};
+use crate::reader::{Invalid, LogFiles, read_full};
+use crate::storage::StorageFile;
 
 /// Decides what an invalid record at `lsn` means. A valid page at or after the page
 /// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
@@ -162,10 +165,7 @@ pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> 
                 .open(&seg.path, true)
                 .map_err(|e| Error::io("open segment", &seg.path, e))?;
             if start == tail_segment {
-                let keep = end - start;
-                file.set_len(keep)
-                    .and_then(|()| file.set_len(geo.segment_size))
-                    .map_err(|e| Error::io("truncate torn tail of segment", &seg.path, e))?;
+                zero_after(file.as_ref(), &seg.path, end - start, geo.segment_size)?;
             }
             file.sync_data()
                 .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
@@ -177,6 +177,82 @@ pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> 
     storage
         .sync_dir(&files.dir)
         .map_err(|e| Error::io("sync directory", &files.dir, e))
+}
+
+/// The file-system block: zeros are written over whole blocks, but for the one holding the
+/// end, which is written from the end on.
+const BLOCK: u64 = 4096;
+
+/// How much of the tail segment is read, and at most written, at a time.
+const CHUNK: u64 = 1 << 20;
+
+/// Makes `[keep, size)` of the tail segment `file` read as zeros, by writing zeros where the
+/// bytes are not zero already, block by block. Bytes a crashed open wrote after the end sit at
+/// the very positions the next records take: a remnant record there could read as valid after
+/// a new record of the same length. Written zeros, not a hole (`set_len` down and up again):
+/// durable commits into a hole allocate its blocks, so each fdatasync would also commit
+/// file-system metadata until the next segment, which is created whole for that reason. A file
+/// cut short is extended with written zeros; a longer one is cut to `size`.
+fn zero_after(file: &dyn StorageFile, path: &Path, keep: u64, size: u64) -> Result<()> {
+    let len = file
+        .file_len()
+        .map_err(|e| Error::io("read the length of segment", path, e))?;
+    if len > size {
+        file.set_len(size)
+            .map_err(|e| at_offset("cut segment to its size", path, size, e))?;
+    }
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut zeros = Vec::new();
+    let mut at = keep;
+    while at < size {
+        let chunk_end = ((at / CHUNK + 1) * CHUNK).min(size);
+        let want = &mut buf[..(chunk_end - at) as usize];
+        let n = read_full(file, want, at)
+            .map_err(|e| at_offset("read the rest of segment", path, at, e))?;
+        let read_end = at + n as u64;
+        for (from, to) in nonzero_runs(&want[..n], at) {
+            if zeros.is_empty() {
+                zeros = vec![0u8; CHUNK as usize];
+            }
+            file.write_all_at(&zeros[..(to - from) as usize], from)
+                .map_err(|e| at_offset("zero the rest of segment", path, from, e))?;
+        }
+        if read_end < chunk_end {
+            // The file ends here (cut short by a crash): what lies past its end reads as zeros
+            // but has no blocks, so it is written.
+            return file
+                .fill_zeros(read_end, size - read_end)
+                .map_err(|e| at_offset("zero-fill the end of segment", path, read_end, e));
+        }
+        at = chunk_end;
+    }
+    Ok(())
+}
+
+/// The ranges of `bytes` (which start at file offset `at`) to zero: runs of blocks holding a
+/// byte that is not zero, each block clipped to `bytes`.
+fn nonzero_runs(bytes: &[u8], at: u64) -> Vec<(u64, u64)> {
+    let end = at + bytes.len() as u64;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut from = at;
+    while from < end {
+        let to = ((from / BLOCK + 1) * BLOCK).min(end);
+        let block = &bytes[(from - at) as usize..(to - at) as usize];
+        if block.iter().any(|&b| b != 0) {
+            match runs.last_mut() {
+                Some(run) if run.1 == from => run.1 = to,
+                _ => runs.push((from, to)),
+            }
+        }
+        from = to;
+    }
+    runs
+}
+
+/// An I/O error of `op` on `path`, its message naming the offset.
+fn at_offset(op: &'static str, path: &Path, offset: u64, e: std::io::Error) -> Error {
+    let source = std::io::Error::new(e.kind(), format!("at offset {offset}: {e}"));
+    Error::io(op, path, source)
 }
 
 #[cfg(test)]
@@ -211,6 +287,25 @@ mod tests {
             }
         }
         Ok(tail)
+    }
+
+    /// The pieces zeroed: whole blocks (clipped to the bytes read) holding a byte not zero,
+    /// neighbours merged, blocks of zeros left alone.
+    #[test]
+    fn zeros_go_over_the_blocks_that_hold_a_byte_not_zero() {
+        const B: u64 = BLOCK;
+        let at = 2 * B + 100;
+        let mut bytes = vec![0u8; 5 * B as usize];
+        assert_eq!(nonzero_runs(&bytes, at), vec![]);
+        // At offsets 2B+100 and 3B+99 (the partial first block and the next), 5B+107 and
+        // 7B+99 (in the last block, cut at the end of the bytes, 7B+100).
+        for i in [0, B - 1, 3 * B + 7, 5 * B - 1] {
+            bytes[i as usize] = 0xA5;
+        }
+        assert_eq!(
+            nonzero_runs(&bytes, at),
+            vec![(at, 4 * B), (5 * B, 6 * B), (7 * B, 7 * B + 100)]
+        );
     }
 
     /// A small deterministic generator (xorshift64*).

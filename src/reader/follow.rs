@@ -46,6 +46,11 @@ const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// the record's own page or the next one is checked at every look.
 const DAMAGE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a follower goes on trying, one attempt per poll, to read the segment headers again
+/// (after a record named a key its segment's header did not list) before it reports why that
+/// read keeps failing.
+const REREAD_PATIENCE: Duration = Duration::from_secs(1);
+
 /// An owning reader that follows a log as it grows: it yields records in LSN order, and at
 /// the end picks up new pages and new segments as the writer adds them.
 ///
@@ -109,6 +114,8 @@ pub struct Follower {
     poll_interval: Duration,
     /// The invalid record last checked for damage, and when.
     checked: Option<(u64, Instant)>,
+    /// Where a re-read of the segment headers first failed, and when.
+    reread_failed: Option<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -157,6 +164,7 @@ impl Follower {
             visibility: Visibility::default(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             checked: None,
+            reread_failed: None,
         }
     }
 
@@ -326,6 +334,12 @@ impl Follower {
     /// in its place (or removes it and creates it again) before writing there. A follower that
     /// read the header of the old file reads the headers again; if the segment's header now
     /// differs, it goes on with the files as they are now. Otherwise the damage is real.
+    ///
+    /// The re-read may fail for a passing reason: a segment listed and gone before its header
+    /// was read, a listing taken while a writer's open removes the segments after its end. It
+    /// proves nothing about the key, so the poll says "nothing yet" and the next one reads the
+    /// headers again (one attempt per poll). A re-read still failing at the same record after
+    /// [`REREAD_PATIENCE`] is reported with its own error.
     fn after_replaced<T>(&mut self, error: Error) -> Result<Option<T>> {
         let (Some(files), Error::Corrupt { at, .. }) = (self.files.as_ref(), &error) else {
             return Err(error);
@@ -339,14 +353,29 @@ impl Follower {
         };
         let now = match files.reopened(self.ring.as_ref()) {
             Ok(now) => now,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(_) => return Err(error),
+            Err(e) => return self.retry_reread(e),
         };
+        self.reread_failed = None;
         if header_of(&now) == header_of(files) {
             return Err(error);
         }
         self.files = Some(now);
         self.parked = Parked::default();
+        Ok(None)
+    }
+
+    /// A failed re-read of the segment headers (see [`Follower::after_replaced`]): "nothing yet"
+    /// until it has failed at the same position for [`REREAD_PATIENCE`], then `error`.
+    fn retry_reread<T>(&mut self, error: Error) -> Result<Option<T>> {
+        match self.reread_failed {
+            Some((at, since)) if at == self.pos => {
+                if since.elapsed() >= REREAD_PATIENCE {
+                    self.reread_failed = None;
+                    return Err(error);
+                }
+            }
+            _ => self.reread_failed = Some((self.pos, Instant::now())),
+        }
         Ok(None)
     }
 

@@ -31,6 +31,8 @@ pub enum Op {
     FillZeros,
     /// `Storage::open` for reading only (a segment header read, a reader).
     OpenRead,
+    /// `Storage::list` (a reader or follower listing the segments).
+    List,
 }
 
 /// What an injected fault does.
@@ -410,6 +412,10 @@ impl StorageFile for FaultFile {
 
 impl Storage for FaultStorage {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let fault = self.state.lock().unwrap().tick(Op::List);
+        if let Some(Effect::Errno(e) | Effect::ShortWrite(e)) = fault {
+            return Err(errno(e));
+        }
         FsStorage.list(dir)
     }
 
