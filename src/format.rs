@@ -670,8 +670,9 @@ pub fn record_crc_whole(record: &[u8]) -> u32 {
 /// checksums at two LSNs differ by the remainder, modulo the CRC polynomial, of the XOR of the
 /// two appended words (times a fixed power of x). A non-zero polynomial of degree below 32 is
 /// never a multiple of the degree-32 CRC polynomial, so two LSNs whose low 32 bits differ
-/// always give different checksums. With 64 bits appended, some pairs of LSNs more than 4 GiB
-/// apart would give equal checksums for every record at once. See [`same_lsn_window`].
+/// always give different checksums. With 64 bits appended, some pairs of LSNs (in different
+/// 4 GiB windows) would give equal checksums for every record at once. See
+/// [`same_lsn_window`].
 #[inline]
 pub fn bind_crc_to_lsn(version: u32, crc: u32, lsn: u64) -> u32 {
     if version >= LSN_BOUND_CRC_VERSION {
