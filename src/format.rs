@@ -1026,6 +1026,49 @@ mod tests {
         );
     }
 
+    /// Why the checksum takes the low 32 bits and not all 64: with 64 appended bits, the map
+    /// from the XOR of two LSNs to the XOR of their checksums is linear from 64 bits to 32, so
+    /// it has a kernel. Any non-zero `d` in it makes the checksums at `a` and `a ^ d` equal for
+    /// every record and every `a`; such `d` always reach into the high half (two LSNs of one
+    /// 4 GiB window never collide).
+    #[test]
+    fn with_all_64_lsn_bits_some_pairs_collide_for_every_record() {
+        let full = |lsn: u64, record: &[u8]| {
+            crc32c::crc32c_append(crc32c::crc32c(record), &lsn.to_le_bytes())
+        };
+        let difference = |d: u64| full(d, b"any record") ^ full(0, b"any record");
+        // Gaussian elimination over GF(2): basis[i] has its highest set bit at i.
+        let mut basis: [Option<(u32, u64)>; 32] = [None; 32];
+        let mut kernel = None;
+        'bits: for bit in 0..64 {
+            let (mut v, mut d) = (difference(1 << bit), 1u64 << bit);
+            while v != 0 {
+                let top = 31 - v.leading_zeros() as usize;
+                match basis[top] {
+                    Some((bv, bd)) => (v, d) = (v ^ bv, d ^ bd),
+                    None => {
+                        basis[top] = Some((v, d));
+                        continue 'bits;
+                    }
+                }
+            }
+            kernel = Some(d);
+            break;
+        }
+        let d = kernel.expect("64 vectors in a 32-dimensional space are dependent");
+        assert_ne!(d >> 32, 0, "the low 32 bits alone never collide");
+        let mut x = 0x0DDB_1A5E_5BAD_5EEDu64;
+        for len in [0usize, 1, 12, 100, 4096] {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let a = x >> 1;
+            let record: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
+            assert!(!same_lsn_window(a, a ^ d));
+            assert_eq!(full(a, &record), full(a ^ d, &record), "{len} bytes");
+        }
+    }
+
     #[test]
     fn segment_names_round_trip() {
         let name = segment_file_name(Lsn(0x1_0000_0000));
