@@ -667,10 +667,10 @@ pub fn record_crc_whole(record: &[u8]) -> u32 {
 /// itself in a version-2 segment. One CRC step over 4 bytes, cheap enough for the insert lock.
 ///
 /// Why the low 32 bits and not all 64: CRC32C is linear, so for the same record bytes the
-/// checksums at two LSNs differ by the remainder, modulo the CRC polynomial, of the XOR of the
-/// two appended words (times a fixed power of x). A non-zero polynomial of degree below 32 is
-/// never a multiple of the degree-32 CRC polynomial, so two LSNs whose low 32 bits differ
-/// always give different checksums. With 64 bits appended, some pairs of LSNs (in different
+/// checksums at two LSNs differ by `(w_a XOR w_b) · x^32 mod P`, with `w` the appended word as
+/// a polynomial and `P` the degree-32 CRC polynomial, which shares no factor with `x^32`. A
+/// non-zero polynomial of degree below 32 is never a multiple of `P`, so two LSNs whose low 32
+/// bits differ always give different checksums. With 64 bits appended, some pairs of LSNs (in different
 /// 4 GiB windows) would give equal checksums for every record at once. See
 /// [`same_lsn_window`].
 #[inline]
@@ -684,8 +684,11 @@ pub fn bind_crc_to_lsn(version: u32, crc: u32, lsn: u64) -> u32 {
 
 /// True when `a` and `b` lie in the same 4 GiB window of LSNs (`lsn >> 32` equal). Within one
 /// window the low 32 bits of distinct LSNs differ, so a record's bytes written at one of them
-/// never pass the checksum ([`bind_crc_to_lsn`]) at the other: a segment file may be reused
-/// for a later segment without wiping it only when both starts lie in one window.
+/// never pass the checksum ([`bind_crc_to_lsn`]) at the other. A segment file reused for a
+/// later segment without being wiped keeps each stale byte at its offset, so the condition for
+/// the reuse is that the old and the new start lie in one window (then every offset's two LSNs
+/// are less than 4 GiB apart); since windows do not overlap, a file reused again and again
+/// stays within the window of its first incarnation.
 pub fn same_lsn_window(a: u64, b: u64) -> bool {
     a >> 32 == b >> 32
 }
