@@ -149,3 +149,109 @@ fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
         assert!(followed == want, "{}: follower", g.name);
     }
 }
+
+/// Rewrites a plaintext log as a version-2 writer would have left it: each record's checksum
+/// without the LSN, each segment header at version 2 (its checksum resealed).
+fn rewrite_as_version_2(dir: &std::path::Path) {
+    use std::os::unix::fs::FileExt;
+    use walcrypt::inspect::{
+        KCV_ENTRY, RECORD_HEADER_PLAIN, SEG_NKEYS_AT, SEG_VERSION_AT, SEGMENT_HEADER_FIXED,
+        record_crc_unbound,
+    };
+    let reader = Reader::open(dir, None).unwrap();
+    let geo = reader.geometry();
+    let write_stream = |lsn: u64, bytes: &[u8]| {
+        let mut pos = lsn;
+        for &b in bytes {
+            pos = geo.skip_headers(pos);
+            let segment = geo.segment_start(pos);
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join(segment_file_name(Lsn(segment))))
+                .unwrap();
+            file.write_all_at(&[b], pos - segment).unwrap();
+            pos += 1;
+        }
+    };
+    for r in reader.raw_records_from(Lsn::default()) {
+        let r = r.unwrap();
+        let mut head = [0u8; RECORD_HEADER_PLAIN];
+        r.header.encode(&mut head);
+        let crc = record_crc_unbound(&head, &r.stored);
+        write_stream(u64::from(r.lsn), &crc.to_le_bytes());
+    }
+    for seg in reader.segments() {
+        let path = dir.join(segment_file_name(seg.header.start));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[SEG_VERSION_AT..SEG_VERSION_AT + 4].copy_from_slice(&2u32.to_le_bytes());
+        let nkeys = u16::from_le_bytes([bytes[SEG_NKEYS_AT], bytes[SEG_NKEYS_AT + 1]]) as usize;
+        let end = SEGMENT_HEADER_FIXED + nkeys * KCV_ENTRY;
+        let crc = crc32c::crc32c(&bytes[..end]);
+        bytes[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+    }
+}
+
+/// A version-2 log ending 0 to 13 bytes before a segment boundary: where fewer than a switch
+/// record's 12 bytes are left, the switch record that leaves the version-2 segment (checked by
+/// the version-2 rule) straddles into the next segment, a version-3 one, which then opens with
+/// a second switch record of its own (version-3 rule). Every record reads back after the
+/// writer continues, and the log reopens.
+#[test]
+fn a_switch_record_leaving_a_version_2_segment_may_straddle_into_the_next() {
+    let config = || {
+        Config::new(walcrypt::Mode::Plaintext)
+            .page_size(512)
+            .segment_size(2048)
+            .prepare_segments(false)
+    };
+    for left in 0..14u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), config()).unwrap();
+        let geo = wal.geometry();
+        let target = 2 * 2048 - left;
+        let mut want: Vec<(Lsn, Vec<u8>)> = Vec::new();
+        loop {
+            // Record-stream bytes from the end of the log to the target.
+            let (mut pos, mut n) = (u64::from(wal.end_lsn()), 0);
+            while pos < target {
+                pos = geo.skip_headers(pos);
+                let step = (geo.page_start(pos) + geo.page_size).min(target) - pos;
+                n += step;
+                pos += step;
+            }
+            if n == 0 {
+                break;
+            }
+            let len = if n <= 500 + 12 { n - 12 } else { 300 };
+            let payload = vec![want.len() as u8; len as usize];
+            want.push((wal.append(1, &payload).unwrap(), payload));
+        }
+        assert_eq!(u64::from(wal.end_lsn()), target, "left {left}");
+        wal.flush(wal.end_lsn()).unwrap();
+        wal.close().unwrap();
+        rewrite_as_version_2(dir.path());
+
+        let wal = Wal::open(dir.path(), config()).unwrap();
+        for i in 0..10u8 {
+            let payload = vec![i; 200];
+            want.push((wal.append(2, &payload).unwrap(), payload));
+        }
+        wal.flush(wal.end_lsn()).unwrap();
+        wal.close().unwrap();
+        let reader = Reader::open(dir.path(), None).unwrap();
+        let versions: Vec<u32> = reader.segments().iter().map(|s| s.header.version).collect();
+        assert_eq!(versions[..2], [2, 2], "left {left}");
+        assert!(
+            versions[2..].iter().all(|&v| v == FORMAT_VERSION),
+            "left {left}"
+        );
+        let got: Vec<(Lsn, Vec<u8>)> = reader
+            .records_from(Lsn::default())
+            .map(|r| r.map(|r| (r.lsn, r.payload)))
+            .collect::<walcrypt::Result<_>>()
+            .unwrap_or_else(|e| panic!("left {left}: {e}"));
+        assert!(got == want, "left {left}: every record");
+        Wal::open(dir.path(), config()).unwrap().close().unwrap();
+    }
+}
