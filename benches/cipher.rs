@@ -20,7 +20,10 @@ use aes::Aes256;
 use aes_gcm::aead::AeadInOut;
 use cipher::{InnerIvInit, KeyInit, StreamCipher, StreamCipherCore};
 use criterion::{BenchmarkId, Criterion, Throughput};
-use walcrypt::inspect::{RECORD_HEADER_ENCRYPTED as HLEN, ctr_apply_keystream, record_crc_whole};
+use walcrypt::inspect::{
+    FORMAT_VERSION, RECORD_HEADER_ENCRYPTED as HLEN, bind_crc_to_lsn, ctr_apply_keystream,
+    record_crc_whole,
+};
 use walcrypt::{IV_LEN, Key};
 
 type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
@@ -128,8 +131,9 @@ fn cipher(c: &mut Criterion) {
     group.finish();
 
     // What perrecord-gcm adds inside the insert lock per record: one GHASH block (the LSN's
-    // share of the tag, with GHASH keyed by H^(c+2) before the lock) and the CRC32C over the
-    // 16 tag bytes. The clone stands in for the move of the pre-keyed hasher.
+    // share of the tag, with GHASH keyed by H^(c+2) before the lock), the CRC32C over the
+    // 16 tag bytes and then over the LSN's 4 low bytes (format version 3). The clone stands in
+    // for the move of the pre-keyed hasher.
     let mut h = ghash::Key::default();
     h[0] = 0x5a;
     let keyed = ghash::GHash::new(&h);
@@ -151,7 +155,26 @@ fn cipher(c: &mut Criterion) {
             for (t, s) in tag.iter_mut().zip(hash.finalize().iter()) {
                 *t ^= *s;
             }
-            black_box(crc32c::crc32c_append(7, &tag))
+            let crc = crc32c::crc32c_append(7, &tag);
+            black_box(bind_crc_to_lsn(FORMAT_VERSION, crc, lsn))
+        })
+    });
+    group.finish();
+
+    // What every other record gets inside the insert lock (format version 3): the checksum
+    // extended over the LSN's 4 low bytes and stored in the header.
+    let mut group = c.benchmark_group("crc_lsn_bind");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    let mut header = [0u8; HLEN];
+    group.bench_function("in_insert_lock", |b| {
+        b.iter(|| {
+            lsn += 4096;
+            let crc = bind_crc_to_lsn(FORMAT_VERSION, black_box(0x1c2f_0a11), lsn);
+            header[..4].copy_from_slice(&crc.to_le_bytes());
+            black_box(&header);
         })
     });
     group.finish();

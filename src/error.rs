@@ -199,7 +199,8 @@ pub enum Error {
         path: PathBuf,
         /// Version found in the file.
         found: u32,
-        /// Version this build reads and writes.
+        /// Newest version this build reads, the one it writes. It also reads every version
+        /// from [`crate::inspect::OLDEST_READ_VERSION`] on.
         supported: u32,
     },
     /// A key in the ring does not match the key check value recorded in the log for its id.
@@ -301,8 +302,10 @@ impl fmt::Display for Error {
                 supported,
             } => write!(
                 f,
-                "{}: format version {found} is not supported (this build reads version {supported})",
-                path.display()
+                "{}: format version {found} is not supported (this build reads versions {} to \
+                 {supported})",
+                path.display(),
+                crate::format::OLDEST_READ_VERSION
             ),
             Self::WrongKey { key_id, segment } => write!(
                 f,

@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 
 use support::small_config;
 use walcrypt::inspect::{
-    REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_PLAIN, record_crc, segment_file_name,
+    FORMAT_VERSION, REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_PLAIN, record_crc, segment_file_name,
 };
 use walcrypt::{Compression, CorruptionKind, Error, KeyRing, Lsn, Mode, Reader, Wal};
 
@@ -48,7 +48,8 @@ fn file(dir: &tempfile::TempDir) -> std::fs::File {
 }
 
 fn rewrite(dir: &tempfile::TempDir, lsn: Lsn, bytes: &mut [u8]) {
-    let crc = record_crc(&bytes[..RECORD_HEADER_PLAIN], &bytes[RECORD_HEADER_PLAIN..]);
+    let (header, stored) = bytes.split_at(RECORD_HEADER_PLAIN);
+    let crc = record_crc(FORMAT_VERSION, u64::from(lsn), header, stored);
     bytes[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file(dir).write_all_at(bytes, u64::from(lsn)).unwrap();
 }

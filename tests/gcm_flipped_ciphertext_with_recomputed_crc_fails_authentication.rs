@@ -29,7 +29,7 @@ fn tamper(dir: &std::path::Path, lsns: &[Lsn], edit: impl Fn(&mut Vec<u8>)) -> u
         .unwrap();
     let mut bytes = target.bytes.clone();
     edit(&mut bytes);
-    fix_crc(&mut bytes);
+    fix_crc(&mut bytes, target.lsn);
     write_at(dir, target.lsn, &bytes);
     lsns.iter()
         .position(|l| u64::from(*l) == target.lsn)

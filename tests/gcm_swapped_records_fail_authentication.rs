@@ -1,16 +1,16 @@
-//! perrecord-gcm: two records of equal length swapped in the files keep valid checksums (the
-//! CRC does not cover the position) but both fail authentication, since the tag binds each to
-//! its LSN. A record copied over another position fails the same way. In perrecord (CTR) the
+//! perrecord-gcm: two records of equal length swapped in the files, their checksums recomputed
+//! for their new positions (the CRC binds the LSN, but anyone can recompute a CRC), both fail
+//! authentication, since the tag binds each to its LSN with a key. In perrecord (CTR) the same
 //! swap goes unnoticed.
 
 mod support;
 
-use support::tamper::{single_page_records, write_at};
+use support::tamper::{fix_crc, single_page_records, write_at};
 use support::{append_all, payload, small_config};
 use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, Wal};
 
-/// Writes 40 records of one length and swaps two that each lie inside one page; returns the
-/// log, the LSNs and the indexes swapped.
+/// Writes 40 records of one length and swaps two that each lie inside one page, with their
+/// checksums recomputed; returns the log, the LSNs and the indexes swapped.
 fn swapped(mode: Mode, keys: &KeyRing) -> (tempfile::TempDir, Vec<Lsn>, usize, usize) {
     let dir = tempfile::tempdir().unwrap();
     let wal = Wal::open(dir.path(), small_config(mode, keys)).unwrap();
@@ -25,8 +25,11 @@ fn swapped(mode: Mode, keys: &KeyRing) -> (tempfile::TempDir, Vec<Lsn>, usize, u
         .find(|r| r.lsn < u64::from(lsns[35]))
         .unwrap();
     assert_eq!(a.bytes.len(), b.bytes.len());
-    write_at(dir.path(), a.lsn, &b.bytes);
-    write_at(dir.path(), b.lsn, &a.bytes);
+    let (mut a_moved, mut b_moved) = (a.bytes.clone(), b.bytes.clone());
+    fix_crc(&mut a_moved, b.lsn);
+    fix_crc(&mut b_moved, a.lsn);
+    write_at(dir.path(), a.lsn, &b_moved);
+    write_at(dir.path(), b.lsn, &a_moved);
     let index = |lsn: u64| lsns.iter().position(|l| u64::from(*l) == lsn).unwrap();
     let (i, j) = (index(a.lsn), index(b.lsn));
     (dir, lsns, i, j)

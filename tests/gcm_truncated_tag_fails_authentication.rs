@@ -31,7 +31,7 @@ fn rewrite(dir: &std::path::Path, lsns: &[Lsn], edit: impl Fn(&mut Vec<u8>)) -> 
     edit(&mut bytes);
     let len = stored_len(&bytes) as usize;
     bytes.truncate(RECORD_HEADER_ENCRYPTED + len);
-    fix_crc(&mut bytes);
+    fix_crc(&mut bytes, target.lsn);
     write_at(dir, target.lsn, &bytes);
     lsns.iter()
         .position(|l| u64::from(*l) == target.lsn)

@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader, SegmentHeader, segment_file_name};
+use walcrypt::inspect::{
+    FORMAT_VERSION, PAGE_HEADER_LEN, PageHeader, RecordHeader, SegmentHeader, record_crc,
+    segment_file_name,
+};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Wal};
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {
@@ -18,7 +21,8 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
 }
 
 /// A one-segment log (one data page) whose segment is moved to `start`: file name, segment
-/// header and page header.
+/// header, page header and (outside pagelevel, whose page body is ciphertext) the record's
+/// checksum, which binds its LSN.
 fn log_starting_at(dir: &Path, mode: Mode, keys: &KeyRing, start: u64) -> String {
     let wal = Wal::open(dir, config(mode, keys)).unwrap();
     let lsn = wal.append(1, b"only record").unwrap();
@@ -34,6 +38,14 @@ fn log_starting_at(dir: &Path, mode: Mode, keys: &KeyRing, start: u64) -> String
     let mut h = PageHeader::decode(header.log_id, page).unwrap();
     h.page_lsn = Lsn(start + 512);
     h.encode(header.log_id, page);
+    if mode != Mode::PageLevel {
+        let at = 512 + PAGE_HEADER_LEN;
+        let mut record = RecordHeader::decode(&bytes[at..]).unwrap();
+        let (head, rest) = bytes[at..].split_at(record.len_bytes());
+        let stored = &rest[..record.len as usize];
+        record.crc = record_crc(FORMAT_VERSION, start + at as u64, head, stored);
+        record.encode(&mut bytes[at..]);
+    }
     std::fs::remove_file(&old).unwrap();
     let name = segment_file_name(Lsn(start));
     std::fs::write(dir.join(&name), &bytes).unwrap();

@@ -45,7 +45,7 @@ fn replay_matches_reader(compression: Compression) {
         .collect();
     let mut victim = records[records.len() * 3 / 4].clone();
     victim.bytes[RECORD_HEADER_ENCRYPTED + 3] ^= 0x01;
-    fix_crc(&mut victim.bytes);
+    fix_crc(&mut victim.bytes, victim.lsn);
     write_at(dir.path(), victim.lsn, &victim.bytes);
 
     let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();

@@ -36,6 +36,8 @@ pub(crate) struct Stored {
     pub(crate) stored: Vec<u8>,
     /// The log id, part of an authenticated record's associated data.
     pub(crate) log_id: u64,
+    /// Format version of the segment the record starts in (its checksum's rule).
+    pub(crate) version: u32,
     /// Where the record is, for errors found while decoding its payload.
     pub(crate) at: Position,
 }
@@ -138,6 +140,8 @@ pub(crate) struct Cursor<'a> {
     /// The segment and key id last found listed, so a run of records under one key in one
     /// segment looks the segment up once.
     listed: Option<(u64, u32)>,
+    /// The segment last looked up for its format version, and that version.
+    version: Option<(u64, u32)>,
 }
 
 /// A cursor's state without its borrow of the files, so an owner of the files (a follower)
@@ -162,6 +166,7 @@ impl<'a> Cursor<'a> {
             ahead: None,
             feed: None,
             listed: None,
+            version: None,
         }
     }
 
@@ -283,6 +288,8 @@ impl<'a> Cursor<'a> {
             }
         };
         let total = (hlen + header.len as usize) as u64;
+        let segment = self.files.geo.segment_start(start);
+        let version = self.version_of(segment);
         // A record whose CRC the prefetcher verified over these header bytes and the payload of
         // the same pages: the cursor still walks its pages (page loads, continuation lengths)
         // but leaves the bytes where they are and takes the decrypted payload below.
@@ -298,9 +305,13 @@ impl<'a> Cursor<'a> {
             if let Err(inv) = self.pass_over(&mut pos, len, start, hlen, total)? {
                 return Ok(Err(inv));
             }
-        } else if let Err(inv) =
-            self.read_payload(&mut pos, &head[..hlen], &header, start, &mut stored)?
-        {
+        } else if let Err(inv) = self.read_payload(
+            &mut pos,
+            &head[..hlen],
+            (&header, version),
+            start,
+            &mut stored,
+        )? {
             return Ok(Err(inv));
         }
         let mode = self.files.mode;
@@ -324,7 +335,6 @@ impl<'a> Cursor<'a> {
                 ),
             )));
         }
-        let segment = self.files.geo.segment_start(start);
         if let Some((key_id, _)) = header.encryption
             && self.listed != Some((segment, key_id))
         {
@@ -357,6 +367,7 @@ impl<'a> Cursor<'a> {
             header,
             stored,
             log_id: self.files.log_id,
+            version,
             at: Position {
                 segment: Lsn(segment),
                 offset: start - segment,
@@ -413,13 +424,25 @@ impl<'a> Cursor<'a> {
         Ok(Ok(hlen))
     }
 
-    /// Reads the payload of the record at `start` (header bytes `head`, decoded as `header`)
-    /// into `stored` and checks the record's CRC.
+    /// The format version of the segment starting at `segment`, looked up once per segment.
+    fn version_of(&mut self, segment: u64) -> u32 {
+        match self.version {
+            Some((s, version)) if s == segment => version,
+            _ => {
+                let version = self.files.version_at(segment);
+                self.version = Some((segment, version));
+                version
+            }
+        }
+    }
+
+    /// Reads the payload of the record at `start` (header bytes `head`, decoded as `header`,
+    /// in a segment of format `version`) into `stored` and checks the record's CRC.
     fn read_payload(
         &mut self,
         pos: &mut u64,
         head: &[u8],
-        header: &RecordHeader,
+        (header, version): (&RecordHeader, u32),
         start: u64,
         stored: &mut Vec<u8>,
     ) -> Try<()> {
@@ -440,7 +463,7 @@ impl<'a> Cursor<'a> {
             left -= chunk;
             consumed += chunk;
         }
-        let crc = format::record_crc(head, stored);
+        let crc = format::record_crc(version, start, head, stored);
         if crc != header.crc {
             let kind = CorruptionKind::RecordChecksum {
                 expected: header.crc,

@@ -164,11 +164,14 @@ impl LogFiles {
         for seg in &segments {
             check_segment_start(seg, first.geometry)?;
         }
-        for (seg, expected) in segments[1..].iter().zip(
-            segments
-                .iter()
-                .map(|s| u64::from(s.header.start) + first.geometry.segment_size),
-        ) {
+        for (seg, (expected, version_before)) in
+            segments[1..].iter().zip(segments.iter().map(|s| {
+                (
+                    u64::from(s.header.start) + first.geometry.segment_size,
+                    s.header.version,
+                )
+            }))
+        {
             let h = &seg.header;
             if h.log_id != first.log_id {
                 return Err(Error::corrupt(
@@ -188,6 +191,17 @@ impl LogFiles {
                     h.start,
                     CorruptionKind::SegmentHeaderField(
                         "mode or geometry differs from the first segment",
+                    ),
+                ));
+            }
+            if h.version < version_before {
+                // A writer moves to a new format version in a new segment and never back.
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField(
+                        "format version older than the segment before",
                     ),
                 ));
             }
@@ -214,6 +228,13 @@ impl LogFiles {
             keys,
             segments,
         })
+    }
+
+    /// The format version of the segment holding `lsn`, which decides how the checksum of a
+    /// record starting there is computed; the current version for a position in no segment.
+    pub(crate) fn version_at(&self, lsn: u64) -> u32 {
+        self.segment(self.geo.segment_start(lsn))
+            .map_or(format::FORMAT_VERSION, |s| s.header.version)
     }
 
     pub(crate) fn segment(&self, start: u64) -> Option<&SegmentInfo> {

@@ -276,7 +276,8 @@ impl<'a> Walker<'a> {
         let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
         let slot = out.slot_mut(at);
         let verified = window.stream_bytes(geo, payload, slot).is_some();
-        if verified && format::record_crc(head, slot) != header.crc {
+        let version = self.files.version_at(start);
+        if verified && format::record_crc(version, start, head, slot) != header.crc {
             out.cut(at);
             return Some(());
         }

@@ -46,6 +46,9 @@ pub struct RawRecord {
     pub end_lsn: Lsn,
     /// The decoded record header.
     pub header: RecordHeader,
+    /// Format version of the segment the record starts in: it says how the header's checksum
+    /// is computed (see [`crate::inspect::record_crc`]).
+    pub format_version: u32,
     /// The payload as stored on disk (ciphertext in perrecord; plaintext in the other modes,
     /// since pagelevel pages are decrypted before records are parsed).
     pub stored: Vec<u8>,
@@ -253,6 +256,7 @@ pub(crate) fn raw_record(rec: Stored, keys: Option<&crate::crypto::Keys>) -> Res
         lsn: rec.lsn,
         end_lsn: rec.end_lsn,
         header: rec.header,
+        format_version: rec.version,
         stored: rec.stored,
         payload,
     })

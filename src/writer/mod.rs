@@ -134,22 +134,33 @@ const NO_PAGE: u64 = u64::MAX;
 #[derive(Clone, Copy)]
 struct SameProcess(());
 
-/// The part of sealing an authenticated record that needs its LSN: bind the LSN into the tag
-/// (one GF(2^128) multiplication) and extend the checksum over the 16 tag bytes. Done inside
-/// the insert lock; empty for every other record. The `u32` is the checksum of the header
-/// and ciphertext.
-#[must_use = "an authenticated record is unreadable until its LSN is bound"]
-pub(crate) struct LateBind(Option<(LsnBinder, u32)>);
+/// The part of sealing a record that needs its LSN, done inside the insert lock: for an
+/// authenticated record, bind the LSN into the tag (one GF(2^128) multiplication) and extend
+/// the checksum over the 16 tag bytes; for every record, end the checksum with the LSN's low
+/// 32 bits (format version 3, [`format::bind_crc_to_lsn`]) and store it. `crc` is the checksum
+/// of the header and the stored bytes before the tag.
+#[must_use = "a record is unreadable until its LSN is bound"]
+pub(crate) struct LateBind {
+    crc: u32,
+    binder: Option<LsnBinder>,
+}
 
 impl LateBind {
-    /// Finishes `sealed` (a record about to start at `lsn`): its tag and checksum fields.
-    fn finish(self, lsn: u64, sealed: &mut [u8]) {
-        let Some((binder, crc)) = self.0 else {
-            return;
-        };
-        let tag_at = sealed.len() - TAG_LEN;
-        binder.bind(lsn, &mut sealed[tag_at..]);
-        let crc = crc32c::crc32c_append(crc, &sealed[tag_at..]);
+    /// Finishes `sealed` (a record about to start at `lsn`, in a segment of format `version`):
+    /// its tag and checksum fields.
+    fn finish(mut self, lsn: u64, version: u32, sealed: &mut [u8]) {
+        if let Some(binder) = self.binder.take() {
+            let tag_at = sealed.len() - TAG_LEN;
+            binder.bind(lsn, &mut sealed[tag_at..]);
+            self.crc = crc32c::crc32c_append(self.crc, &sealed[tag_at..]);
+        }
+        self.finish_untagged(lsn, version, sealed);
+    }
+
+    /// [`LateBind::finish`] of a record without a tag (control records are never encrypted),
+    /// which may be called again to place the same record at another LSN.
+    fn finish_untagged(&self, lsn: u64, version: u32, sealed: &mut [u8]) {
+        let crc = format::bind_crc_to_lsn(version, self.crc, lsn);
         sealed[..4].copy_from_slice(&crc.to_le_bytes());
     }
 }
@@ -261,6 +272,9 @@ pub(crate) struct Resume {
     pub(crate) end: u64,
     /// The valid prefix of the page holding `end`, decrypted, and that page's continuation length.
     pub(crate) tail_page: Option<(Vec<u8>, u32)>,
+    /// The end of the segment holding `end` and that segment's format version (see
+    /// `Wal::tail_format`).
+    pub(crate) tail_format: (u64, u32),
 }
 
 /// An open write-ahead log. `Send + Sync`: share it between threads (by reference or `Arc`).
@@ -325,6 +339,12 @@ pub struct Wal {
     /// Segments prepared ahead (see `prepare`), and the thread that prepares them.
     preparer: Arc<Preparer>,
     preparer_thread: Option<std::thread::JoinHandle<()>>,
+    /// The end of the segment the log ended in at open, and that segment's format version.
+    /// Records starting before that end are checksummed by its version's rule: when it is
+    /// older than [`format::FORMAT_VERSION`] (a log written by an older build), the only such
+    /// records are the switch record that leaves it at open and, in pagelevel, a resume record
+    /// before it. Every segment after it is created at the current version.
+    tail_format: (u64, u32),
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -421,6 +441,7 @@ impl Wal {
             recovery: OnceLock::new(),
             preparer,
             preparer_thread,
+            tail_format: resume.tail_format,
             _dir_lock: dir_lock,
         })
     }
@@ -574,9 +595,9 @@ impl Wal {
     /// Compresses (when configured and worth it), encrypts (perrecord modes) and checksums a
     /// record into its stored form in `sealed`.
     ///
-    /// For an authenticated record the tag and checksum are left one step short: the returned
-    /// [`LateBind`] finishes them inside the insert lock, once the LSN is known. Also returns
-    /// the key epoch the record was sealed in.
+    /// The checksum (and, for an authenticated record, the tag) is left one step short: the
+    /// returned [`LateBind`] finishes it inside the insert lock, once the LSN is known. Also
+    /// returns the key epoch the record was sealed in.
     fn seal(
         &self,
         kind: u8,
@@ -647,7 +668,7 @@ impl Wal {
             flags,
             encryption: None,
         };
-        let mut late = LateBind(None);
+        let mut binder = None;
         if encrypt {
             let keys = self.keys.load();
             let key_id = keys.active().unwrap_or(0);
@@ -656,28 +677,26 @@ impl Wal {
             header.encryption = Some((key_id, iv));
             if auth {
                 header.flags |= RECORD_FLAG_AUTHENTICATED;
-                late = self.seal_gcm(&keys, &header, &mut sealed[hlen..])?;
+                let stored = &mut sealed[hlen..];
+                binder = Some(self.seal_gcm(&keys, &header, (key_id, iv), stored)?);
             } else {
                 keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
             }
         }
         header.encode(&mut sealed[..hlen]);
         let crc = format::record_crc_whole(&sealed[..body_end]);
-        if let LateBind(Some((_, crc_before_tag))) = &mut late {
-            *crc_before_tag = crc;
-        } else {
-            header.crc = crc;
-            header.encode(&mut sealed[..hlen]);
-        }
-        Ok(late)
+        Ok(LateBind { crc, binder })
     }
 
     /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
-    /// LSN left zero for [`LateBind`] to fill in.
-    fn seal_gcm(&self, keys: &Keys, header: &RecordHeader, stored: &mut [u8]) -> Result<LateBind> {
-        let Some((key_id, iv)) = header.encryption else {
-            return Ok(LateBind(None));
-        };
+    /// LSN left zero for [`LateBind`] to fill in with the returned binder.
+    fn seal_gcm(
+        &self,
+        keys: &Keys,
+        header: &RecordHeader,
+        (key_id, iv): (u32, [u8; IV_LEN]),
+        stored: &mut [u8],
+    ) -> Result<LsnBinder> {
         let aad = format::auth_aad(self.log_id, header, 0);
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&iv[..NONCE_LEN]);
@@ -690,7 +709,7 @@ impl Wal {
                     max: format::MAX_PAYLOAD,
                 })?;
         tag_room.copy_from_slice(&tag);
-        Ok(LateBind(Some((binder, 0))))
+        Ok(binder)
     }
 
     /// Places sealed records (the one or more records of `sealed`, record `i` ending at
@@ -701,8 +720,8 @@ impl Wal {
     /// A failure once copying has begun (a write-out to make room failed) poisons the log: the
     /// buffer may hold part of the records, and the log must not resume from that.
     ///
-    /// `lates` finishes each record's tag and checksum once its LSN is known (authenticated
-    /// records; a no-op for the others).
+    /// `lates` finishes each record's checksum (and an authenticated record's tag) once its
+    /// LSN is known.
     fn insert_sealed(
         &self,
         sealed: &mut [u8],
@@ -721,7 +740,8 @@ impl Wal {
         let mut result = Ok(());
         let mut begin = 0;
         for ((i, &end), late) in ends.iter().enumerate().zip(lates) {
-            late.finish(self.geo.skip_headers(ins.pos), &mut sealed[begin..end]);
+            let lsn = self.geo.skip_headers(ins.pos);
+            late.finish(lsn, self.version_at(lsn), &mut sealed[begin..end]);
             match self.copy_in(&mut ins, &sealed[begin..end]) {
                 Ok((start, record_end)) => {
                     ins.pos = record_end;
@@ -754,6 +774,16 @@ impl Wal {
             }
             Err(e) if self.poisoned.load(Ordering::Acquire) => Err(e),
             Err(e) => Err(self.poison_error(e)),
+        }
+    }
+
+    /// The format version of the segment a record starting at `lsn` lies in.
+    fn version_at(&self, lsn: u64) -> u32 {
+        let (tail_end, tail_version) = self.tail_format;
+        if lsn < tail_end {
+            tail_version
+        } else {
+            format::FORMAT_VERSION
         }
     }
 

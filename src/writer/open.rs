@@ -95,6 +95,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             geo,
             end,
             tail_page: None,
+            tail_format: (0, format::FORMAT_VERSION),
         };
         let wal = Wal::start(dir, &config, keys, resume, lock)?;
         wal.recovered(RecoverySummary {
@@ -131,6 +132,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         // A pagelevel writer never rewrites the page holding the end (see
         // `resumes_on_fresh_page`); the other modes rewrite its valid prefix byte for byte.
         tail_page: tail_page.filter(|_| !fresh_page),
+        tail_format: tail_format(&files, end),
     };
     drop(files);
     let wal = Wal::start(dir, &config, keys, resume, lock)?;
@@ -209,16 +211,36 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// True when the segment the log ends in does not list the active key with its check value:
-/// new data must then go to a new segment whose header does.
+/// True when the segment the log ends in is of an older format version, or does not list the
+/// active key with its check value: new data must then go to a new segment, of the current
+/// version and listing the active key. (A log ending exactly at a segment boundary goes on in
+/// a new segment anyway.)
 fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
-    if !files.mode.is_encrypted() || end.is_multiple_of(files.geo.segment_size) {
+    if end.is_multiple_of(files.geo.segment_size) {
         return false;
     }
     let Some(seg) = files.segment(files.geo.segment_start(end)) else {
         return false;
     };
-    keys.active_check_values()
-        .iter()
-        .any(|kc| !seg.header.key_checks.contains(kc))
+    if seg.header.version != format::FORMAT_VERSION {
+        return true;
+    }
+    files.mode.is_encrypted()
+        && keys
+            .active_check_values()
+            .iter()
+            .any(|kc| !seg.header.key_checks.contains(kc))
+}
+
+/// The end of the segment the writer resumes in and that segment's format version: records
+/// starting there before its end follow its checksum rule. A log ending at a segment boundary
+/// continues in a new segment of the current version.
+fn tail_format(files: &LogFiles, end: u64) -> (u64, u32) {
+    let segment = files.geo.segment_start(end);
+    match files.segment(segment) {
+        Some(seg) if !end.is_multiple_of(files.geo.segment_size) => {
+            (segment + files.geo.segment_size, seg.header.version)
+        }
+        _ => (0, format::FORMAT_VERSION),
+    }
 }

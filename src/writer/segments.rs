@@ -126,13 +126,15 @@ impl Wal {
         claim: bool,
     ) -> Result<u64> {
         let mut sealed = Vec::new();
-        // A switch record is never encrypted, so nothing is left to bind.
-        let _unauthenticated = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
+        // A switch record is never encrypted: only its checksum waits for the LSN.
+        let (late, _) = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
         let same = self.check_process()?;
         let mut ins = self.insert.lock();
+        let lsn = self.geo.skip_headers(ins.pos);
+        late.finish_untagged(lsn, self.version_at(lsn), &mut sealed);
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert_sealed`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
@@ -148,6 +150,8 @@ impl Wal {
         // It fits: the tail is shorter than a switch record, and a page body is longer than two.
         if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
             ins.pos = end;
+            let lsn = self.geo.skip_headers(ins.pos);
+            late.finish_untagged(lsn, self.version_at(lsn), &mut sealed);
             end = self
                 .copy_in(&mut ins, &sealed)
                 .map_err(|e| self.poison_error(e))?
@@ -198,7 +202,7 @@ impl Wal {
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
         let end = self.complete_to.load(Ordering::Acquire);
         let mut sealed = Vec::new();
-        let _unauthenticated = self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
+        let (late, _) = self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
         let mut ins = self.insert.lock();
         let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
         {
@@ -208,6 +212,8 @@ impl Wal {
             w.reserved_to = page_end;
         }
         ins.pos = page_end;
+        let lsn = self.geo.skip_headers(page_end);
+        late.finish(lsn, self.version_at(lsn), &mut sealed);
         let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
         ins.pos = resumed;
         self.complete_to.store(resumed, Ordering::Release);
@@ -264,6 +270,7 @@ pub(super) fn new_segment_header(
     keys: &Keys,
 ) -> SegmentHeader {
     SegmentHeader {
+        version: format::FORMAT_VERSION,
         mode,
         geometry,
         log_id,

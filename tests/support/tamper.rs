@@ -5,7 +5,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use walcrypt::inspect::{
-    REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name,
+    FORMAT_VERSION, REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name,
 };
 use walcrypt::{Lsn, Reader};
 
@@ -74,10 +74,11 @@ pub fn flip_bits_at(dir: &Path, lsn: u64, mask: u8) {
     file.write_all_at(&b, offset).expect("write byte");
 }
 
-/// Recomputes the CRC32C of a stored perrecord record (32-byte header, then the payload).
-pub fn fix_crc(record: &mut [u8]) {
+/// Recomputes the CRC32C of a stored perrecord record (32-byte header, then the payload) that
+/// starts at `lsn` in a segment of the current format version.
+pub fn fix_crc(record: &mut [u8], lsn: u64) {
     let (header, payload) = record.split_at(RECORD_HEADER_ENCRYPTED);
-    let crc = record_crc(header, payload);
+    let crc = record_crc(FORMAT_VERSION, lsn, header, payload);
     record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 

@@ -495,10 +495,12 @@ fn escape(bytes: &[u8]) -> String {
     bytes.escape_ascii().to_string()
 }
 
-/// Recomputes a record's checksum over its header and stored payload.
+/// Recomputes a record's checksum over its header and stored payload (and, by the format
+/// version of the segment it starts in, its LSN).
 pub fn crc_ok(rec: &RawRecord) -> bool {
     let mut head = [0u8; inspect::RECORD_HEADER_ENCRYPTED];
     let n = rec.header.len_bytes();
     rec.header.encode(&mut head[..n]);
-    inspect::record_crc(&head[..n], &rec.stored) == rec.header.crc
+    let lsn = u64::from(rec.lsn);
+    inspect::record_crc(rec.format_version, lsn, &head[..n], &rec.stored) == rec.header.crc
 }

@@ -108,6 +108,16 @@ fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Resu
         "geometry:           page {} B, segment {} B",
         geo.page_size, geo.segment_size
     )?;
+    // After an upgrade a log holds segments of an older format version, then of the current.
+    let mut versions: BTreeMap<u32, usize> = BTreeMap::new();
+    for s in segs {
+        *versions.entry(s.header.version).or_default() += 1;
+    }
+    let versions: Vec<String> = versions
+        .iter()
+        .map(|(v, n)| format!("{v} ({n} segment{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    writeln!(out, "format versions:    {}", versions.join(", "))?;
     let listed: BTreeSet<u32> = segs
         .iter()
         .flat_map(|s| s.header.key_checks.iter().map(|(id, _)| *id))

@@ -18,6 +18,17 @@ fn stats_in_every_mode() {
             text.contains(&format!("mode:               {mode}")),
             "{text}"
         );
+        let segments = std::fs::read_dir(&log)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("wal".as_ref()))
+            .count();
+        assert!(
+            text.contains(&format!(
+                "format versions:    {} ({segments} segment",
+                walcrypt::inspect::FORMAT_VERSION
+            )),
+            "{text}"
+        );
         let total = text
             .lines()
             .find(|l| l.trim_start().starts_with("total"))

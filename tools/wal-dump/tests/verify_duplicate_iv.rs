@@ -7,7 +7,9 @@ use std::os::unix::fs::FileExt;
 
 use support::*;
 use walcrypt::Mode;
-use walcrypt::inspect::{REC_CRC_AT, REC_IV_AT, RECORD_HEADER_ENCRYPTED, record_crc};
+use walcrypt::inspect::{
+    FORMAT_VERSION, REC_CRC_AT, REC_IV_AT, RECORD_HEADER_ENCRYPTED, record_crc,
+};
 
 /// Records whose header and payload lie in one page, so the test can rewrite them in place.
 fn within_one_page(a: &Appended) -> bool {
@@ -40,7 +42,7 @@ fn verify_flags_a_duplicate_iv() {
     file.read_exact_at(&mut record, off_b).unwrap();
     record[REC_IV_AT..RECORD_HEADER_ENCRYPTED].copy_from_slice(&iv);
     let (header, stored) = record.split_at(RECORD_HEADER_ENCRYPTED);
-    let crc = record_crc(header, stored);
+    let crc = record_crc(FORMAT_VERSION, u64::from(second.lsn), header, stored);
     record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, off_b).unwrap();
     drop(file);

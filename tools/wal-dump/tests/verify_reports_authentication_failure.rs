@@ -31,7 +31,9 @@ fn verify_reports_an_authentication_failure_with_its_position() {
     let mut record = vec![0u8; len];
     file.read_exact_at(&mut record, offset).unwrap();
     record[32 + 2] ^= 0x01;
-    let crc = walcrypt::inspect::record_crc(&record[..32], &record[32..]);
+    let (header, stored) = record.split_at(32);
+    let version = walcrypt::inspect::FORMAT_VERSION;
+    let crc = walcrypt::inspect::record_crc(version, u64::from(victim.lsn), header, stored);
     record[..4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, offset).unwrap();
     drop(file);
