@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::cursor::{Cursor, Parked, Step, Stored};
-use super::files::{LogFiles, list_segments};
+use super::files::{LogFiles, list_segments, read_segment_header};
 use super::{RawRecord, Record, SegmentInfo, Settled, raw_record, settle};
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
@@ -479,6 +479,11 @@ impl Follower {
                     if !stalled(&mut self.checked, invalid.lsn) && !near {
                         return Ok(None);
                     }
+                    if let Some(now) = replaced(files, self.ring.as_ref(), invalid.lsn)? {
+                        self.files = Some(now);
+                        self.parked = Parked::default();
+                        continue;
+                    }
                     match settle(files, invalid)? {
                         Settled::End(_) => return Ok(None),
                         Settled::Resume(..) => {}
@@ -510,6 +515,28 @@ fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>>
     match files.refreshed(ring) {
         Err(e) if is_not_found(&e) => Ok(None),
         other => other,
+    }
+}
+
+/// The files as they are now when the segment holding the record at `lsn` is no longer the
+/// one the follower read the header of. A writer's open removes the segments after the end of
+/// the log and makes them anew as it writes: a segment prepared ahead by a build of an older
+/// format version comes back at the current one, whose records the old header's checksum rule
+/// fails (and a segment prepared under an older key comes back listing the active one). `None`
+/// when the header on disk is the one read, or the file is gone (the next read sees that).
+fn replaced(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
+    let start = files.geo.segment_start(lsn);
+    let Some(seg) = files.segment(start) else {
+        return Ok(None);
+    };
+    match read_segment_header(files.storage.as_ref(), &seg.path, Lsn(start)) {
+        Ok(header) if header != seg.header => match files.reopened(ring) {
+            Ok(now) => Ok(Some(now)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        },
+        Err(e) if is_not_found(&e) => Ok(None),
+        other => other.map(|_| None),
     }
 }
 
