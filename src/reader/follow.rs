@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::cursor::{Cursor, Parked, Step, Stored};
-use super::files::{LogFiles, list_segments, read_segment_header};
+use super::files::{LogFiles, list_segments};
 use super::{RawRecord, Record, SegmentInfo, Settled, raw_record, settle};
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
@@ -479,7 +479,7 @@ impl Follower {
                     if !stalled(&mut self.checked, invalid.lsn) && !near {
                         return Ok(None);
                     }
-                    if let Some(now) = replaced(files, self.ring.as_ref(), invalid.lsn)? {
+                    if let Some(now) = remade(files, self.ring.as_ref(), invalid.lsn)? {
                         self.files = Some(now);
                         self.parked = Parked::default();
                         continue;
@@ -519,24 +519,16 @@ fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>>
 }
 
 /// The files as they are now when the segment holding the record at `lsn` is no longer the
-/// one the follower read the header of. A writer's open removes the segments after the end of
-/// the log and makes them anew as it writes: a segment prepared ahead by a build of an older
-/// format version comes back at the current one, whose records the old header's checksum rule
-/// fails (and a segment prepared under an older key comes back listing the active one). `None`
-/// when the header on disk is the one read, or the file is gone (the next read sees that).
-fn replaced(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
-    let start = files.geo.segment_start(lsn);
-    let Some(seg) = files.segment(start) else {
+/// one the follower read the header of ([`LogFiles::segment_remade`]); `None` when it is, or
+/// when the files are still changing under a writer's hands (the next poll looks again).
+fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
+    if !files.segment_remade(lsn)? {
         return Ok(None);
-    };
-    match read_segment_header(files.storage.as_ref(), &seg.path, Lsn(start)) {
-        Ok(header) if header != seg.header => match files.reopened(ring) {
-            Ok(now) => Ok(Some(now)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        },
+    }
+    match files.reopened(ring) {
+        Ok(now) => Ok(Some(now)),
         Err(e) if is_not_found(&e) => Ok(None),
-        other => other.map(|_| None),
+        Err(e) => Err(e),
     }
 }
 
