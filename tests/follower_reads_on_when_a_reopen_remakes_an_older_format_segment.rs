@@ -1,20 +1,18 @@
-//! A log written at format version 2 with the next segment prepared ahead (a version-2 header
-//! over zeros). A follower lists that segment, then a writer of this build opens the log: it
-//! removes the prepared segment, leaves the version-2 tail with a switch record and makes the
-//! segment anew at the current version, whose records carry checksums over their LSN. The
-//! follower, whose header of that segment says version 2, goes on reading the new records
-//! rather than taking them for damage.
+//! A copy of each version-2 golden log with the next segment prepared ahead, as a version-2
+//! writer leaves it (a version-2 header over zeros). A follower lists that segment and reads
+//! the log, then a writer of this build opens it: it removes the prepared segment and makes it
+//! anew at the current version, whose records carry checksums over their LSN. It gets there
+//! by a switch record leaving the version-2 tail segment or, in a pagelevel log ending in the
+//! last page of a segment, by a resume record at the start of the new segment. The follower,
+//! whose header of that segment still says version 2, goes on reading the new records rather
+//! than taking them (or the resume record) for damage.
 
-mod support;
+mod golden_files;
 
 use std::time::Duration;
 
-use support::older_format::rewrite_as_version_2;
-use support::{payload, small_config};
 use walcrypt::inspect::FORMAT_VERSION;
-use walcrypt::{Follower, KeyRing, Lsn, Mode, Reader, Visibility, Wal};
-
-const SEGMENT: u64 = 8 * 512;
+use walcrypt::{Config, Follower, Lsn, Reader, Visibility, Wal};
 
 /// Everything the follower yields within `wait` of the last record, as (lsn, payload).
 fn drain(follower: &mut Follower, wait: Duration, what: &str) -> Vec<(Lsn, Vec<u8>)> {
@@ -30,54 +28,64 @@ fn drain(follower: &mut Follower, wait: Duration, what: &str) -> Vec<(Lsn, Vec<u
 
 #[test]
 fn follower_reads_on_when_a_reopen_remakes_an_older_format_segment() {
-    for mode in [Mode::Plaintext, Mode::PerRecord] {
+    let goldens: Vec<_> = golden_files::all()
+        .into_iter()
+        .filter(|g| g.format_version == 2)
+        .collect();
+    assert!(!goldens.is_empty(), "no version-2 goldens");
+    for g in &goldens {
+        let name = &g.name;
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let keys = KeyRing::generate().unwrap();
-        let config = || small_config(mode, &keys).prepare_segments(false);
+        let prepared = golden_files::copy_log_with_prepared_segment(g, dir);
+        let old: Vec<(Lsn, Vec<u8>)> = g.records.iter().map(|r| (r.0, r.2.clone())).collect();
 
-        let wal = Wal::open(dir, config()).unwrap();
-        let mut want = Vec::new();
-        for i in 0..5 {
-            let lsn = wal.append(1, &payload(i, 100)).unwrap();
+        let open = || Follower::open(dir, Some(g.keys.clone()), Lsn::default()).unwrap();
+        let mut written = open().visibility(Visibility::Written);
+        let mut durable = open();
+        let listed = written.segments().last().unwrap();
+        assert_eq!(
+            (listed.header.start, listed.header.version),
+            (prepared, 2),
+            "{name}: the prepared segment is listed"
+        );
+        let ms30 = Duration::from_millis(30);
+        assert!(drain(&mut written, ms30, name) == old, "{name}: written");
+        let seen = drain(&mut durable, ms30, name);
+        assert!(old.starts_with(&seen), "{name}: durable");
+
+        let config = Config::new(g.mode)
+            .keys(g.keys.clone())
+            .prepare_segments(false);
+        let wal = Wal::open(dir, config).unwrap();
+        let mut new = Vec::new();
+        for i in 0..20u8 {
+            let payload = vec![i; 150];
+            let lsn = wal.append(3, &payload).unwrap();
             wal.flush(lsn).unwrap();
-            want.push((lsn, payload(i, 100)));
-        }
-        assert!(wal.prepare_next_segment().unwrap());
-        wal.close().unwrap();
-        rewrite_as_version_2(dir, &keys);
-
-        let mut written = Follower::open(dir, Some(keys.clone()), Lsn::default())
-            .unwrap()
-            .visibility(Visibility::Written);
-        let mut durable = Follower::open(dir, Some(keys.clone()), Lsn::default()).unwrap();
-        let listed: Vec<u32> = written
-            .segments()
-            .iter()
-            .map(|s| s.header.version)
-            .collect();
-        assert_eq!(listed, [2, 2], "{mode:?}: the prepared segment is listed");
-        let ms50 = Duration::from_millis(50);
-        assert_eq!(drain(&mut written, ms50, "written"), want);
-        // Flushed one by one: the last record has no later page header vouching for it yet.
-        assert_eq!(drain(&mut durable, ms50, "durable"), want[..4]);
-
-        let wal = Wal::open(dir, config()).unwrap();
-        for i in 5..40 {
-            let lsn = wal.append(2, &payload(i, 100)).unwrap();
-            wal.flush(lsn).unwrap();
-            want.push((lsn, payload(i, 100)));
+            new.push((lsn, payload));
         }
         wal.close().unwrap();
-        let reader = Reader::open(dir, Some(keys.clone())).unwrap();
-        let versions: Vec<u32> = reader.segments().iter().map(|s| s.header.version).collect();
-        assert_eq!(versions[..2], [2, FORMAT_VERSION], "{mode:?}: made anew");
-        assert!(u64::from(want[39].0) > SEGMENT, "{mode:?}");
+        let now = Reader::open(dir, Some(g.keys.clone())).unwrap();
+        let remade = now.segments().iter().find(|s| s.header.start == prepared);
+        assert_eq!(
+            remade.map(|s| s.header.version),
+            Some(FORMAT_VERSION),
+            "{name}: the segment is made anew"
+        );
 
-        let wait = Duration::from_millis(500);
-        let got = drain(&mut written, wait, "written");
-        assert!(got == want[5..], "{mode:?}: written follower");
-        let got = drain(&mut durable, wait, "durable");
-        assert!(got == want[4..39], "{mode:?}: durable follower");
+        let wait = Duration::from_millis(100);
+        assert!(
+            drain(&mut written, wait, name) == new,
+            "{name}: written follower after the reopen"
+        );
+        // The last record has no later page header vouching for it.
+        let mut all = old.clone();
+        all.extend(new.iter().cloned());
+        let more = drain(&mut durable, wait, name);
+        assert!(
+            more == all[seen.len()..all.len() - 1],
+            "{name}: durable follower after the reopen"
+        );
     }
 }

@@ -237,13 +237,23 @@ impl LogFiles {
             .map_or(format::FORMAT_VERSION, |s| s.header.version)
     }
 
-    /// True when the file of the segment holding `lsn` now holds another header than the one
-    /// these files read: a writer's open removed it (it lay after the end of the log) and made
-    /// it anew. A segment prepared ahead by a build of an older format version comes back at
-    /// the current one, whose records the old header's checksum rule fails; one prepared under
-    /// an older key comes back listing the active key. False when the file is gone.
+    /// True when the segment holding the record at `lsn`, or the one holding the next page
+    /// (where a pagelevel log may go on after a resume record), now holds another header than
+    /// the one these files read: a writer's open removed it (it lay after the end of the log)
+    /// and made it anew. A segment prepared ahead by a build of an older format version comes
+    /// back at the current one, whose records the old header's checksum rule fails; one
+    /// prepared under an older key comes back listing the active key. A segment whose file is
+    /// gone does not count.
     pub(crate) fn segment_remade(&self, lsn: u64) -> Result<bool> {
-        let start = self.geo.segment_start(lsn);
+        let here = self.geo.segment_start(lsn);
+        let next_page = self.geo.page_start(lsn) + self.geo.page_size;
+        let next = self.geo.segment_start(self.geo.skip_headers(next_page));
+        Ok(self.header_changed(here)? || next != here && self.header_changed(next)?)
+    }
+
+    /// True when the file of the segment at `start` (one of these files) holds another header
+    /// than the one these files read; false when the file is gone or not one of these files.
+    fn header_changed(&self, start: u64) -> Result<bool> {
         let Some(seg) = self.segment(start) else {
             return Ok(false);
         };

@@ -14,7 +14,6 @@ pub mod delay;
 pub mod faults;
 pub mod hooked;
 pub mod large;
-pub mod older_format;
 pub mod tamper;
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};
