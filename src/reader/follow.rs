@@ -519,10 +519,11 @@ fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>>
 }
 
 /// The files as they are now when the segment holding the record at `lsn` is no longer the
-/// one the follower read the header of ([`LogFiles::segment_remade`]); `None` when it is, or
-/// when the files are still changing under a writer's hands (the next poll looks again).
+/// one the follower read the header of ([`LogFiles::segment_remade`]); `None` when it is, when
+/// its header cannot be read (what follows judges the record as before), or when the files are
+/// still changing under a writer's hands (the next poll looks again).
 fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
-    if !files.segment_remade(lsn)? {
+    if !files.segment_remade(lsn).unwrap_or(false) {
         return Ok(None);
     }
     match files.reopened(ring) {
