@@ -237,6 +237,35 @@ impl LogFiles {
             .map_or(format::FORMAT_VERSION, |s| s.header.version)
     }
 
+    /// True when the segment holding the record at `lsn`, or the one holding the next page
+    /// (where a pagelevel log may go on after a resume record), now holds another header than
+    /// the one these files read: a writer's open removed it (it lay after the end of the log)
+    /// and made it anew. A segment prepared ahead by a build of an older format version comes
+    /// back at the current one, whose records the old header's checksum rule fails; one
+    /// prepared under an older key comes back listing the active key. A segment whose file is
+    /// gone does not count.
+    pub(crate) fn segment_remade(&self, lsn: u64) -> Result<bool> {
+        let here = self.geo.segment_start(lsn);
+        let next_page = self.geo.page_start(lsn) + self.geo.page_size;
+        let next = self.geo.segment_start(self.geo.skip_headers(next_page));
+        Ok(self.header_changed(here)? || next != here && self.header_changed(next)?)
+    }
+
+    /// True when the file of the segment at `start` (one of these files) holds another header
+    /// than the one these files read; false when the file is gone or not one of these files.
+    fn header_changed(&self, start: u64) -> Result<bool> {
+        let Some(seg) = self.segment(start) else {
+            return Ok(false);
+        };
+        match read_segment_header(self.storage.as_ref(), &seg.path, Lsn(start)) {
+            Ok(header) => Ok(header != seg.header),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn segment(&self, start: u64) -> Option<&SegmentInfo> {
         self.segments
             .binary_search_by_key(&start, |s| u64::from(s.header.start))

@@ -479,6 +479,11 @@ impl Follower {
                     if !stalled(&mut self.checked, invalid.lsn) && !near {
                         return Ok(None);
                     }
+                    if let Some(now) = remade(files, self.ring.as_ref(), invalid.lsn)? {
+                        self.files = Some(now);
+                        self.parked = Parked::default();
+                        continue;
+                    }
                     match settle(files, invalid)? {
                         Settled::End(_) => return Ok(None),
                         Settled::Resume(..) => {}
@@ -510,6 +515,21 @@ fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>>
     match files.refreshed(ring) {
         Err(e) if is_not_found(&e) => Ok(None),
         other => other,
+    }
+}
+
+/// The files as they are now when the segment holding the record at `lsn` is no longer the
+/// one the follower read the header of ([`LogFiles::segment_remade`]); `None` when it is, when
+/// its header cannot be read (what follows judges the record as before), or when the files are
+/// still changing under a writer's hands (the next poll looks again).
+fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
+    if !files.segment_remade(lsn).unwrap_or(false) {
+        return Ok(None);
+    }
+    match files.reopened(ring) {
+        Ok(now) => Ok(Some(now)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

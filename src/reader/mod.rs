@@ -239,6 +239,12 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
     }
     match crate::tail::classify(files, invalid.clone())? {
         None => Ok(Settled::End(invalid.lsn)),
+        // A segment a writer's open removed and made anew since these files read its header
+        // (one prepared ahead by a build of an older format version): its records follow
+        // another header's rules, so these files end before it.
+        Some(_) if files.segment_remade(invalid.lsn).unwrap_or(false) => {
+            Ok(Settled::End(invalid.lsn))
+        }
         Some(e) => Err(e),
     }
 }

@@ -117,3 +117,24 @@ pub fn copy_log(golden: &Golden, to: &Path) {
         fs::copy(entry.path(), to.join(entry.file_name())).expect("copy segment");
     }
 }
+
+/// [`copy_log`], then puts a segment prepared ahead after the one the log ends in, as a writer
+/// of the golden's format version leaves it: that version's header (a copy of the tail
+/// segment's, for the next start) over zeros. A segment file already there (the cut-short
+/// remnant of a torn-tail golden) is replaced. Returns the prepared segment's start.
+pub fn copy_log_with_prepared_segment(golden: &Golden, to: &Path) -> Lsn {
+    copy_log(golden, to);
+    let end = u64::from(golden.end_lsn);
+    let tail = end - end % golden.segment_size;
+    let next = Lsn(tail + golden.segment_size);
+    let tail_file = fs::read(to.join(walcrypt::inspect::segment_file_name(Lsn(tail))))
+        .expect("read the tail segment");
+    let mut header =
+        walcrypt::inspect::SegmentHeader::decode(&tail_file).expect("the tail segment's header");
+    header.start = next;
+    let mut bytes = vec![0u8; golden.segment_size as usize];
+    header.encode(&mut bytes[..golden.page_size as usize]);
+    fs::write(to.join(walcrypt::inspect::segment_file_name(next)), bytes)
+        .expect("write the prepared segment");
+    next
+}
