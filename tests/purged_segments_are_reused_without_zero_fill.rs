@@ -68,8 +68,14 @@ fn check_log(dir: &Path, keys: &KeyRing, written: &HashMap<Lsn, u64>, first: Lsn
     let mut seen = 0;
     for record in reader.records_from(Lsn::default()) {
         let record = record.unwrap_or_else(|e| panic!("{what}: {e}"));
-        let id = check_payload(record.kind, &record.payload).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(written.get(&record.lsn), Some(&id), "{what}: record at {}", record.lsn);
+        let id =
+            check_payload(record.kind, &record.payload).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            written.get(&record.lsn),
+            Some(&id),
+            "{what}: record at {}",
+            record.lsn
+        );
         seen += 1;
     }
     let expected = written.keys().filter(|l| **l >= first).count();
@@ -97,22 +103,46 @@ fn purged_segments_are_reused_without_zero_fill() {
             [2, 3, 4].map(|i| format!("{}.free", seg_name(i))),
             "{mode}: the newest purged segments are kept"
         );
-        assert_eq!(free.iter().map(|f| f.1).collect::<Vec<_>>(), old[2..], "{mode}");
+        assert_eq!(
+            free.iter().map(|f| f.1).collect::<Vec<_>>(),
+            old[2..],
+            "{mode}"
+        );
 
         // The next three segments are those files, newest first; no zeros are written.
         let zeros = storage.count(Op::FillZeros);
         let id = append_to(&wal, id, 8 * SEGMENT + PAGE, &mut written);
-        assert_eq!(storage.count(Op::FillZeros), zeros, "{mode}: a reused file is not zero-filled");
+        assert_eq!(
+            storage.count(Op::FillZeros),
+            zeros,
+            "{mode}: a reused file is not zero-filled"
+        );
         assert!(free_files(dir).is_empty(), "{mode}: the pool is used up");
         let reused: Vec<u64> = (6..9).map(|i| ino(&dir.join(seg_name(i)))).collect();
-        assert_eq!(reused, [old[4], old[3], old[2]], "{mode}: purged files reappear under later names");
-        check_log(dir, &keys, &written, Lsn(5 * SEGMENT), &format!("{mode} live"));
+        assert_eq!(
+            reused,
+            [old[4], old[3], old[2]],
+            "{mode}: purged files reappear under later names"
+        );
+        check_log(
+            dir,
+            &keys,
+            &written,
+            Lsn(5 * SEGMENT),
+            &format!("{mode} live"),
+        );
 
         // With the pool empty, the next segment is made and zero-filled.
         let id = append_to(&wal, id, 9 * SEGMENT + PAGE, &mut written);
         assert_eq!(storage.count(Op::FillZeros), zeros + 1, "{mode}");
         wal.close().unwrap();
-        check_log(dir, &keys, &written, Lsn(5 * SEGMENT), &format!("{mode} closed"));
+        check_log(
+            dir,
+            &keys,
+            &written,
+            Lsn(5 * SEGMENT),
+            &format!("{mode} closed"),
+        );
 
         // Reopened, the log goes on over its stale pages; a purge refills the pool.
         let wal = Wal::open(dir, config(mode, &keys, &storage, 3)).unwrap();
@@ -120,7 +150,13 @@ fn purged_segments_are_reused_without_zero_fill() {
         assert_eq!(wal.purge_before(Lsn(9 * SEGMENT)).unwrap(), 4, "{mode}");
         assert_eq!(free_files(dir).len(), 3, "{mode}");
         wal.close().unwrap();
-        check_log(dir, &keys, &written, Lsn(9 * SEGMENT), &format!("{mode} reopened"));
+        check_log(
+            dir,
+            &keys,
+            &written,
+            Lsn(9 * SEGMENT),
+            &format!("{mode} reopened"),
+        );
     }
 }
 
