@@ -73,7 +73,9 @@ impl Wal {
     /// can no longer be reused (the data key was rotated since) are unlinked here.
     ///
     /// The write lock is held only to drop the writer's handles of those segments; listing,
-    /// unlinking and the directory sync happen outside it, so commits do not wait for them.
+    /// unlinking and the directory syncs happen outside it, so commits do not wait for them.
+    /// The directory is synced after each segment removed, oldest first, so that a crash
+    /// during a purge leaves the log's segments without a gap.
     /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
     /// every decrypt-only data key that no remaining segment lists is retired from the store;
     /// an error there (after the files are gone) is returned, and the next purge retries.
@@ -110,11 +112,17 @@ impl Wal {
             match done {
                 Ok(()) => removed += 1,
                 // A purge running beside this one removed it first.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io(op, &path, e)),
             }
+            // Each removal is durable before the next: a crash never brings back an older
+            // segment without the newer ones (a log missing a segment in the middle does
+            // not open).
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| Error::io("sync directory", &self.dir, e))?;
         }
-        if removed > 0 || unpooled {
+        if removed == 0 && unpooled {
             self.storage
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;
