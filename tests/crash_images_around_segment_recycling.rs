@@ -92,7 +92,10 @@ fn check_image(image: &Path, mode: Mode, keys: &KeyRing, expect: &Expect, what: 
     // earlier, when a purge's removals were lost) on...
     let Some(&(first, _)) = read.first() else {
         assert!(
-            !expect.written.range(expect.oldest..expect.acked_to).any(|_| true),
+            !expect
+                .written
+                .range(expect.oldest..expect.acked_to)
+                .any(|_| true),
             "{what}: nothing read back, but records were acknowledged"
         );
         return;
@@ -109,12 +112,13 @@ fn check_image(image: &Path, mode: Mode, keys: &KeyRing, expect: &Expect, what: 
         }
     }
     assert!(
-        first <= *expect
-            .written
-            .range(expect.oldest..)
-            .next()
-            .map(|(l, _)| l)
-            .unwrap_or(&first),
+        first
+            <= *expect
+                .written
+                .range(expect.oldest..)
+                .next()
+                .map(|(l, _)| l)
+                .unwrap_or(&first),
         "{what}: the log starts at {first}, after its oldest retained record"
     );
     // ...holding every acknowledged record.
@@ -122,7 +126,10 @@ fn check_image(image: &Path, mode: Mode, keys: &KeyRing, expect: &Expect, what: 
     if let Some((&lsn, _)) = expect.written.range(..expect.acked_to).next_back()
         && lsn >= expect.oldest
     {
-        assert!(last >= lsn, "{what}: acknowledged record at {lsn} lost (read up to {last})");
+        assert!(
+            last >= lsn,
+            "{what}: acknowledged record at {lsn} lost (read up to {last})"
+        );
     }
 }
 
@@ -151,7 +158,8 @@ impl StorageFile for SteppingFile {
         self.inner.read_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.crasher.crash(&format!("write {offset}+{} of {}", buf.len(), self.name));
+        self.crasher
+            .crash(&format!("write {offset}+{} of {}", buf.len(), self.name));
         self.inner.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
@@ -196,7 +204,8 @@ impl Storage for Stepping {
         Ok(self.file(inner, path))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.crash(&format!("rename {} to {}", name(from), name(to)));
+        self.0
+            .crash(&format!("rename {} to {}", name(from), name(to)));
         self.0.fault.rename(from, to)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -231,7 +240,11 @@ fn one_mode(mode: Mode, seed: u64) -> usize {
         armed: false.into(),
     });
     let storage: Arc<dyn Storage> = Arc::new(Stepping(crasher.clone()));
-    let wal = Wal::open(&dir, config(mode, &keys).recycle_segments(3).storage(storage)).unwrap();
+    let wal = Wal::open(
+        &dir,
+        config(mode, &keys).recycle_segments(3).storage(storage),
+    )
+    .unwrap();
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut id = 1;
     for round in 0..6u64 {
@@ -259,7 +272,9 @@ fn one_mode(mode: Mode, seed: u64) -> usize {
         wal.flush(wal.end_lsn()).unwrap();
         crasher.expect.lock().unwrap().acked_to = wal.flushed_lsn();
         // From the second round on, crash at every step.
-        crasher.armed.store(round >= 1, std::sync::atomic::Ordering::Relaxed);
+        crasher
+            .armed
+            .store(round >= 1, std::sync::atomic::Ordering::Relaxed);
         let end = u64::from(wal.flushed_lsn());
         let keep_from = (end - end % SEGMENT).saturating_sub(SEGMENT);
         // Images taken during the purge may or may not hold the segments it removes.

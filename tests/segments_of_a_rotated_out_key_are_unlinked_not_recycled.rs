@@ -73,21 +73,31 @@ fn segments_of_a_rotated_out_key_are_unlinked_not_recycled() {
         let first_of_2 = u64::from(fill(1));
         fill(60);
         let before = first_of_2 - first_of_2 % SEGMENT;
-        assert!(wal.purge_before(Lsn(before - SEGMENT)).unwrap() >= 1, "{mode}");
+        assert!(
+            wal.purge_before(Lsn(before - SEGMENT)).unwrap() >= 1,
+            "{mode}"
+        );
         assert!(free_keys(&dir).is_empty(), "{mode}: {:?}", files(&dir));
         assert!(store.keys().iter().any(|k| k.id == 1), "{mode}");
 
         // The purge of key 1's last segment retires it; nothing in the directory lists it.
         assert_eq!(wal.purge_before(Lsn(before)).unwrap(), 1, "{mode}");
         assert!(!store.keys().iter().any(|k| k.id == 1), "{mode}");
-        let listed: Vec<_> = files(&dir).into_iter().filter(|(_, k)| k.contains(&1)).collect();
+        let listed: Vec<_> = files(&dir)
+            .into_iter()
+            .filter(|(_, k)| k.contains(&1))
+            .collect();
         assert!(listed.is_empty(), "{mode}: {listed:?}");
 
         // Key 2's own purged segments are kept, and reused.
         let at = u64::from(wal.flushed_lsn());
         wal.purge_before(Lsn(at - at % SEGMENT)).unwrap();
         assert!(!free_keys(&dir).is_empty(), "{mode}");
-        assert!(free_keys(&dir).iter().all(|k| k == &[2]), "{mode}: {:?}", files(&dir));
+        assert!(
+            free_keys(&dir).iter().all(|k| k == &[2]),
+            "{mode}: {:?}",
+            files(&dir)
+        );
         fill(40);
         wal.close().unwrap();
     }
