@@ -282,8 +282,7 @@ fn one_mode(mode: Mode, seed: u64) -> usize {
         wal.purge_before(Lsn(keep_from)).unwrap();
     }
     wal.close().unwrap();
-    let n = *crasher.images.lock().unwrap();
-    n
+    *crasher.images.lock().unwrap()
 }
 
 #[test]

@@ -71,7 +71,7 @@ impl Hooks for Tearer {
                 for keep in [512, 4096] {
                     let end = (at - offset) as usize + keep;
                     if buf.len() > end {
-                        self.tear(path, offset, &buf[..end], at, page);
+                        self.tear(offset, &buf[..end], at, page);
                     }
                 }
             }
@@ -81,9 +81,9 @@ impl Hooks for Tearer {
 }
 
 impl Tearer {
-    /// The directory as it is, with only `kept` of the pending write at `offset` of `path`
-    /// on disk: the rest of the page keeps what the file's earlier life wrote there.
-    fn tear(&self, path: &Path, offset: u64, kept: &[u8], page_at: u64, page: u64) {
+    /// The directory as it is, with only `kept` of the pending write at `offset` of the
+    /// segment file holding `page` on disk: the rest of the page keeps what the file's earlier life wrote there.
+    fn tear(&self, offset: u64, kept: &[u8], page_at: u64, page: u64) {
         let n = {
             let mut torn = self.torn.lock().unwrap();
             *torn += 1;
@@ -191,8 +191,7 @@ fn run(mode: Mode, record: fn(u64) -> (u8, Vec<u8>), decode: Decode, flush_every
     *tearer.reused_from.lock().unwrap() = Some(5 * SEGMENT);
     append_to(8 * SEGMENT + PAGE);
     wal.close().unwrap();
-    let torn = *tearer.torn.lock().unwrap();
-    torn
+    *tearer.torn.lock().unwrap()
 }
 
 #[test]
