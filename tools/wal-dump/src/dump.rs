@@ -459,21 +459,12 @@ fn list_pages(
                     h.rem_len,
                     fmt_lsn(h.durable_hint.into()),
                 )?,
-                None => match stale_address(reader, disk, page)? {
-                    Some(old) => writeln!(
-                        out,
-                        "page: {}  stale page of {} (a reused segment file's earlier life) at {}",
-                        fmt_lsn(page),
-                        fmt_lsn(old),
-                        position(reader.geometry(), page)
-                    )?,
-                    None => writeln!(
-                        out,
-                        "page: {}  invalid header at {}",
-                        fmt_lsn(page),
-                        position(reader.geometry(), page)
-                    )?,
-                },
+                None => writeln!(
+                    out,
+                    "page: {}  invalid header at {}",
+                    fmt_lsn(page),
+                    position(reader.geometry(), page)
+                )?,
             },
             OutputFormat::Json => {
                 let obj = JsonPage {
@@ -497,21 +488,6 @@ fn list_pages(
         shown += 1;
     }
     Ok(())
-}
-
-/// The older address a stale page at `page` carries: a valid header of this log naming an
-/// earlier page, in a segment of a format that allows reusing segment files.
-fn stale_address(reader: &Reader, disk: &mut Disk, page: u64) -> Result<Option<u64>, Fail> {
-    let geo = reader.geometry();
-    let reusable = reader
-        .segments()
-        .iter()
-        .find(|s| u64::from(s.header.start) == geo.segment_start(page))
-        .is_some_and(|s| s.header.version >= inspect::LSN_BOUND_CRC_VERSION);
-    let bytes = disk.page_header_bytes(page)?;
-    Ok(inspect::PageHeader::decode(reader.log_id(), &bytes)
-        .map(|h| u64::from(h.page_lsn))
-        .filter(|old| reusable && *old < page))
 }
 
 /// Bytes as text: printable ASCII as is, everything else escaped.

@@ -10,10 +10,7 @@
 
 use std::io::Write;
 
-use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
-
-/// First format version whose record checksums bind the record's LSN.
-const LSN_BOUND: u32 = inspect::LSN_BOUND_CRC_VERSION;
+use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN};
 use walcrypt::{CorruptionKind, IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use crate::Args;
@@ -55,12 +52,8 @@ struct Verify<'a> {
     to: u64,
     found: Findings,
     ivs: Vec<IvUse>,
-    /// Pages whose header area holds anything but zeros, stale pages aside.
+    /// Pages whose header area holds anything but zeros.
     written_pages: Vec<u64>,
-    /// Pages of format-3 segments holding a valid page header of this log with an older
-    /// address: what a reused segment file keeps of its earlier life until the log overwrites
-    /// it. After the end of the log they are expected; before it, damage (a lost write).
-    stale_pages: Vec<u64>,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
@@ -85,7 +78,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         found: Findings::default(),
         ivs: Vec::new(),
         written_pages: Vec::new(),
-        stale_pages: Vec::new(),
     };
     let keys_match = v.check_key_values(args);
     v.check_segments()?;
@@ -184,51 +176,38 @@ impl Verify<'_> {
     }
 
     /// Every page header: valid, at its own address, flagged for the log's mode, naming a key
-    /// its segment lists; never-written pages only after the last written one. In a segment
-    /// of format version 3 or later, a valid header of this log carrying an older address is
-    /// a stale page of a reused file: set aside (`stale_pages`), and damage only when a page
-    /// of the segment after it was written (here) or the log goes on past it (`check_tail`).
+    /// its segment lists; never-written pages only after the last written one.
     fn check_pages(&mut self) -> Result<(), Fail> {
         let geo = self.geo();
         let mode = self.reader.mode();
         let log_id = self.reader.log_id();
-        let segs: Vec<(u64, Vec<u32>, bool)> = self
+        let segs: Vec<(u64, Vec<u32>)> = self
             .reader
             .segments()
             .iter()
             .map(|s| {
                 let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
-                let reusable = s.header.version >= LSN_BOUND;
-                (u64::from(s.header.start), ids, reusable)
+                (u64::from(s.header.start), ids)
             })
             .collect();
-        for (start, listed, reusable) in segs {
+        for (start, listed) in segs {
             if !self.in_range_segment(start) {
                 continue;
             }
-            let mut hole: Option<(u64, &str)> = None;
+            let mut hole: Option<u64> = None;
             let mut page = start + geo.page_size;
             while page < start + geo.segment_size {
                 let bytes = self.disk.page_header_bytes(page)?;
                 if bytes.iter().all(|&b| b == 0) {
-                    hole.get_or_insert((page, "page never written"));
-                    page += geo.page_size;
-                    continue;
-                }
-                if reusable
-                    && PageHeader::decode(log_id, &bytes)
-                        .is_some_and(|h| u64::from(h.page_lsn) < page)
-                {
-                    self.stale_pages.push(page);
-                    hole.get_or_insert((page, "stale page of the file's earlier life"));
+                    hole.get_or_insert(page);
                     page += geo.page_size;
                     continue;
                 }
                 self.found.pages += 1;
                 self.written_pages.push(page);
-                if let Some((h, what)) = hole.take() {
+                if let Some(h) = hole.take() {
                     self.found.damage.push(format!(
-                        "{}: {what}, but later pages of the segment were written",
+                        "{}: page never written, but later pages of the segment were",
                         position(geo, h)
                     ));
                 }
@@ -434,22 +413,6 @@ impl Verify<'_> {
             .iter()
             .filter(|&&p| p > tail_page || (p == tail_page && end.is_multiple_of(geo.page_size)))
             .count();
-        let stale = self.stale_pages.iter().filter(|&&p| p > tail_page).count();
-        if stale > 0 {
-            self.found.notes.push(format!(
-                "{stale} stale pages of reused segment files follow the end of the log"
-            ));
-        }
-        // In a format-3 segment, bytes after the end of the tail page may be stale ones of a
-        // reused file: no record there passes its checksum, which binds the record's LSN.
-        if leftover > 0 && later == 0 && self.segment_version(tail_page) >= LSN_BOUND {
-            self.found.notes.push(format!(
-                "{}: the valid log ends here; {leftover} non-zero bytes follow in its page (stale \
-                 bytes of a reused segment file, or a torn tail not yet recovered)",
-                position(geo, end)
-            ));
-            leftover = 0;
-        }
         if leftover > 0 || later > 0 {
             self.found.damage.push(format!(
                 "{}: the valid log ends here, but {leftover} non-zero bytes follow in its page \
@@ -459,16 +422,6 @@ impl Verify<'_> {
             ));
         }
         Ok(())
-    }
-
-    /// The format version of the segment holding `lsn` (0 when there is none).
-    fn segment_version(&self, lsn: u64) -> u32 {
-        let start = self.geo().segment_start(lsn);
-        self.reader
-            .segments()
-            .iter()
-            .find(|s| u64::from(s.header.start) == start)
-            .map_or(0, |s| s.header.version)
     }
 
     /// Under one key, no counter block may serve two records (or two page writes).

@@ -1,9 +1,10 @@
 //! `purge_before` keeps purged segment files (up to `Config::recycle_segments`) as
 //! `<segment name>.free`, and the segments made after it are those very files (same inode),
-//! header rewritten, with no zeros written: the storage sees no `fill_zeros` until the pool is
-//! empty. The log, full of stale pages from the files' earlier lives, reads back exactly what
-//! was appended since the purge, before and after a reopen. With recycling off, nothing is
-//! kept and every new segment is zero-filled.
+//! header rewritten and every other page overwritten with zeros by ordinary writes (the
+//! storage sees no `fill_zeros`, which may assume zeros are there already, until the pool is
+//! empty): none of a file's earlier life is left under a segment's name. The log reads back
+//! exactly what was appended since the purge, before and after a reopen. With recycling off,
+//! nothing is kept and every new segment is zero-filled.
 
 mod support;
 
@@ -83,7 +84,7 @@ fn check_log(dir: &Path, keys: &KeyRing, written: &HashMap<Lsn, u64>, first: Lsn
 }
 
 #[test]
-fn purged_segments_are_reused_without_zero_fill() {
+fn purged_segments_are_reused_wiped() {
     for mode in Mode::ALL {
         let keys = KeyRing::generate().unwrap();
         let tmp = tempfile::tempdir().unwrap();
@@ -109,13 +110,20 @@ fn purged_segments_are_reused_without_zero_fill() {
             "{mode}"
         );
 
-        // The next three segments are those files, newest first; no zeros are written.
+        // What the oldest kept file held past its first pages, before it is reused.
+        let held = std::fs::read(dir.join(format!("{}.free", seg_name(2)))).unwrap();
+        assert!(
+            held[3 * PAGE as usize..].iter().any(|&b| b != 0),
+            "{mode}: the purged segment was written"
+        );
+
+        // The next three segments are those files, newest first, wiped by ordinary writes.
         let zeros = storage.count(Op::FillZeros);
         let id = append_to(&wal, id, 8 * SEGMENT + PAGE, &mut written);
         assert_eq!(
             storage.count(Op::FillZeros),
             zeros,
-            "{mode}: a reused file is not zero-filled"
+            "{mode}: a reused file is not zero-filled as a new one"
         );
         assert!(free_files(dir).is_empty(), "{mode}: the pool is used up");
         let reused: Vec<u64> = (6..9).map(|i| ino(&dir.join(seg_name(i)))).collect();
@@ -123,6 +131,12 @@ fn purged_segments_are_reused_without_zero_fill() {
             reused,
             [old[4], old[3], old[2]],
             "{mode}: purged files reappear under later names"
+        );
+        // Segment 8 (segment 2's file) was written up to its second page: the rest is zeros.
+        let now = std::fs::read(dir.join(seg_name(8))).unwrap();
+        assert!(
+            now[3 * PAGE as usize..].iter().all(|&b| b == 0),
+            "{mode}: nothing of the file's earlier life is left"
         );
         check_log(
             dir,
@@ -144,7 +158,7 @@ fn purged_segments_are_reused_without_zero_fill() {
             &format!("{mode} closed"),
         );
 
-        // Reopened, the log goes on over its stale pages; a purge refills the pool.
+        // Reopened, the log goes on; a purge refills the pool.
         let wal = Wal::open(dir, config(mode, &keys, &storage, 3)).unwrap();
         let _ = append_to(&wal, id, 10 * SEGMENT + 2 * PAGE, &mut written);
         assert_eq!(wal.purge_before(Lsn(9 * SEGMENT)).unwrap(), 4, "{mode}");
