@@ -309,21 +309,22 @@ impl Config {
     }
 
     /// Sets how many purged segment files [`crate::Wal::purge_before`] keeps, renamed to
-    /// `<segment name>.free`, for new segments to reuse instead of being created and
-    /// zero-filled. Default 4 ([`DEFAULT_RECYCLE_SEGMENTS`]): a purge after each checkpoint
-    /// usually frees one to a few segments, and four of them cover the segments the log fills
-    /// before the next purge at one checkpoint per segment or two, for 64 MiB of disk at the
-    /// default segment size. 0 turns recycling off: every segment is created and zero-filled,
-    /// and the open removes free files left by an earlier one.
+    /// `<segment name>.free`, for new segments to reuse instead of creating new files. Default 4
+    /// ([`DEFAULT_RECYCLE_SEGMENTS`]): a purge after each checkpoint usually frees one to a few
+    /// segments, and four of them cover the segments the log fills before the next purge at
+    /// one checkpoint per segment or two, for 64 MiB of disk at the default segment size. 0
+    /// turns recycling off: every segment is a new file, and the open removes free files left
+    /// by an earlier one.
     ///
-    /// A reused file's header page is rewritten and synced before the file gets its new name;
-    /// its other pages keep what the earlier incarnation wrote until the log overwrites them.
-    /// Readers tell those stale pages and records by the address that each page header and each
-    /// record's checksum carry (format version 3). A file is therefore reused only by the same
-    /// log, only when its header is format version 3 and lists exactly the active data key (a
-    /// rotated-out key's ciphertext is unlinked with its segment, never kept), and only under a
-    /// name in the same 4 GiB window of LSNs as the one it had. docs/FORMAT.md and
-    /// docs/SECURITY.md say why.
+    /// A reused file gets its new header page, and zeros over every other page, fdatasync'ed,
+    /// before it takes the segment's name: no segment holds anything of a file's earlier life.
+    /// What reuse saves is the new file's block allocation and the purge's unlink (which also
+    /// trims the blocks on a file system mounted with `discard`), not the zeros. A file is
+    /// reused only by the same log, only when its header is format version 3 and lists exactly
+    /// the active data key (a rotated-out key's ciphertext is unlinked with its segment, never
+    /// kept), and only under a later name in the same 4 GiB window of LSNs as the one it had, so
+    /// that readers would reject any stale byte by its address even if a wipe were lost.
+    /// docs/FORMAT.md and docs/SECURITY.md say more.
     pub fn recycle_segments(mut self, files: usize) -> Config {
         self.recycle_segments = files;
         self

@@ -1,7 +1,7 @@
 //! Power failures at every step of recycling segment files: while a purge renames segments to
-//! free files, while a free file is renamed, given its new header, synced and renamed into
-//! place (by the writer itself or by `prepare_next_segment`), and while the log writes its
-//! first pages over the stale ones. Each crash image keeps what was synced, drops, keeps or
+//! free files, while a free file is renamed, given its new header and zeros over its other
+//! pages, synced and renamed into place (by the writer itself or by `prepare_next_segment`),
+//! and while the log writes its first pages there. Each crash image keeps what was synced, drops, keeps or
 //! tears (any subset of 512-byte sectors) each write since, and keeps or loses each directory
 //! entry changed since the directory's last sync. Every image must reopen to a prefix of what
 //! the current log appended from its oldest segment on, holding every record whose flush

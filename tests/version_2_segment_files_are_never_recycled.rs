@@ -1,5 +1,6 @@
 //! A version-2 record's checksum binds no LSN, so a stale version-2 record at a new position
-//! would read as valid: segment files of format version 2 are never kept for reuse. A copy of
+//! would read as valid if a reused file's wipe were ever lost: segment files of format
+//! version 2 are never kept for reuse. A copy of
 //! the version-2 golden log is continued by this build (its new segments are version 3) and
 //! purged: the purge unlinks the version-2 segments although the pool has room, and keeps the
 //! version-3 ones, which the next segments reuse.
