@@ -178,6 +178,7 @@ pub struct Config {
     pub(crate) listener: Option<Arc<dyn EventListener>>,
     pub(crate) compression: Compression,
     pub(crate) prepare_segments: bool,
+    pub(crate) recycle_segments: usize,
     /// A key store to take the keys from (its ring replaces `keys` when the log opens) and to
     /// record rotations and retirements in. Default: none (the raw ring in `keys`).
     pub(crate) key_store: Option<Arc<KeyStore>>,
@@ -198,6 +199,7 @@ impl fmt::Debug for Config {
             .field("listener", &self.listener.is_some())
             .field("compression", &self.compression)
             .field("prepare_segments", &self.prepare_segments)
+            .field("recycle_segments", &self.recycle_segments)
             .finish_non_exhaustive()
     }
 }
@@ -208,6 +210,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 16 << 20;
 pub const DEFAULT_PAGE_SIZE: u64 = 8 << 10;
 /// Default WAL buffer size: 4 MiB.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+/// Default number of purged segment files kept for reuse: 4 (see [`Config::recycle_segments`]).
+pub const DEFAULT_RECYCLE_SEGMENTS: usize = 4;
 
 impl Config {
     /// A configuration for `mode` with every other setting at its default.
@@ -226,6 +230,7 @@ impl Config {
             listener: None,
             compression: Compression::Off,
             prepare_segments: true,
+            recycle_segments: DEFAULT_RECYCLE_SEGMENTS,
             key_store: None,
             rotation: RotationPolicy::default(),
         }
@@ -300,6 +305,28 @@ impl Config {
     /// it off to stay deterministic.
     pub fn prepare_segments(mut self, on: bool) -> Config {
         self.prepare_segments = on;
+        self
+    }
+
+    /// Sets how many purged segment files [`crate::Wal::purge_before`] keeps, renamed to
+    /// `<segment name>.free`, for new segments to reuse instead of creating new files. Default 4
+    /// ([`DEFAULT_RECYCLE_SEGMENTS`]): a purge after each checkpoint usually frees one to a few
+    /// segments, and four of them cover the segments the log fills before the next purge at
+    /// one checkpoint per segment or two, for 64 MiB of disk at the default segment size. 0
+    /// turns recycling off: every segment is a new file, and the open removes free files left
+    /// by an earlier one.
+    ///
+    /// A reused file gets its new header page, and zeros over every other page, fdatasync'ed,
+    /// before it takes the segment's name: no segment holds anything of a file's earlier life.
+    /// What reuse saves is the new file's block allocation and the purge's unlink (which also
+    /// trims the blocks on a file system mounted with `discard`), not the zeros. A file is
+    /// reused only by the same log, only when its header is format version 3 and lists exactly
+    /// the active data key (a rotated-out key's ciphertext is unlinked with its segment, never
+    /// kept), and only under a later name in the same 4 GiB window of LSNs as the one it had, so
+    /// that readers would reject any stale byte by its address even if a wipe were lost.
+    /// docs/FORMAT.md and docs/SECURITY.md say more.
+    pub fn recycle_segments(mut self, files: usize) -> Config {
+        self.recycle_segments = files;
         self
     }
 

@@ -134,8 +134,8 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_SEGMENT_SIZE, Mode,
-    RecoveryMode, SyncMode,
+    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_RECYCLE_SEGMENTS,
+    DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode, SyncMode,
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};

@@ -121,6 +121,7 @@ mod flush;
 mod inflight;
 mod open;
 mod prepare;
+mod recycle;
 mod rotate;
 mod segments;
 
@@ -345,6 +346,8 @@ pub struct Wal {
     /// records are the switch record that leaves it at open and, in pagelevel, a resume record
     /// before it. Every segment after it is created at the current version.
     tail_format: (u64, u32),
+    /// How many purged segment files are kept for reuse (see `recycle`).
+    recycle: usize,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -398,6 +401,7 @@ impl Wal {
                 geometry: geo,
                 log_id: resume.log_id,
                 keys: keys.clone(),
+                recycle: config.recycle_segments > 0,
             };
             Some(Preparer::spawn(&preparer, maker)?)
         } else {
@@ -442,6 +446,7 @@ impl Wal {
             preparer,
             preparer_thread,
             tail_format: resume.tail_format,
+            recycle: config.recycle_segments,
             _dir_lock: dir_lock,
         })
     }

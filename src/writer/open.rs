@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::prepare::{create_segment, is_unfinished_segment};
+use super::recycle::parse_free_file_name;
 use super::segments::new_segment_header;
 use super::{Resume, Wal};
 use crate::Lsn;
@@ -193,14 +194,17 @@ fn create_log_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Removes segment files left half-made by a crash or a failed creation.
+/// Removes segment files left half-made by a crash or a failed creation (a reuse of a free
+/// file among them), and the free files of an earlier open when recycling is off. Free files
+/// are otherwise kept: each is checked when it is reused.
 fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
     let names = config
         .storage
         .list(dir)
         .map_err(|e| Error::io("list log directory", dir, e))?;
     for name in names {
-        if is_unfinished_segment(&name) {
+        let unused_free = config.recycle_segments == 0 && parse_free_file_name(&name).is_some();
+        if is_unfinished_segment(&name) || unused_free {
             let path = dir.join(&name);
             config
                 .storage

@@ -33,6 +33,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use super::Wal;
+use super::recycle::make_segment;
 use super::segments::new_segment_header;
 use crate::Lsn;
 use crate::config::Mode;
@@ -93,6 +94,8 @@ pub(super) struct Maker {
     pub(super) log_id: u64,
     /// The log's keys: a header lists the key active when it is made (encrypted modes).
     pub(super) keys: Arc<ArcSwap<Keys>>,
+    /// Whether a free file may be reused ([`crate::Config::recycle_segments`]).
+    pub(super) recycle: bool,
 }
 
 /// The key check values a segment header lists.
@@ -107,7 +110,7 @@ impl Maker {
             start,
             &self.keys.load(),
         );
-        let file = create_segment(self.storage.as_ref(), &self.dir, &header).ok()?;
+        let file = make_segment(self.storage.as_ref(), &self.dir, &header, self.recycle).ok()?;
         Some((header.key_checks, file))
     }
 }
@@ -229,7 +232,7 @@ impl Wal {
             return Ok(false);
         };
         let header = self.segment_header(start);
-        match create_segment(self.storage.as_ref(), &self.dir, &header) {
+        match make_segment(self.storage.as_ref(), &self.dir, &header, self.recycle > 0) {
             Ok(file) => {
                 self.preparer
                     .finish_job(start, Some((header.key_checks, file)));
@@ -465,7 +468,7 @@ fn make_unnamed(
 }
 
 /// Writes the header page of a segment (the header, zeros after it).
-fn write_header(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
+pub(super) fn write_header(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
     let mut page = vec![0u8; header.geometry.page_size as usize];
     header.encode(&mut page);
     file.write_all_at(&page, 0)

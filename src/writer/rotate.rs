@@ -205,6 +205,14 @@ impl Wal {
                 }
             }
         }
+        // A free file kept for reuse still holds ciphertext under the keys it lists (the purge
+        // removes the ones listing anything but the active key, but a rotation may have run
+        // since).
+        for id in self.keys_of_free_files()? {
+            if !in_use.contains(&id) {
+                in_use.push(id);
+            }
+        }
         let retired = store.retire_unused(&in_use)?;
         if retired.is_empty() {
             return Ok(());

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::prepare::create_segment;
+use super::recycle::{free_file_name, make_segment};
 use super::{Wal, WriteState};
 use crate::Lsn;
 use crate::config::Mode;
@@ -49,10 +49,11 @@ impl Wal {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         match self.storage.open(&path, true) {
             Ok(file) => Ok(file),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_segment(
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => make_segment(
                 self.storage.as_ref(),
                 &self.dir,
                 &self.segment_header(segment),
+                self.recycle > 0,
             )
             .map_err(|e| self.poison_error(e)),
             Err(e) => Err(self.poison("open segment", segment, e)),
@@ -65,10 +66,16 @@ impl Wal {
 
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
     /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
-    /// the log ends in is always kept. Returns how many files were removed.
+    /// the log ends in is always kept. Returns how many segments were removed.
+    ///
+    /// Up to [`crate::Config::recycle_segments`] of them (the newest that qualify) are not
+    /// unlinked but renamed `<segment name>.free`, for a later segment to reuse; free files that
+    /// can no longer be reused (the data key was rotated since) are unlinked here.
     ///
     /// The write lock is held only to drop the writer's handles of those segments; listing,
-    /// unlinking and the directory sync happen outside it, so commits do not wait for them.
+    /// unlinking and the directory syncs happen outside it, so commits do not wait for them.
+    /// The directory is synced after each segment removed, oldest first, so that a crash
+    /// during a purge leaves the log's segments without a gap.
     /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
     /// every decrypt-only data key that no remaining segment lists is retired from the store;
     /// an error there (after the files are gone) is returned, and the next purge retries.
@@ -89,17 +96,33 @@ impl Wal {
             w.files.retain(|(s, _)| !doomed.contains(s));
             w.dirty.retain(|s| !doomed.contains(s));
         }
+        let (keep, unpooled) = self.keep_for_reuse(&doomed)?;
         let mut removed = 0;
         for start in doomed {
             let path = self.dir.join(format::segment_file_name(Lsn(start)));
-            match self.storage.remove(&path) {
+            let (op, done) = if keep.contains(&start) {
+                let free = self.dir.join(free_file_name(Lsn(start)));
+                (
+                    "keep segment file for reuse",
+                    self.storage.rename(&path, &free),
+                )
+            } else {
+                ("remove segment", self.storage.remove(&path))
+            };
+            match done {
                 Ok(()) => removed += 1,
                 // A purge running beside this one removed it first.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove segment", &path, e)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(op, &path, e)),
             }
+            // Each removal is durable before the next: a crash never brings back an older
+            // segment without the newer ones (a log missing a segment in the middle does
+            // not open).
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| Error::io("sync directory", &self.dir, e))?;
         }
-        if removed > 0 {
+        if removed == 0 && unpooled {
             self.storage
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;

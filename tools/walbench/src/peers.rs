@@ -11,7 +11,13 @@
 //! walcrypt's modes alone and says how to build the rest. What a commit means in each system:
 //!
 //! * walcrypt: `append` per record, then `flush` of the last LSN; `SyncMode::Durable`
-//!   fdatasyncs (group commit), `SyncMode::Buffered` writes to the OS page cache.
+//!   fdatasyncs (group commit), `SyncMode::Buffered` writes to the OS page cache. Like an
+//!   embedder that checkpoints, and like okaywal under `LogVoid` (which checkpoints each file
+//!   as soon as it is full), walcrypt's cells purge the log behind them: each time a commit
+//!   has carried the log into a new segment, a checkpoint thread calls
+//!   `purge_before(flushed end)`, which keeps the purged files for reuse
+//!   (`Config::recycle_segments`, default 4), so new segments are recycled files, not
+//!   zero-filled ones.
 //! * okaywal: `begin_entry`, one `write_chunk` per record, `commit`, which always fdatasyncs
 //!   (group commit, on a cloned file handle, in preallocated and recycled files); it has no
 //!   non-durable commit, so its `none` cells are empty.
@@ -20,8 +26,8 @@
 //!   leader fdatasync. Batch compression is off (the data is incompressible anyway).
 
 use std::path::Path;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, SyncMode, Wal};
@@ -101,16 +107,79 @@ trait Store: Sync {
     fn commit(&self, thread: usize, records: &[&[u8]]) -> Result<(), BoxError>;
 }
 
-struct WalcryptStore(Wal);
+/// walcrypt with the embedder's checkpoint that okaywal's `LogVoid` stands for: each time a
+/// commit has carried the log into a new segment, a checkpoint thread purges every segment
+/// before the flushed end (`purge_before`), so purged files return to the pool and new
+/// segments reuse them, as okaywal recycles its files. The committing thread only compares two
+/// numbers and, once per segment, wakes the checkpoint thread.
+struct WalcryptStore {
+    wal: Arc<Wal>,
+    /// The segment (its index) the last checkpoint request was made from.
+    checkpointed: AtomicU64,
+    segment_size: u64,
+    wake: Option<mpsc::Sender<Lsn>>,
+    checkpointer: Option<std::thread::JoinHandle<Result<(), walcrypt::Error>>>,
+}
+
+impl WalcryptStore {
+    fn new(wal: Wal) -> Result<WalcryptStore, BoxError> {
+        let wal = Arc::new(wal);
+        let (wake, asked) = mpsc::channel::<Lsn>();
+        let checkpointing = wal.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("walbench-checkpoint".into())
+            .spawn(move || {
+                while let Ok(mut lsn) = asked.recv() {
+                    // Requests that piled up while a purge ran: the newest covers them all.
+                    while let Ok(newer) = asked.try_recv() {
+                        lsn = newer;
+                    }
+                    checkpointing.purge_before(lsn)?;
+                }
+                Ok(())
+            })?;
+        Ok(WalcryptStore {
+            segment_size: wal.geometry().segment_size,
+            wal,
+            checkpointed: AtomicU64::new(0),
+            wake: Some(wake),
+            checkpointer: Some(checkpointer),
+        })
+    }
+}
 
 impl Store for WalcryptStore {
     fn commit(&self, _thread: usize, records: &[&[u8]]) -> Result<(), BoxError> {
         let mut last = Lsn::default();
         for record in records {
-            last = self.0.append(1, record)?;
+            last = self.wal.append(1, record)?;
         }
-        self.0.flush(last)?;
+        self.wal.flush(last)?;
+        let segment = u64::from(last) / self.segment_size;
+        let before = self.checkpointed.load(Ordering::Relaxed);
+        if segment > before
+            && self
+                .checkpointed
+                .compare_exchange(before, segment, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            && let Some(wake) = &self.wake
+        {
+            let _ = wake.send(self.wal.flushed_lsn());
+        }
         Ok(())
+    }
+}
+
+impl Drop for WalcryptStore {
+    fn drop(&mut self) {
+        self.wake = None;
+        if let Some(thread) = self.checkpointer.take() {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("walbench: checkpoint (purge_before) failed: {e}"),
+                Err(_) => eprintln!("walbench: the checkpoint thread panicked"),
+            }
+        }
     }
 }
 
@@ -181,7 +250,7 @@ fn open(
                 SyncMode::Buffered
             };
             let config = Config::new(mode).keys(keys.clone()).sync(sync);
-            Ok(Box::new(WalcryptStore(Wal::open(dir, config)?)))
+            Ok(Box::new(WalcryptStore::new(Wal::open(dir, config)?)?))
         }
         #[cfg(feature = "peers")]
         System::Okaywal => peer_stores::open_okaywal(dir),
