@@ -5,10 +5,8 @@
 
 mod support;
 
-use std::collections::HashMap;
-
-use support::{payload, small_config};
-use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Wal};
+use support::RecyclingLog;
+use walcrypt::{Error, Follower, KeyRing, Lsn, Mode};
 
 #[test]
 fn follower_left_behind_by_recycling_never_yields_a_wrong_record() {
@@ -17,37 +15,20 @@ fn follower_left_behind_by_recycling_never_yields_a_wrong_record() {
         let dir = tmp.path();
         let keys = KeyRing::generate().unwrap();
         let segment = 8 * 512;
-        let wal = Wal::open(
-            dir,
-            small_config(mode, &keys)
-                .prepare_segments(false)
-                .recycle_segments(4),
-        )
-        .unwrap();
-        let mut written = HashMap::new();
-        let mut n = 0u64;
-        let append_to = |to: u64, written: &mut HashMap<Lsn, Vec<u8>>, n: &mut u64| {
-            while u64::from(wal.end_lsn()) < to {
-                let p = payload(*n, 150);
-                let lsn = wal.append(1, &p).unwrap();
-                wal.flush(lsn).unwrap();
-                written.insert(lsn, p);
-                *n += 1;
-            }
-        };
-        append_to(3 * segment + 512, &mut written, &mut n);
+        let mut log = RecyclingLog::open(dir, mode, &keys);
+        log.append_to(3 * segment + 512);
         let mut follower = Follower::open(dir, Some(keys.clone()), Lsn::default()).unwrap();
         // Into the first segment, with its handle open.
         let first = follower.poll().unwrap().expect("a record");
-        assert_eq!(written.get(&first.lsn), Some(&first.payload), "{mode}");
-        assert_eq!(wal.purge_before(Lsn(3 * segment)).unwrap(), 3, "{mode}");
+        assert_eq!(log.written.get(&first.lsn), Some(&first.payload), "{mode}");
+        assert_eq!(log.wal.purge_before(Lsn(3 * segment)).unwrap(), 3, "{mode}");
         // The purged files become segments 4, 5 and 6 and are overwritten.
-        append_to(7 * segment + 512, &mut written, &mut n);
+        log.append_to(7 * segment + 512);
         let first_file = dir.join(walcrypt::inspect::segment_file_name(Lsn(0)));
         loop {
             match follower.poll() {
                 Ok(Some(r)) => assert_eq!(
-                    written.get(&r.lsn),
+                    log.written.get(&r.lsn),
                     Some(&r.payload),
                     "{mode}: the follower yielded a record the log did not append at {}",
                     r.lsn
@@ -62,6 +43,6 @@ fn follower_left_behind_by_recycling_never_yields_a_wrong_record() {
                 Err(e) => panic!("{mode}: {e}"),
             }
         }
-        wal.close().unwrap();
+        log.wal.close().unwrap();
     }
 }

@@ -6,10 +6,8 @@
 
 mod support;
 
-use std::collections::HashMap;
-
-use support::{payload, small_config};
-use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, Wal};
+use support::RecyclingLog;
+use walcrypt::{Error, KeyRing, Lsn, Mode, Reader};
 
 #[test]
 fn reader_left_behind_by_recycling_fails_rather_than_ending_early() {
@@ -18,43 +16,26 @@ fn reader_left_behind_by_recycling_fails_rather_than_ending_early() {
         let dir = tmp.path();
         let keys = KeyRing::generate().unwrap();
         let segment = 8 * 512;
-        let wal = Wal::open(
-            dir,
-            small_config(mode, &keys)
-                .prepare_segments(false)
-                .recycle_segments(4),
-        )
-        .unwrap();
-        let mut written = HashMap::new();
-        let mut n = 0u64;
-        let append_to = |to: u64, written: &mut HashMap<Lsn, Vec<u8>>, n: &mut u64| {
-            while u64::from(wal.end_lsn()) < to {
-                let p = payload(*n, 150);
-                let lsn = wal.append(1, &p).unwrap();
-                wal.flush(lsn).unwrap();
-                written.insert(lsn, p);
-                *n += 1;
-            }
-        };
-        append_to(3 * segment + 512, &mut written, &mut n);
+        let mut log = RecyclingLog::open(dir, mode, &keys);
+        log.append_to(3 * segment + 512);
         let reader = Reader::open(dir, Some(keys.clone())).unwrap();
         let mut records = reader.records_from(Lsn::default());
-        // Halfway into the first segment, with its handle open.
+        // Halfway into the first segment.
         loop {
             let r = records.next().expect("a record").unwrap();
-            assert_eq!(written.get(&r.lsn), Some(&r.payload), "{mode}");
+            assert_eq!(log.written.get(&r.lsn), Some(&r.payload), "{mode}");
             if u64::from(r.lsn) > segment / 2 {
                 break;
             }
         }
-        assert_eq!(wal.purge_before(Lsn(3 * segment)).unwrap(), 3, "{mode}");
+        assert_eq!(log.wal.purge_before(Lsn(3 * segment)).unwrap(), 3, "{mode}");
         // The purged files become segments 4, 5 and 6: wiped, then written.
-        append_to(7 * segment + 512, &mut written, &mut n);
+        log.append_to(7 * segment + 512);
         let mut failed = false;
         for record in records {
             match record {
                 Ok(r) => assert_eq!(
-                    written.get(&r.lsn),
+                    log.written.get(&r.lsn),
                     Some(&r.payload),
                     "{mode}: the reader yielded a record the log did not append at {}",
                     r.lsn
@@ -71,6 +52,6 @@ fn reader_left_behind_by_recycling_fails_rather_than_ending_early() {
             failed,
             "{mode}: the reader ended cleanly in a purged segment, short of the log's end"
         );
-        wal.close().unwrap();
+        log.wal.close().unwrap();
     }
 }
