@@ -66,7 +66,8 @@ impl Wal {
 
     /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
     /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
-    /// the log ends in is always kept. Returns how many segments were removed.
+    /// the log ends in is always kept, also when the log ends exactly at its end and the next
+    /// segment does not exist yet. Returns how many segments were removed.
     ///
     /// Up to [`crate::Config::recycle_segments`] of them (the newest that qualify) are not
     /// unlinked but renamed `<segment name>.free`, for a later segment to reuse; free files that
@@ -82,11 +83,15 @@ impl Wal {
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
         self.check_process()?;
-        let limit = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
+        let flushed = self.flushed_to.load(Ordering::Acquire);
+        let limit = u64::from(lsn).min(flushed);
+        let holding = self.segment_holding_end(flushed);
         let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
             .map(u64::from)
-            .take_while(|start| start.saturating_add(self.geo.segment_size) <= limit)
+            .take_while(|&start| {
+                start.saturating_add(self.geo.segment_size) <= limit && start < holding
+            })
             .collect();
         if doomed.is_empty() {
             return Ok(0);
@@ -130,6 +135,19 @@ impl Wal {
         // Only now, with the removals durable, may keys no remaining segment lists leave.
         self.retire_unused_keys()?;
         Ok(removed)
+    }
+
+    /// The start of the segment holding the last byte of the log that ends at `end`. A log
+    /// that ends exactly at a segment's end (or at the first record position of the next one,
+    /// which may not exist yet) ends in that segment: were it purged, no segment would be left,
+    /// and the next open would start a new log at LSN 0.
+    fn segment_holding_end(&self, end: u64) -> u64 {
+        let start = self.geo.segment_start(end);
+        if end == self.geo.skip_headers(start) || end == start {
+            start.saturating_sub(self.geo.segment_size)
+        } else {
+            start
+        }
     }
 
     /// Writes a segment-switch record: the rest of the current segment stays unused and the
