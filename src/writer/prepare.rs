@@ -50,10 +50,16 @@ pub(crate) const TMP_SUFFIX: &str = ".tmp";
 /// open removes it like any unfinished segment.
 pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
 
+/// Suffix of a free file being made into a segment (`<segment name>.reuse.tmp`; see
+/// `recycle::reuse_free`): until its wipe is done it still holds its earlier life's pages.
+/// Ends in [`TMP_SUFFIX`]: the open removes it like any unfinished segment.
+pub(crate) const REUSE_SUFFIX: &str = ".reuse.tmp";
+
 /// Whether `name` is a segment file still being made: a preparation's or a rotation's
-/// temporary file (see [`TMP_SUFFIX`], [`REKEY_SUFFIX`]).
+/// temporary file (see [`TMP_SUFFIX`], [`REKEY_SUFFIX`], [`REUSE_SUFFIX`]).
 pub(crate) fn is_unfinished_segment(name: &str) -> bool {
     name.strip_suffix(REKEY_SUFFIX)
+        .or_else(|| name.strip_suffix(REUSE_SUFFIX))
         .or_else(|| name.strip_suffix(TMP_SUFFIX))
         .is_some_and(|base| format::parse_segment_file_name(base).is_some())
 }

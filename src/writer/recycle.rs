@@ -38,7 +38,7 @@
 use std::path::Path;
 
 use super::Wal;
-use super::prepare::{TMP_SUFFIX, create_segment, write_header};
+use super::prepare::{REUSE_SUFFIX, create_segment, write_header};
 use crate::Lsn;
 use crate::error::{Error, Result};
 use crate::format::{self, SegmentHeader};
@@ -147,7 +147,7 @@ pub(crate) fn reuse_free(
             continue;
         }
         let name = format::segment_file_name(header.start);
-        let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+        let tmp = dir.join(format!("{name}{REUSE_SUFFIX}"));
         match storage.rename(&dir.join(free_file_name(old)), &tmp) {
             Ok(()) => {}
             // Taken by a preparation running beside this one, or removed by a purge.

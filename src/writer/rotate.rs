@@ -198,7 +198,17 @@ impl Wal {
         let mut in_use = Vec::new();
         for start in crate::reader::list_segments(self.storage.as_ref(), &self.dir)? {
             let path = self.dir.join(format::segment_file_name(start));
-            let header = crate::reader::read_segment_header(self.storage.as_ref(), &path, start)?;
+            let header =
+                match crate::reader::read_segment_header(self.storage.as_ref(), &path, start) {
+                    Ok(header) => header,
+                    // Purged (or kept for reuse, counted below) by a purge running beside this one.
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             for (id, _) in header.key_checks {
                 if !in_use.contains(&id) {
                     in_use.push(id);
@@ -212,6 +222,18 @@ impl Wal {
             if !in_use.contains(&id) {
                 in_use.push(id);
             }
+        }
+        // A segment being made may be a reused file whose old pages are not wiped yet, under
+        // whatever key they were written with: retire nothing while one is; the next purge
+        // tries again.
+        let names = self
+            .storage
+            .list(&self.dir)
+            .map_err(|e| Error::io("list log directory", &self.dir, e))?;
+        if names.iter().any(|n| {
+            n.ends_with(super::prepare::REUSE_SUFFIX) && super::prepare::is_unfinished_segment(n)
+        }) {
+            return Ok(());
         }
         let retired = store.retire_unused(&in_use)?;
         if retired.is_empty() {
