@@ -1,5 +1,5 @@
 //! The real file system with hooks: [`Hooked`] passes every call to [`FsStorage`] and tells a
-//! [`Hooks`] about handles, reads, writes, fdatasyncs and renames, for tests that watch or
+//! [`Hooks`] about handles, reads, writes, fdatasyncs, renames and listings, for tests that watch or
 //! hold back what the log does.
 
 use std::io;
@@ -24,6 +24,8 @@ pub trait Hooks: Send + Sync + 'static {
     fn synced(&self, _path: &Path) {}
     /// `from` was renamed to `to`.
     fn renamed(&self, _from: &Path, _to: &Path) {}
+    /// `dir` was listed: `names` is what the caller gets.
+    fn listed(&self, _dir: &Path, _names: &[String]) {}
 }
 
 /// [`FsStorage`], with every handle, read, write, fdatasync and rename reported to `H`.
@@ -78,7 +80,9 @@ impl<H: Hooks> StorageFile for HookedFile<H> {
 
 impl<H: Hooks> Storage for Hooked<H> {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        FsStorage.list(dir)
+        let names = FsStorage.list(dir)?;
+        self.0.listed(dir, &names);
+        Ok(names)
     }
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
         Ok(self.file(FsStorage.open(path, write)?, path))
