@@ -37,7 +37,7 @@ fn purge_beside_another_purge_tolerates_a_vanished_segment() {
     for recycle in [0, 4] {
         let dir = tempfile::tempdir().unwrap();
         let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
-        let store = Arc::new(KeyStore::create(&dir.path().join("keys"), kek).unwrap());
+        let store = Arc::new(KeyStore::create(dir.path().join("keys"), kek).unwrap());
         let log = dir.path().join("log");
         let hooks = Arc::new(OtherPurge(Mutex::new(None)));
         let config = Config::new(Mode::PerRecord)
