@@ -23,18 +23,26 @@ pub trait StorageFile: Send + Sync {
     fn file_len(&self) -> io::Result<u64>;
     /// Writes `len` zero bytes at `offset`, so the file system allocates those blocks now (a
     /// later fdatasync that reaches them then commits no allocation, and a full disk shows
-    /// here). The default writes them through [`StorageFile::write_all_at`] in 1 MiB pieces.
+    /// here). Called only over bytes that read as zeros already (a new file, the end of a file
+    /// cut short), so a storage may treat it as allocation alone; bytes that may hold data are
+    /// zeroed with [`write_zeros`]. The default is [`write_zeros`].
     fn fill_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
-        const PIECE: u64 = 1 << 20;
-        let zeros = vec![0u8; PIECE.min(len) as usize];
-        let mut done = 0;
-        while done < len {
-            let n = PIECE.min(len - done);
-            self.write_all_at(&zeros[..n as usize], offset + done)?;
-            done += n;
-        }
-        Ok(())
+        write_zeros(self, offset, len)
     }
+}
+
+/// Writes `len` zero bytes at `offset` of `file` through [`StorageFile::write_all_at`], in
+/// 1 MiB pieces.
+pub fn write_zeros<F: StorageFile + ?Sized>(file: &F, offset: u64, len: u64) -> io::Result<()> {
+    const PIECE: u64 = 1 << 20;
+    let zeros = vec![0u8; PIECE.min(len) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = PIECE.min(len - done);
+        file.write_all_at(&zeros[..n as usize], offset + done)?;
+        done += n;
+    }
+    Ok(())
 }
 
 /// A directory of segment files.

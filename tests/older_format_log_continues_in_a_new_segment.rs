@@ -49,11 +49,7 @@ fn config(golden: &Golden) -> Config {
 
 #[test]
 fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
-    let goldens: Vec<Golden> = golden_files::all()
-        .into_iter()
-        .filter(|g| g.format_version == 2)
-        .collect();
-    assert!(!goldens.is_empty(), "no version-2 goldens");
+    let goldens = golden_files::of_version(2);
     for g in &goldens {
         let dir = tempfile::tempdir().unwrap();
         golden_files::copy_log(g, dir.path());

@@ -42,7 +42,7 @@ use super::prepare::{REUSE_SUFFIX, create_segment, write_header};
 use crate::Lsn;
 use crate::error::{Error, Result};
 use crate::format::{self, SegmentHeader};
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{Storage, StorageFile, write_zeros};
 
 /// Suffix of a purged segment file kept for reuse: `<segment name>.free`, the name giving the
 /// start it had.
@@ -103,20 +103,12 @@ fn remove_free(storage: &dyn Storage, dir: &Path, old: Lsn) -> Result<()> {
     }
 }
 
-/// Overwrites every page of a reused file but the header page with zeros. Written with
-/// ordinary writes (not [`StorageFile::fill_zeros`], which may assume the bytes are zero
-/// already), one piece at a time.
+/// Overwrites every page of a reused file but the header page with zeros, with ordinary writes
+/// ([`write_zeros`], not [`StorageFile::fill_zeros`], which is only for bytes that are zero
+/// already).
 fn wipe_pages(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
-    const PIECE: u64 = 1 << 20;
     let geo = header.geometry;
-    let zeros = vec![0u8; PIECE.min(geo.segment_size) as usize];
-    let mut at = geo.page_size;
-    while at < geo.segment_size {
-        let n = PIECE.min(geo.segment_size - at);
-        file.write_all_at(&zeros[..n as usize], at)?;
-        at += n;
-    }
-    Ok(())
+    write_zeros(file, geo.page_size, geo.segment_size - geo.page_size)
 }
 
 /// Makes the segment `header` describes: from a free file when `recycle` and one fits

@@ -37,6 +37,17 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
+/// The goldens of format `version`, sorted by name; panics when there are none, so a test over
+/// them never passes by having nothing to read.
+pub fn of_version(version: u32) -> Vec<Golden> {
+    let goldens: Vec<Golden> = all()
+        .into_iter()
+        .filter(|g| g.format_version == version)
+        .collect();
+    assert!(!goldens.is_empty(), "no version-{version} goldens");
+    goldens
+}
+
 /// Every golden in tests/golden/, sorted by name.
 pub fn all() -> Vec<Golden> {
     let mut dirs: Vec<PathBuf> = fs::read_dir(root())
