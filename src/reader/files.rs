@@ -123,6 +123,58 @@ pub(crate) fn read_segment_header(
     Ok(header)
 }
 
+/// How many times [`read_listed_headers`] lists the directory again when a listed segment
+/// changed under it, before it takes the change for damage.
+const RELIST_TRIES: usize = 4;
+
+/// Lists the segments of `dir` and reads each one's header. A purge (and the reuse of its
+/// files) may run beside a reader: a listed segment may be gone by the time its header is
+/// read, or its file may already hold a newer segment's header, read through a handle opened
+/// by the old name. Either way the directory is listed again; the same failure on a listing
+/// that still names the segment, or past [`RELIST_TRIES`] listings, is returned.
+pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<Vec<SegmentInfo>> {
+    let mut tries = 0;
+    'listing: loop {
+        let starts = list_segments(storage, dir)?;
+        if starts.is_empty() {
+            return Err(Error::NoLog(dir.to_path_buf()));
+        }
+        let mut segments = Vec::with_capacity(starts.len());
+        for &start in &starts {
+            let path = dir.join(format::segment_file_name(start));
+            match read_segment_header(storage, &path, start) {
+                Ok(header) => segments.push(SegmentInfo { path, header }),
+                Err(e) if changed_under_reader(&e) && tries + 1 < RELIST_TRIES => {
+                    tries += 1;
+                    if list_segments(storage, dir)? != starts {
+                        continue 'listing;
+                    }
+                    // Still listed as it was: read it once more before calling it damage (a
+                    // reused file is renamed before its header is rewritten, so a second read
+                    // by name sees the new header only if the name is the new one).
+                    match read_segment_header(storage, &path, start) {
+                        Ok(header) => segments.push(SegmentInfo { path, header }),
+                        Err(e) if changed_under_reader(&e) => continue 'listing,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(segments);
+    }
+}
+
+/// True for the errors a segment gives when a purge removed it, or a reuse gave its file to a
+/// newer segment, between listing and reading: not found, or a header naming another start.
+pub(crate) fn changed_under_reader(e: &Error) -> bool {
+    match e {
+        Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+        Error::Corrupt { kind, .. } => matches!(kind, CorruptionKind::SegmentAddress { .. }),
+        _ => false,
+    }
+}
+
 /// Reads as much of `buf` as the file holds at `offset`.
 pub(crate) fn read_full(
     file: &dyn StorageFile,
@@ -148,16 +200,7 @@ impl LogFiles {
         storage: Arc<dyn Storage>,
         ring: Option<&KeyRing>,
     ) -> Result<LogFiles> {
-        let starts = list_segments(storage.as_ref(), dir)?;
-        if starts.is_empty() {
-            return Err(Error::NoLog(dir.to_path_buf()));
-        }
-        let mut segments = Vec::with_capacity(starts.len());
-        for start in starts {
-            let path = dir.join(format::segment_file_name(start));
-            let header = read_segment_header(storage.as_ref(), &path, start)?;
-            segments.push(SegmentInfo { path, header });
-        }
+        let segments = read_listed_headers(storage.as_ref(), dir)?;
         let first = segments[0].header.clone();
         // Every start is checked before any arithmetic on it: a hand-made file named for a
         // start near 2^64, or one not on a segment boundary, is refused, never wrapped around.

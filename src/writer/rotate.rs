@@ -201,12 +201,9 @@ impl Wal {
             let header =
                 match crate::reader::read_segment_header(self.storage.as_ref(), &path, start) {
                     Ok(header) => header,
-                    // Purged (or kept for reuse, counted below) by a purge running beside this one.
-                    Err(Error::Io { source, .. })
-                        if source.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        continue;
-                    }
+                    // Purged (or kept for reuse, counted below) by a purge running beside this
+                    // one, or already reused for a newer segment, which lists the active key.
+                    Err(e) if crate::reader::changed_under_reader(&e) => continue,
                     Err(e) => return Err(e),
                 };
             for (id, _) in header.key_checks {

@@ -83,8 +83,17 @@ impl Wal {
     pub fn purge_before(&self, lsn: Lsn) -> Result<usize> {
         self.check_poison()?;
         self.check_process()?;
+        // Nothing is removed unless everything up to the limit is durable: the oldest segment
+        // left must be one recovery can start from after a power cut, and a record continued
+        // from a removed segment must be durable where it goes on. In `Buffered` mode the
+        // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
+        // pays one fdatasync); in `Durable` mode it already is.
+        let wanted = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
+        if self.synced_to.load(Ordering::Acquire) < wanted {
+            self.sync_all()?;
+        }
         let flushed = self.flushed_to.load(Ordering::Acquire);
-        let limit = u64::from(lsn).min(flushed);
+        let limit = u64::from(lsn).min(self.synced_to.load(Ordering::Acquire));
         let holding = self.segment_holding_end(flushed);
         let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
@@ -98,8 +107,14 @@ impl Wal {
         }
         {
             let mut w = self.write.lock();
+            // The segments stay on the list of files to fdatasync until they are gone: a
+            // purge that fails halfway leaves some of them, and a later `sync` must still
+            // cover them. Below the synced end they are clean already; should one not be,
+            // it is synced now, while it still has its name.
+            if w.dirty.iter().any(|s| doomed.contains(s)) {
+                self.sync_locked(&mut w)?;
+            }
             w.files.retain(|(s, _)| !doomed.contains(s));
-            w.dirty.retain(|s| !doomed.contains(s));
         }
         let (keep, unpooled) = self.keep_for_reuse(&doomed)?;
         let mut removed = 0;

@@ -33,6 +33,8 @@ pub enum Op {
     OpenRead,
     /// `Storage::list` (a reader or follower listing the segments).
     List,
+    /// `Storage::remove` (a purge unlinking a segment or a free file).
+    Remove,
 }
 
 /// What an injected fault does.
@@ -463,6 +465,11 @@ impl Storage for FaultStorage {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
+        if let Some(Effect::Errno(e) | Effect::ShortWrite(e)) =
+            self.state.lock().unwrap().tick(Op::Remove)
+        {
+            return Err(errno(e));
+        }
         FsStorage.remove(path)?;
         self.state.lock().unwrap().paths.remove(path);
         Ok(())
