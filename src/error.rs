@@ -282,6 +282,18 @@ pub enum Error {
     LsnNotAvailable(Lsn),
     /// The requested LSN lies inside the log but no record starts there.
     NotRecordStart(Lsn),
+    /// A replay was asked to start from a checkpoint beyond the end of the log: the log is
+    /// shorter than the engine's checkpoint says (files lost, an older copy restored, another
+    /// directory), or there is no log at all. Nothing was created, truncated or replayed: a
+    /// new log there would hand out positions below the checkpoint.
+    CheckpointBeyondEnd {
+        /// The log directory.
+        dir: PathBuf,
+        /// The position the replay was asked to start from.
+        checkpoint: Lsn,
+        /// Where the log ends; `None` when the directory holds no log.
+        end: Option<Lsn>,
+    },
     /// The directory holds no walcrypt log.
     NoLog(PathBuf),
 }
@@ -364,6 +376,26 @@ impl fmt::Display for Error {
             Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
             Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
+            Self::CheckpointBeyondEnd {
+                dir,
+                checkpoint,
+                end: Some(end),
+            } => write!(
+                f,
+                "checkpoint at lsn {checkpoint} lies beyond the end of the log in {} \
+                 (it ends at lsn {end})",
+                dir.display()
+            ),
+            Self::CheckpointBeyondEnd {
+                dir,
+                checkpoint,
+                end: None,
+            } => write!(
+                f,
+                "checkpoint at lsn {checkpoint}, but {} holds no log (a new one would start \
+                 below the checkpoint)",
+                dir.display()
+            ),
         }
     }
 }

@@ -53,9 +53,10 @@ pub(crate) fn recover(
         RecoveryMode::RefuseDamage => proven,
         RecoveryMode::TruncateAtDamage => replay_start(files, Lsn::default(), proven)?,
     };
-    let scan_from = match replay.as_ref() {
+    let checkpoint = replay.as_ref().map(|(from, _)| *from);
+    let scan_from = match checkpoint {
         None => scan_base,
-        Some((from, _)) => replay_start(files, *from, scan_base)?,
+        Some(from) => replay_start(files, from, scan_base)?,
     };
     let (scanned, replayed) = match replay {
         None => {
@@ -69,6 +70,17 @@ pub(crate) fn recover(
         tail_page,
         salvaged,
     } = scanned;
+    // A checkpoint past the end: the log is not the one the engine checkpointed. Refused
+    // before anything is truncated.
+    if let Some(checkpoint) = checkpoint
+        && files.geo.skip_headers(u64::from(checkpoint)) > files.geo.skip_headers(end)
+    {
+        return Err(Error::CheckpointBeyondEnd {
+            dir: files.dir.clone(),
+            checkpoint,
+            end: Some(Lsn(end)),
+        });
+    }
     tail::truncate_after(files, end, proven)?;
     Ok(Recovered {
         scanned_from: scan_from,
@@ -225,11 +237,19 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
             .first_record_in_segment(oldest)?
             .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
-    if from < oldest || from > files.end_of_files() {
+    if from < oldest {
         return Err(Error::LsnNotAvailable(Lsn(from)));
     }
-    check_record_start(files, from)?;
-    Ok(from.min(proven))
+    // A position on a page or segment boundary (a record's end, `end_lsn()`) stands for the
+    // first record after the headers there.
+    let pos = files.geo.skip_headers(from);
+    if pos >= files.end_of_files() {
+        // Past the files: nothing to replay, and `recover` refuses it unless the log's end
+        // turns out to be there (a log ending on the last segment's boundary).
+        return Ok(proven);
+    }
+    check_record_start(files, pos)?;
+    Ok(pos.min(proven))
 }
 
 /// The valid bytes of the page holding `end` (decrypted) and its continuation length, so the

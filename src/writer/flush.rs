@@ -528,6 +528,7 @@ impl Wal {
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
             self.synced_to.store(target, Ordering::Release);
+            self.refresh_hint(w)?;
         }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
         // the lock may have failed meanwhile), as on the Buffered path.
@@ -536,10 +537,67 @@ impl Wal {
         Ok(())
     }
 
+    /// Writes the durable hint an fdatasync just made true into the header of the last page
+    /// written, whose header still carries the hint of before that fdatasync: a follower of
+    /// the files learns what is durable only from page headers, and would otherwise stay one
+    /// flush behind a writer that has gone idle (or closed) until the next page is written.
+    /// Under the write lock, right after the fdatasync, with every reserved range landed.
+    ///
+    /// Only the header changes (its own checksum covers it); the records after it are not
+    /// rewritten, and a torn write of it leaves the old header or the new one, each valid and
+    /// each vouching only for what is durable. The page's next write-out then finds its header
+    /// current and writes only what was appended (`appendable`). Not synced here: the hint is
+    /// true whether or not this write survives a crash.
+    pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
+        let synced = self.synced_to.load(Ordering::Acquire);
+        let (page, hint) = w.imaged;
+        if page == super::NO_PAGE || hint >= synced {
+            return Ok(());
+        }
+        let (rem_len, cipher) = {
+            let slot = self.slots[self.slot_index(page)].lock();
+            if slot.page != page {
+                // The page is complete and its slot holds a newer page, whose first write-out
+                // will carry the hint.
+                return Ok(());
+            }
+            (slot.rem_len, slot.cipher)
+        };
+        let mut header = PageHeader {
+            flags: 0,
+            key_id: 0,
+            page_lsn: Lsn(page),
+            rem_len,
+            durable_hint: Lsn(synced),
+            iv: [0; 16],
+        };
+        if let Some((key_id, iv)) = cipher {
+            header.flags = PAGE_FLAG_ENCRYPTED;
+            header.key_id = key_id;
+            header.iv = iv;
+        }
+        let mut bytes = [0u8; PAGE_HEADER_LEN];
+        header.encode(self.log_id, &mut bytes);
+        let segment = self.geo.segment_start(page);
+        let file = self.file_for(w, segment)?;
+        file.write_all_at(&bytes, page - segment)
+            .map_err(|e| self.poison("write page header", segment, e))?;
+        if !w.dirty.contains(&segment) {
+            w.dirty.push(segment);
+        }
+        w.imaged = (page, synced);
+        Ok(())
+    }
+
     /// Flushes every appended record and fdatasyncs (in every sync mode), then closes the log.
+    /// The last page's header then carries a durable hint through the end, made durable too,
+    /// so followers of the files (in any process, also after a restart) see every record.
     pub fn close(self) -> Result<()> {
         self.check_poison()?;
-        let result = self.sync_all();
+        let result = self.sync_all().and_then(|()| {
+            let mut w = self.write.lock();
+            self.sync_locked(&mut w)
+        });
         self.deliver_events();
         result
     }

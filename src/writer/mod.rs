@@ -925,7 +925,7 @@ impl Wal {
             self.sync_locked(&mut w)?;
             self.synced_to.store(target, Ordering::Release);
             self.flushed_to.fetch_max(target, Ordering::AcqRel);
-            Ok(())
+            self.refresh_hint(&mut w)
         });
         self.counters
             .write_lock_ns

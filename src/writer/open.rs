@@ -74,6 +74,13 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
     config.validate()?;
     let storage = config.storage.clone();
+    if let Some((from, _)) = &replay {
+        let geo = Geometry {
+            page_size: config.page_size,
+            segment_size: config.segment_size,
+        };
+        refuse_checkpoint_without_log(storage.as_ref(), dir, *from, geo)?;
+    }
     create_log_dir(storage.as_ref(), dir)?;
     let lock = storage
         .lock_dir(dir)
@@ -154,6 +161,34 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         duration: started.elapsed(),
     });
     Ok(wal)
+}
+
+/// A replay from a checkpoint past the start of a log that does not exist is refused before
+/// anything is created: a new log would hand out positions below the checkpoint, and the
+/// engine would take them for older than its own state.
+fn refuse_checkpoint_without_log(
+    storage: &dyn Storage,
+    dir: &Path,
+    from: Lsn,
+    geo: Geometry,
+) -> Result<()> {
+    // The end of a new, empty log: a checkpoint there lost nothing.
+    if geo.skip_headers(u64::from(from)) <= geo.skip_headers(0) {
+        return Ok(());
+    }
+    let exists = match list_segments(storage, dir) {
+        Ok(segments) => !segments.is_empty(),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if exists {
+        return Ok(());
+    }
+    Err(Error::CheckpointBeyondEnd {
+        dir: dir.to_path_buf(),
+        checkpoint: from,
+        end: None,
+    })
 }
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
