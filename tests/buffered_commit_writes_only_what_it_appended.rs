@@ -1,8 +1,8 @@
 //! A Buffered commit that continues a page this open already wrote whole (same durable hint)
-//! writes only the bytes appended since, in plaintext and perrecord; a page whose hint changed
-//! (after `sync`) is written again from its header, and in those modes a page image ends where
-//! the commit ends (the file holds zeros after it). Every pagelevel page is written whole. The
-//! records read back.
+//! writes only the bytes appended since, in plaintext and perrecord; `sync` rewrites the page it
+//! ends in with the hint it made true in its header, so the next commit appends there too; in
+//! those modes a page image ends where the commit ends (the file holds zeros after it). Every
+//! pagelevel page is written whole. The records read back.
 
 mod support;
 
@@ -82,15 +82,24 @@ fn buffered_commit_writes_only_what_it_appended() {
         };
         assert_eq!(take_writes(&recorder), across, "{mode}: across a page");
 
-        // `sync` moves the durable hint: the page's header changes, so the page is written
-        // again from its header.
+        // `sync` moves the durable hint and writes the page it ends in again, whole, with the
+        // new hint in its header; the next commit finds that header current and appends again.
         wal.sync().unwrap();
-        take_writes(&recorder);
+        assert_eq!(
+            take_writes(&recorder).last(),
+            Some(&(page_of(c_end), PAGE)),
+            "{mode}: sync rewrites the last page with the new hint"
+        );
         let (d, d_end) = put(&wal, 4, 100);
         wal.flush(Lsn(d)).unwrap();
+        let continued_after_sync = if appends_whole {
+            vec![image(d, d_end)]
+        } else {
+            vec![(d % SEGMENT, d_end - d)]
+        };
         assert_eq!(
             take_writes(&recorder),
-            vec![image(d, d_end)],
+            continued_after_sync,
             "{mode}: after sync"
         );
 

@@ -543,49 +543,36 @@ impl Wal {
     /// flush behind a writer that has gone idle (or closed) until the next page is written.
     /// Under the write lock, right after the fdatasync, with every reserved range landed.
     ///
-    /// Only the header changes (its own checksum covers it); the records after it are not
-    /// rewritten, and a torn write of it leaves the old header or the new one, each valid and
-    /// each vouching only for what is durable. The page's next write-out then finds its header
-    /// current and writes only what was appended (`appendable`). Not synced here: the hint is
-    /// true whether or not this write survives a crash.
+    /// The page is written whole, as any rewrite of a page whose hint moved: the same records
+    /// (pagelevel: the same ciphertext, under the page's one IV) and zeros after them, behind
+    /// the new header. A short or torn write thus keeps the header whole (old or new, each
+    /// valid and each vouching only for what is durable) and rewrites records with identical
+    /// bytes; a header written alone could be cut inside itself and take the page's durable
+    /// records with it. The page's next write-out then finds its header current and writes
+    /// only what was appended (`appendable`). Not synced here, and no segment is listed dirty
+    /// for it (a `sync` with nothing new appended costs no fdatasync): the hint is true
+    /// whether or not this write survives a crash. `close` syncs it.
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
         let synced = self.synced_to.load(Ordering::Acquire);
         let (page, hint) = w.imaged;
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        let (rem_len, cipher) = {
-            let slot = self.slots[self.slot_index(page)].lock();
-            if slot.page != page {
-                // The page is complete and its slot holds a newer page, whose first write-out
-                // will carry the hint.
-                return Ok(());
-            }
-            (slot.rem_len, slot.cipher)
-        };
-        let mut header = PageHeader {
-            flags: 0,
-            key_id: 0,
-            page_lsn: Lsn(page),
-            rem_len,
-            durable_hint: Lsn(synced),
-            iv: [0; 16],
-        };
-        if let Some((key_id, iv)) = cipher {
-            header.flags = PAGE_FLAG_ENCRYPTED;
-            header.key_id = key_id;
-            header.iv = iv;
+        if self.slots[self.slot_index(page)].lock().page != page {
+            // The page is complete and its slot holds a newer page, whose first write-out
+            // will carry the hint.
+            return Ok(());
         }
-        let mut bytes = [0u8; PAGE_HEADER_LEN];
-        header.encode(self.log_id, &mut bytes);
+        let ps = self.geo.page_size;
+        let valid = (w.reserved_to.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
+        let mut image = vec![0u8; ps as usize];
+        self.page_image(w, page, valid as usize, synced, &mut image)?;
         let segment = self.geo.segment_start(page);
         let file = self.file_for(w, segment)?;
-        file.write_all_at(&bytes, page - segment)
-            .map_err(|e| self.poison("write page header", segment, e))?;
-        if !w.dirty.contains(&segment) {
-            w.dirty.push(segment);
-        }
+        file.write_all_at(&image, page - segment)
+            .map_err(|e| self.poison("write page", segment, e))?;
         w.imaged = (page, synced);
+        w.hint_unsynced = Some(segment);
         Ok(())
     }
 
@@ -596,7 +583,15 @@ impl Wal {
         self.check_poison()?;
         let result = self.sync_all().and_then(|()| {
             let mut w = self.write.lock();
-            self.sync_locked(&mut w)
+            match w.hint_unsynced.take() {
+                Some(segment) => {
+                    if !w.dirty.contains(&segment) {
+                        w.dirty.push(segment);
+                    }
+                    self.sync_locked(&mut w)
+                }
+                None => Ok(()),
+            }
         });
         self.deliver_events();
         result

@@ -263,6 +263,9 @@ struct WriteState {
     /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
     imaged: (u64, u64),
+    /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
+    /// if any: `close` syncs it, so the hint survives a restart too.
+    hint_unsynced: Option<u64>,
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -433,6 +436,7 @@ impl Wal {
                 files: Vec::new(),
                 dirty: Vec::new(),
                 imaged: (NO_PAGE, 0),
+                hint_unsynced: None,
             }),
             group: Mutex::new(GroupCommit::default()),
             group_done: Condvar::new(),

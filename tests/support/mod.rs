@@ -14,6 +14,7 @@ pub mod delay;
 pub mod faults;
 pub mod hooked;
 pub mod large;
+pub mod stepping;
 pub mod tamper;
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};
