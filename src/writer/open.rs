@@ -31,7 +31,8 @@ impl Wal {
     ///
     /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
     /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
-    /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
+    /// [`Error::MissingSegmentKey`] for keys that do not fit (every key id a segment lists must
+    /// be in the ring or store, in every mode), and with [`Error::Corrupt`] when valid
     /// records follow a damaged one (unless the configuration's [`RecoveryMode`] says to cut
     /// the log there). Page and segment sizes set in the configuration must match an existing
     /// log's ([`Error::Mismatch`]); left at their defaults, the log's own are used.
@@ -112,6 +113,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
     config.check_existing(files.mode, files.geo)?;
+    check_every_listed_key(&files, &config)?;
     let keys = Arc::new(Keys::new(&config.keys, files.log_id));
     let Recovered {
         scanned_from,
@@ -154,6 +156,26 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         duration: started.elapsed(),
     });
     Ok(wal)
+}
+
+/// Refuses keys that lack an id some segment lists, in every encrypted mode: a writer must be
+/// able to read (and recovery to check) all of its log, and a log handed a partial ring would
+/// otherwise open and fail only when a reader or a replay reaches the old records.
+fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
+    if !files.mode.is_encrypted() {
+        return Ok(());
+    }
+    for seg in &files.segments {
+        for (key_id, _) in &seg.header.key_checks {
+            if config.keys.get(*key_id).is_none() {
+                return Err(Error::MissingSegmentKey {
+                    key_id: *key_id,
+                    segment: seg.header.start,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
