@@ -31,6 +31,10 @@ struct Inner {
     kek_id: String,
     generation: u64,
     entries: Vec<Entry>,
+    /// Whether the directory entry of `generation` is known to survive a power cut: false
+    /// after a directory sync failed behind a rename that succeeded, and for a store read from
+    /// disk (its writer may have crashed between the rename and the directory sync).
+    durable: bool,
 }
 
 /// A key store file and the data keys it holds, unwrapped in memory.
@@ -130,6 +134,7 @@ impl KeyStore {
                 kek_id,
                 generation: 0,
                 entries,
+                durable: false,
             }),
         };
         store.save(&mut store.inner.lock())?;
@@ -148,43 +153,11 @@ impl KeyStore {
         provider: Arc<dyn KeyProvider>,
     ) -> Result<KeyStore> {
         let path = path.as_ref().to_path_buf();
-        let bytes = read_file(storage.as_ref(), &path)?;
-        let parsed = decode(&bytes).map_err(|why| store_error(&path, &why))?;
-        let mine = checked_kek_id(&path, provider.as_ref())?;
-        if mine != parsed.kek_id {
-            return Err(store_error(
-                &path,
-                &format!(
-                    "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
-                    parsed.kek_id,
-                    provider.name()
-                ),
-            ));
-        }
-        let mut entries = Vec::with_capacity(parsed.entries.len());
-        for (info, wrapped) in parsed.entries {
-            let aad = entry_aad(&parsed.kek_id, &info);
-            let key = provider.unwrap(&wrapped, &aad)?;
-            if key.fingerprint() != info.fingerprint {
-                return Err(store_error(
-                    &path,
-                    &format!(
-                        "key id {}: the unwrapped key does not match its fingerprint",
-                        info.id
-                    ),
-                ));
-            }
-            entries.push(Entry { info, wrapped, key });
-        }
+        let inner = read_inner(storage.as_ref(), &path, provider)?;
         let store = KeyStore {
             path,
             storage,
-            inner: Mutex::new(Inner {
-                provider,
-                kek_id: parsed.kek_id,
-                generation: parsed.generation,
-                entries,
-            }),
+            inner: Mutex::new(inner),
         };
         store.remove_stale_temporaries();
         Ok(store)
@@ -225,9 +198,19 @@ impl KeyStore {
             .collect()
     }
 
-    /// The data keys as a ring (active key last), for a `Config` or a `Reader`.
+    /// The data keys as a ring (active key last), for a `Reader` or a `Follower`. A log takes
+    /// its keys from the store itself ([`crate::Config::key_store`]), which first makes sure
+    /// the store's newest generation is durable.
     pub fn ring(&self) -> KeyRing {
         ring_of(&self.inner.lock().entries)
+    }
+
+    /// The data keys as a ring for a log that writes with the active one: fails unless the
+    /// store's newest generation is known to survive a power cut (see `make_durable`).
+    pub(crate) fn ring_for_writing(&self) -> Result<KeyRing> {
+        let mut inner = self.inner.lock();
+        self.make_durable(&mut inner)?;
+        Ok(ring_of(&inner.entries))
     }
 
     /// Adds a fresh random data key with the next id, makes it active (the previous active key
@@ -312,8 +295,10 @@ impl KeyStore {
 
     /// Writes `entries` as the next generation. They replace the ones in memory once the new
     /// file is in place (renamed), even if the directory sync after it failed: memory then
-    /// matches the file, which may or may not survive a crash.
+    /// matches the file, which may or may not survive a crash, and the store remembers that
+    /// (`durable` false) until a directory sync succeeds.
     fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+        self.make_durable(inner)?;
         let before = inner.generation;
         let old = std::mem::replace(&mut inner.entries, entries);
         let saved = self.save(inner);
@@ -321,6 +306,37 @@ impl KeyStore {
             inner.entries = old;
         }
         saved
+    }
+
+    /// Makes the newest generation's directory entry durable if it is not known to be, by
+    /// syncing the store's directory again; fails with an error naming the store if that
+    /// fails again. Called before any key of the store goes into service (a log opened with
+    /// the store, a rotation, the store's next write).
+    ///
+    /// Why not undo the generation in memory instead: the rename did happen, so the new file
+    /// is what the directory shows now and what any other process opening the store reads;
+    /// after a power cut it may or may not be there. Memory that went back to the old
+    /// generation would match neither for sure, and would make every later write refuse the
+    /// file as changed by someone else. Keeping memory equal to the file and holding back only
+    /// the step that puts a key into service is right in both outcomes: once a directory sync
+    /// succeeds, the entry is durable (journaling file systems refuse every later sync after a
+    /// failed journal commit, so a sync that succeeds covers the rename).
+    fn make_durable(&self, inner: &mut Inner) -> Result<()> {
+        if inner.durable {
+            return Ok(());
+        }
+        self.storage
+            .sync_dir(&parent_dir(&self.path))
+            .map_err(|e| {
+                Error::io(
+                    "sync the directory of key store (its newest generation is not known to be \
+                     durable, so none of its keys is put into service)",
+                    &self.path,
+                    e,
+                )
+            })?;
+        inner.durable = true;
+        Ok(())
     }
 
     fn save(&self, inner: &mut Inner) -> Result<()> {
@@ -349,9 +365,12 @@ impl KeyStore {
             return Err(Error::io("write key store", &self.path, e));
         }
         inner.generation = generation;
+        inner.durable = false;
         storage
             .sync_dir(&dir)
-            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))
+            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))?;
+        inner.durable = true;
+        Ok(())
     }
 }
 
@@ -396,6 +415,46 @@ impl KeyStore {
             }
         }
     }
+}
+
+/// Reads, checks and unwraps the store file at `path` with `provider`.
+fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>) -> Result<Inner> {
+    let bytes = read_file(storage, path)?;
+    let parsed = decode(&bytes).map_err(|why| store_error(path, &why))?;
+    let mine = checked_kek_id(path, provider.as_ref())?;
+    if mine != parsed.kek_id {
+        return Err(store_error(
+            path,
+            &format!(
+                "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
+                parsed.kek_id,
+                provider.name()
+            ),
+        ));
+    }
+    let mut entries = Vec::with_capacity(parsed.entries.len());
+    for (info, wrapped) in parsed.entries {
+        let aad = entry_aad(&parsed.kek_id, &info);
+        let key = provider.unwrap(&wrapped, &aad)?;
+        if key.fingerprint() != info.fingerprint {
+            return Err(store_error(
+                path,
+                &format!(
+                    "key id {}: the unwrapped key does not match its fingerprint",
+                    info.id
+                ),
+            ));
+        }
+        entries.push(Entry { info, wrapped, key });
+    }
+    Ok(Inner {
+        provider,
+        kek_id: parsed.kek_id,
+        generation: parsed.generation,
+        entries,
+        // Its writer may have crashed between the rename and the directory sync.
+        durable: false,
+    })
 }
 
 fn ring_of(entries: &[Entry]) -> KeyRing {

@@ -70,8 +70,10 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let started = Instant::now();
     let mut config = config;
     if let Some(store) = &config.key_store {
-        // The store's current keys, even if it was rotated since the configuration was made.
-        config.keys = store.ring();
+        // The store's current keys, even if it was rotated since the configuration was made,
+        // and only once its newest generation is durable: records under its active key must
+        // never outlive the key in a power cut.
+        config.keys = store.ring_for_writing()?;
     }
     config.validate()?;
     let storage = config.storage.clone();
