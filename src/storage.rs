@@ -74,6 +74,15 @@ pub trait Storage: Send + Sync {
     /// Takes an exclusive lock on the directory for one writer; dropping the guard releases it.
     /// `Ok(None)` means another writer holds it.
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>>;
+    /// Takes an exclusive lock on the file at `path` (created empty, mode 0600, if missing),
+    /// waiting while another process or handle holds it; dropping the guard releases it. A key
+    /// store holds it while it writes a new generation. `Ok(None)` means this storage cannot
+    /// lock files (the default): writers are then serialized only by the store's generation
+    /// check, and leftover temporary files are never removed.
+    fn lock_file(&self, path: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        let _ = path;
+        Ok(None)
+    }
 }
 
 /// The real file system.
@@ -153,6 +162,18 @@ impl Storage for FsStorage {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)
+    }
+    fn lock_file(&self, path: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        file.lock()?;
+        Ok(Some(Box::new(file)))
     }
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
         let file = OpenOptions::new()

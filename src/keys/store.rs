@@ -7,6 +7,12 @@
 //! any step leaves either the old store or the new one, each complete. A data key is in the
 //! durable store before any record uses it and leaves it only after the last segment that
 //! lists it was removed.
+//!
+//! A writer holds an exclusive lock on `.<name>.lock` beside the store from before it creates
+//! its temporary file until the rename and the directory sync are done. Temporary files are
+//! therefore removed only by a writer holding that lock: any it finds then belongs to a writer
+//! that died or failed. Opening a store never removes anything, so a rotation running beside
+//! `wal-key list` or a replica opening the store is never robbed of its temporary file.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -154,13 +160,11 @@ impl KeyStore {
     ) -> Result<KeyStore> {
         let path = path.as_ref().to_path_buf();
         let inner = read_inner(storage.as_ref(), &path, provider)?;
-        let store = KeyStore {
+        Ok(KeyStore {
             path,
             storage,
             inner: Mutex::new(inner),
-        };
-        store.remove_stale_temporaries();
-        Ok(store)
+        })
     }
 
     /// Reads what a store says about itself without unwrapping anything (no KEK needed):
@@ -340,6 +344,14 @@ impl KeyStore {
     }
 
     fn save(&self, inner: &mut Inner) -> Result<()> {
+        let lock_path = lock_name(&self.path)?;
+        let lock = self
+            .storage
+            .lock_file(&lock_path)
+            .map_err(|e| Error::io("lock key store", &lock_path, e))?;
+        if lock.is_some() {
+            self.remove_stale_temporaries();
+        }
         self.check_unchanged(inner.generation)?;
         let generation = inner.generation + 1;
         let bytes = encode(
@@ -396,8 +408,10 @@ impl KeyStore {
         }
     }
 
-    /// Removes temporary files a crash left beside the store (`.<name>.<16 hex>.tmp`). They
-    /// hold only wrapped keys; this keeps them from piling up.
+    /// Removes temporary files a crash or a failed write left beside the store
+    /// (`.<name>.<16 hex>.tmp`). Called only with the store's lock file held: every writer
+    /// holds it for the whole life of its temporary, so none found then is in use. They hold
+    /// only wrapped keys; this keeps them from piling up.
     fn remove_stale_temporaries(&self) {
         let (Some(name), dir) = (self.path.file_name(), parent_dir(&self.path)) else {
             return;
@@ -455,6 +469,17 @@ fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>
         // Its writer may have crashed between the rename and the directory sync.
         durable: false,
     })
+}
+
+/// `.<name>.lock` beside `path`: the lock a writer of the store holds.
+fn lock_name(path: &Path) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| store_error(path, "is not a file path"))?;
+    let mut lock = std::ffi::OsString::from(".");
+    lock.push(name);
+    lock.push(".lock");
+    Ok(parent_dir(path).join(lock))
 }
 
 fn ring_of(entries: &[Entry]) -> KeyRing {
@@ -588,10 +613,13 @@ mod tests {
         assert_eq!(first.ring().ids(), vec![1]);
         let reread = KeyStore::open(&path, kek).unwrap();
         assert_eq!(reread.ring().ids(), vec![1, 2]);
-        // A stale temporary file from a crash is removed at the next open.
+        // A stale temporary file from a crash outlives an open and is removed by the next
+        // write, which holds the store's lock.
         let stale = dir.path().join(".keys.0123456789abcdef.tmp");
         std::fs::write(&stale, b"x").unwrap();
-        let _ = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        let again = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        assert!(stale.exists());
+        again.rotate_data_key().unwrap();
         assert!(!stale.exists());
     }
 
