@@ -98,17 +98,54 @@ impl KeyStore {
         provider: Arc<dyn KeyProvider>,
         ring: &KeyRing,
     ) -> Result<KeyStore> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        Self::create_unless_exists(storage, path, provider, ring)?
+            .ok_or_else(|| store_error(path, "already exists; refusing to overwrite a key store"))
+    }
+
+    /// Opens the store at `path`, or creates it with one fresh random data key (as
+    /// [`KeyStore::create`]) when no file is there. Creation is atomic: the new store is put in
+    /// place only if the name is still free (a no-replace rename), so of two processes racing
+    /// to create it one wins and the other opens the winner's store.
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        Self::open_or_create_in(Arc::new(FsStorage), path, provider)
+    }
+
+    /// [`KeyStore::open_or_create`] through a given storage back end.
+    pub fn open_or_create_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref();
+        match Self::open_in(storage.clone(), path, provider.clone()) {
+            Err(e) if is_not_found(&e) => {}
+            opened => return opened,
+        }
+        let ring = KeyRing::generate()?;
+        match Self::create_unless_exists(storage.clone(), path, provider.clone(), &ring)? {
+            Some(store) => Ok(store),
+            None => Self::open_in(storage, path, provider),
+        }
+    }
+
+    /// Creates the store; `Ok(None)` when a file is at `path` already (before or, put there by
+    /// a racing creator, at the moment the new store would take the name).
+    fn create_unless_exists(
+        storage: Arc<dyn Storage>,
+        path: &Path,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<Option<KeyStore>> {
+        let path = path.to_path_buf();
         if ring.is_empty() {
             return Err(store_error(&path, "a key store needs at least one key"));
         }
         match storage.open(&path, false) {
-            Ok(_) => {
-                return Err(store_error(
-                    &path,
-                    "already exists; refusing to overwrite a key store",
-                ));
-            }
+            Ok(_) => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open key store", &path, e)),
         }
@@ -143,8 +180,14 @@ impl KeyStore {
                 durable: false,
             }),
         };
-        store.save(&mut store.inner.lock())?;
-        Ok(store)
+        let saved = store.save(&mut store.inner.lock(), Put::Create);
+        match saved {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(Some(store)),
+        }
     }
 
     /// Opens the store at `path`, unwrapping every data key with `provider`.
@@ -305,7 +348,7 @@ impl KeyStore {
         self.make_durable(inner)?;
         let before = inner.generation;
         let old = std::mem::replace(&mut inner.entries, entries);
-        let saved = self.save(inner);
+        let saved = self.save(inner, Put::Replace);
         if saved.is_err() && inner.generation == before {
             inner.entries = old;
         }
@@ -343,7 +386,7 @@ impl KeyStore {
         Ok(())
     }
 
-    fn save(&self, inner: &mut Inner) -> Result<()> {
+    fn save(&self, inner: &mut Inner, put: Put) -> Result<()> {
         let lock_path = lock_name(&self.path)?;
         let lock = self
             .storage
@@ -352,7 +395,9 @@ impl KeyStore {
         if lock.is_some() {
             self.remove_stale_temporaries();
         }
-        self.check_unchanged(inner.generation)?;
+        if put == Put::Replace {
+            self.check_unchanged(inner.generation)?;
+        }
         let generation = inner.generation + 1;
         let bytes = encode(
             &inner.kek_id,
@@ -370,7 +415,10 @@ impl KeyStore {
             file.write_all_at(&bytes, 0)?;
             file.sync_data()?;
             drop(file);
-            storage.rename(&tmp, &self.path)
+            match put {
+                Put::Create => storage.rename_no_replace(&tmp, &self.path),
+                Put::Replace => storage.rename(&tmp, &self.path),
+            }
         })();
         if let Err(e) = written {
             let _ = storage.remove(&tmp);
@@ -384,6 +432,15 @@ impl KeyStore {
         inner.durable = true;
         Ok(())
     }
+}
+
+/// How a new generation takes the store's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// The first generation: only if no file has the name.
+    Create,
+    /// A later one: over the generation this handle read.
+    Replace,
 }
 
 impl KeyStore {
@@ -480,6 +537,10 @@ fn lock_name(path: &Path) -> Result<PathBuf> {
     lock.push(name);
     lock.push(".lock");
     Ok(parent_dir(path).join(lock))
+}
+
+fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 fn ring_of(entries: &[Entry]) -> KeyRing {
