@@ -210,6 +210,15 @@ impl KeyStore {
         })
     }
 
+    /// Reads the store file again, with the same provider, and takes its keys and generation:
+    /// for a reader or follower whose log was rotated to a key through another handle or
+    /// process. On an error the keys in memory stay as they were.
+    pub fn reload(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        *inner = read_inner(self.storage.as_ref(), &self.path, inner.provider.clone())?;
+        Ok(())
+    }
+
     /// Reads what a store says about itself without unwrapping anything (no KEK needed):
     /// its KEK id, generation and key listing. The file's checksum and layout are checked.
     pub fn inspect(path: impl AsRef<Path>) -> Result<(String, u64, Vec<KeyInfo>)> {
@@ -258,6 +267,11 @@ impl KeyStore {
         let mut inner = self.inner.lock();
         self.make_durable(&mut inner)?;
         Ok(ring_of(&inner.entries))
+    }
+
+    /// Whether a key id is in the store (in memory).
+    pub(crate) fn has_key(&self, id: u32) -> bool {
+        self.inner.lock().entries.iter().any(|e| e.info.id == id)
     }
 
     /// Adds a fresh random data key with the next id, makes it active (the previous active key
