@@ -212,6 +212,13 @@ pub enum Error {
     },
     /// The log uses a key id the key ring does not contain (or no key ring was given).
     MissingKey(u32),
+    /// A segment lists a key id the key ring or store given to [`crate::Wal::open`] lacks.
+    MissingSegmentKey {
+        /// The key id the segment's header lists.
+        key_id: u32,
+        /// The segment whose header lists it.
+        segment: Lsn,
+    },
     /// A key file or key ring is malformed.
     KeyFile {
         /// The key file (empty when the ring was not loaded from a file).
@@ -327,6 +334,11 @@ impl fmt::Display for Error {
             Self::MissingKey(id) => {
                 write!(f, "the log needs key id {id}, which the key ring lacks")
             }
+            Self::MissingSegmentKey { key_id, segment } => write!(
+                f,
+                "segment {} lists key id {key_id}, which the key ring lacks",
+                crate::format::segment_file_name(*segment)
+            ),
             Self::KeyFile { path, line, reason } => {
                 if *line > 0 {
                     write!(f, "key file {} line {line}: {reason}", path.display())

@@ -74,6 +74,29 @@ pub trait Storage: Send + Sync {
     /// Takes an exclusive lock on the directory for one writer; dropping the guard releases it.
     /// `Ok(None)` means another writer holds it.
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>>;
+    /// Renames `from` to `to` unless `to` exists, in which case it fails with
+    /// [`io::ErrorKind::AlreadyExists`] and leaves both alone. A key store is created this way,
+    /// so two processes creating the same store never both succeed. The default asks
+    /// [`Storage::exists`] and then renames, which two racing callers can both pass; the real
+    /// file system links the new name (which fails if it exists) and then removes the old one.
+    fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        if self.exists(to)? {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists", to.display()),
+            ));
+        }
+        self.rename(from, to)
+    }
+    /// Takes an exclusive lock on the file at `path` (created empty, mode 0600, if missing),
+    /// waiting while another process or handle holds it; dropping the guard releases it. A key
+    /// store holds it while it writes a new generation. `Ok(None)` means this storage cannot
+    /// lock files (the default): writers are then serialized only by the store's generation
+    /// check, and leftover temporary files are never removed.
+    fn lock_file(&self, path: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        let _ = path;
+        Ok(None)
+    }
 }
 
 /// The real file system.
@@ -153,6 +176,24 @@ impl Storage for FsStorage {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)
+    }
+    fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
+        // link(2) never replaces an existing name; the old name is then dropped. A crash
+        // between the two leaves the temporary as a second name of the same file.
+        fs::hard_link(from, to)?;
+        fs::remove_file(from)
+    }
+    fn lock_file(&self, path: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        file.lock()?;
+        Ok(Some(Box::new(file)))
     }
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
         let file = OpenOptions::new()

@@ -191,8 +191,11 @@ fn missing_key_id_is_reported() {
             },
         );
         match opened {
-            Err(Error::MissingKey(5)) => {}
-            other => panic!("{mode}: expected MissingKey(5), got {other:?}"),
+            Err(Error::MissingSegmentKey {
+                key_id: 5,
+                segment: walcrypt::Lsn(0),
+            }) => {}
+            other => panic!("{mode}: expected MissingSegmentKey for key 5, got {other:?}"),
         }
         assert_eq!(replayed, 0);
         let reader = Reader::open(dir.path(), Some(other)).unwrap();

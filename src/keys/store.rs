@@ -7,6 +7,12 @@
 //! any step leaves either the old store or the new one, each complete. A data key is in the
 //! durable store before any record uses it and leaves it only after the last segment that
 //! lists it was removed.
+//!
+//! A writer holds an exclusive lock on `.<name>.lock` beside the store from before it creates
+//! its temporary file until the rename and the directory sync are done. Temporary files are
+//! therefore removed only by a writer holding that lock: any it finds then belongs to a writer
+//! that died or failed. Opening a store never removes anything, so a rotation running beside
+//! `wal-key list` or a replica opening the store is never robbed of its temporary file.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +37,10 @@ struct Inner {
     kek_id: String,
     generation: u64,
     entries: Vec<Entry>,
+    /// Whether the directory entry of `generation` is known to survive a power cut: false
+    /// after a directory sync failed behind a rename that succeeded, and for a store read from
+    /// disk (its writer may have crashed between the rename and the directory sync).
+    durable: bool,
 }
 
 /// A key store file and the data keys it holds, unwrapped in memory.
@@ -88,17 +98,54 @@ impl KeyStore {
         provider: Arc<dyn KeyProvider>,
         ring: &KeyRing,
     ) -> Result<KeyStore> {
-        let path = path.as_ref().to_path_buf();
+        let path = path.as_ref();
+        Self::create_unless_exists(storage, path, provider, ring)?
+            .ok_or_else(|| store_error(path, "already exists; refusing to overwrite a key store"))
+    }
+
+    /// Opens the store at `path`, or creates it with one fresh random data key (as
+    /// [`KeyStore::create`]) when no file is there. Creation is atomic: the new store is put in
+    /// place only if the name is still free (a no-replace rename), so of two processes racing
+    /// to create it one wins and the other opens the winner's store.
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        Self::open_or_create_in(Arc::new(FsStorage), path, provider)
+    }
+
+    /// [`KeyStore::open_or_create`] through a given storage back end.
+    pub fn open_or_create_in(
+        storage: Arc<dyn Storage>,
+        path: impl AsRef<Path>,
+        provider: Arc<dyn KeyProvider>,
+    ) -> Result<KeyStore> {
+        let path = path.as_ref();
+        match Self::open_in(storage.clone(), path, provider.clone()) {
+            Err(e) if is_not_found(&e) => {}
+            opened => return opened,
+        }
+        let ring = KeyRing::generate()?;
+        match Self::create_unless_exists(storage.clone(), path, provider.clone(), &ring)? {
+            Some(store) => Ok(store),
+            None => Self::open_in(storage, path, provider),
+        }
+    }
+
+    /// Creates the store; `Ok(None)` when a file is at `path` already (before or, put there by
+    /// a racing creator, at the moment the new store would take the name).
+    fn create_unless_exists(
+        storage: Arc<dyn Storage>,
+        path: &Path,
+        provider: Arc<dyn KeyProvider>,
+        ring: &KeyRing,
+    ) -> Result<Option<KeyStore>> {
+        let path = path.to_path_buf();
         if ring.is_empty() {
             return Err(store_error(&path, "a key store needs at least one key"));
         }
         match storage.open(&path, false) {
-            Ok(_) => {
-                return Err(store_error(
-                    &path,
-                    "already exists; refusing to overwrite a key store",
-                ));
-            }
+            Ok(_) => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open key store", &path, e)),
         }
@@ -130,10 +177,17 @@ impl KeyStore {
                 kek_id,
                 generation: 0,
                 entries,
+                durable: false,
             }),
         };
-        store.save(&mut store.inner.lock())?;
-        Ok(store)
+        let saved = store.save(&mut store.inner.lock(), Put::Create);
+        match saved {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(Some(store)),
+        }
     }
 
     /// Opens the store at `path`, unwrapping every data key with `provider`.
@@ -148,46 +202,21 @@ impl KeyStore {
         provider: Arc<dyn KeyProvider>,
     ) -> Result<KeyStore> {
         let path = path.as_ref().to_path_buf();
-        let bytes = read_file(storage.as_ref(), &path)?;
-        let parsed = decode(&bytes).map_err(|why| store_error(&path, &why))?;
-        let mine = checked_kek_id(&path, provider.as_ref())?;
-        if mine != parsed.kek_id {
-            return Err(store_error(
-                &path,
-                &format!(
-                    "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
-                    parsed.kek_id,
-                    provider.name()
-                ),
-            ));
-        }
-        let mut entries = Vec::with_capacity(parsed.entries.len());
-        for (info, wrapped) in parsed.entries {
-            let aad = entry_aad(&parsed.kek_id, &info);
-            let key = provider.unwrap(&wrapped, &aad)?;
-            if key.fingerprint() != info.fingerprint {
-                return Err(store_error(
-                    &path,
-                    &format!(
-                        "key id {}: the unwrapped key does not match its fingerprint",
-                        info.id
-                    ),
-                ));
-            }
-            entries.push(Entry { info, wrapped, key });
-        }
-        let store = KeyStore {
+        let inner = read_inner(storage.as_ref(), &path, provider)?;
+        Ok(KeyStore {
             path,
             storage,
-            inner: Mutex::new(Inner {
-                provider,
-                kek_id: parsed.kek_id,
-                generation: parsed.generation,
-                entries,
-            }),
-        };
-        store.remove_stale_temporaries();
-        Ok(store)
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// Reads the store file again, with the same provider, and takes its keys and generation:
+    /// for a reader or follower whose log was rotated to a key through another handle or
+    /// process. On an error the keys in memory stay as they were.
+    pub fn reload(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        *inner = read_inner(self.storage.as_ref(), &self.path, inner.provider.clone())?;
+        Ok(())
     }
 
     /// Reads what a store says about itself without unwrapping anything (no KEK needed):
@@ -225,9 +254,24 @@ impl KeyStore {
             .collect()
     }
 
-    /// The data keys as a ring (active key last), for a `Config` or a `Reader`.
+    /// The data keys as a ring (active key last), for a `Reader` or a `Follower`. A log takes
+    /// its keys from the store itself ([`crate::Config::key_store`]), which first makes sure
+    /// the store's newest generation is durable.
     pub fn ring(&self) -> KeyRing {
         ring_of(&self.inner.lock().entries)
+    }
+
+    /// The data keys as a ring for a log that writes with the active one: fails unless the
+    /// store's newest generation is known to survive a power cut (see `make_durable`).
+    pub(crate) fn ring_for_writing(&self) -> Result<KeyRing> {
+        let mut inner = self.inner.lock();
+        self.make_durable(&mut inner)?;
+        Ok(ring_of(&inner.entries))
+    }
+
+    /// Whether a key id is in the store (in memory).
+    pub(crate) fn has_key(&self, id: u32) -> bool {
+        self.inner.lock().entries.iter().any(|e| e.info.id == id)
     }
 
     /// Adds a fresh random data key with the next id, makes it active (the previous active key
@@ -312,19 +356,62 @@ impl KeyStore {
 
     /// Writes `entries` as the next generation. They replace the ones in memory once the new
     /// file is in place (renamed), even if the directory sync after it failed: memory then
-    /// matches the file, which may or may not survive a crash.
+    /// matches the file, which may or may not survive a crash, and the store remembers that
+    /// (`durable` false) until a directory sync succeeds.
     fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+        self.make_durable(inner)?;
         let before = inner.generation;
         let old = std::mem::replace(&mut inner.entries, entries);
-        let saved = self.save(inner);
+        let saved = self.save(inner, Put::Replace);
         if saved.is_err() && inner.generation == before {
             inner.entries = old;
         }
         saved
     }
 
-    fn save(&self, inner: &mut Inner) -> Result<()> {
-        self.check_unchanged(inner.generation)?;
+    /// Makes the newest generation's directory entry durable if it is not known to be, by
+    /// syncing the store's directory again; fails with an error naming the store if that
+    /// fails again. Called before any key of the store goes into service (a log opened with
+    /// the store, a rotation, the store's next write).
+    ///
+    /// Why not undo the generation in memory instead: the rename did happen, so the new file
+    /// is what the directory shows now and what any other process opening the store reads;
+    /// after a power cut it may or may not be there. Memory that went back to the old
+    /// generation would match neither for sure, and would make every later write refuse the
+    /// file as changed by someone else. Keeping memory equal to the file and holding back only
+    /// the step that puts a key into service is right in both outcomes: once a directory sync
+    /// succeeds, the entry is durable (journaling file systems refuse every later sync after a
+    /// failed journal commit, so a sync that succeeds covers the rename).
+    fn make_durable(&self, inner: &mut Inner) -> Result<()> {
+        if inner.durable {
+            return Ok(());
+        }
+        self.storage
+            .sync_dir(&parent_dir(&self.path))
+            .map_err(|e| {
+                Error::io(
+                    "sync the directory of key store (its newest generation is not known to be \
+                     durable, so none of its keys is put into service)",
+                    &self.path,
+                    e,
+                )
+            })?;
+        inner.durable = true;
+        Ok(())
+    }
+
+    fn save(&self, inner: &mut Inner, put: Put) -> Result<()> {
+        let lock_path = lock_name(&self.path)?;
+        let lock = self
+            .storage
+            .lock_file(&lock_path)
+            .map_err(|e| Error::io("lock key store", &lock_path, e))?;
+        if lock.is_some() {
+            self.remove_stale_temporaries();
+        }
+        if put == Put::Replace {
+            self.check_unchanged(inner.generation)?;
+        }
         let generation = inner.generation + 1;
         let bytes = encode(
             &inner.kek_id,
@@ -342,17 +429,32 @@ impl KeyStore {
             file.write_all_at(&bytes, 0)?;
             file.sync_data()?;
             drop(file);
-            storage.rename(&tmp, &self.path)
+            match put {
+                Put::Create => storage.rename_no_replace(&tmp, &self.path),
+                Put::Replace => storage.rename(&tmp, &self.path),
+            }
         })();
         if let Err(e) = written {
             let _ = storage.remove(&tmp);
             return Err(Error::io("write key store", &self.path, e));
         }
         inner.generation = generation;
+        inner.durable = false;
         storage
             .sync_dir(&dir)
-            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))
+            .map_err(|e| Error::io("sync the directory of key store", &self.path, e))?;
+        inner.durable = true;
+        Ok(())
     }
+}
+
+/// How a new generation takes the store's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    /// The first generation: only if no file has the name.
+    Create,
+    /// A later one: over the generation this handle read.
+    Replace,
 }
 
 impl KeyStore {
@@ -377,8 +479,10 @@ impl KeyStore {
         }
     }
 
-    /// Removes temporary files a crash left beside the store (`.<name>.<16 hex>.tmp`). They
-    /// hold only wrapped keys; this keeps them from piling up.
+    /// Removes temporary files a crash or a failed write left beside the store
+    /// (`.<name>.<16 hex>.tmp`). Called only with the store's lock file held: every writer
+    /// holds it for the whole life of its temporary, so none found then is in use. They hold
+    /// only wrapped keys; this keeps them from piling up.
     fn remove_stale_temporaries(&self) {
         let (Some(name), dir) = (self.path.file_name(), parent_dir(&self.path)) else {
             return;
@@ -396,6 +500,61 @@ impl KeyStore {
             }
         }
     }
+}
+
+/// Reads, checks and unwraps the store file at `path` with `provider`.
+fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>) -> Result<Inner> {
+    let bytes = read_file(storage, path)?;
+    let parsed = decode(&bytes).map_err(|why| store_error(path, &why))?;
+    let mine = checked_kek_id(path, provider.as_ref())?;
+    if mine != parsed.kek_id {
+        return Err(store_error(
+            path,
+            &format!(
+                "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
+                parsed.kek_id,
+                provider.name()
+            ),
+        ));
+    }
+    let mut entries = Vec::with_capacity(parsed.entries.len());
+    for (info, wrapped) in parsed.entries {
+        let aad = entry_aad(&parsed.kek_id, &info);
+        let key = provider.unwrap(&wrapped, &aad)?;
+        if key.fingerprint() != info.fingerprint {
+            return Err(store_error(
+                path,
+                &format!(
+                    "key id {}: the unwrapped key does not match its fingerprint",
+                    info.id
+                ),
+            ));
+        }
+        entries.push(Entry { info, wrapped, key });
+    }
+    Ok(Inner {
+        provider,
+        kek_id: parsed.kek_id,
+        generation: parsed.generation,
+        entries,
+        // Its writer may have crashed between the rename and the directory sync.
+        durable: false,
+    })
+}
+
+/// `.<name>.lock` beside `path`: the lock a writer of the store holds.
+fn lock_name(path: &Path) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| store_error(path, "is not a file path"))?;
+    let mut lock = std::ffi::OsString::from(".");
+    lock.push(name);
+    lock.push(".lock");
+    Ok(parent_dir(path).join(lock))
+}
+
+fn is_not_found(error: &Error) -> bool {
+    matches!(error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 fn ring_of(entries: &[Entry]) -> KeyRing {
@@ -529,10 +688,13 @@ mod tests {
         assert_eq!(first.ring().ids(), vec![1]);
         let reread = KeyStore::open(&path, kek).unwrap();
         assert_eq!(reread.ring().ids(), vec![1, 2]);
-        // A stale temporary file from a crash is removed at the next open.
+        // A stale temporary file from a crash outlives an open and is removed by the next
+        // write, which holds the store's lock.
         let stale = dir.path().join(".keys.0123456789abcdef.tmp");
         std::fs::write(&stale, b"x").unwrap();
-        let _ = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        let again = KeyStore::open(&path, reread.inner.lock().provider.clone()).unwrap();
+        assert!(stale.exists());
+        again.rotate_data_key().unwrap();
         assert!(!stale.exists());
     }
 

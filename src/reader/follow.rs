@@ -12,6 +12,7 @@ use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::Geometry;
+use crate::keys::KeyStore;
 use crate::storage::{FsStorage, Storage};
 use crate::{Lsn, Wal};
 
@@ -103,6 +104,9 @@ pub struct Follower {
     ring: Option<KeyRing>,
     shared_keys: Option<Arc<Keys>>,
     wal: Option<Weak<Wal>>,
+    /// Where the keys came from, for a follower opened with a key store: read again when a
+    /// record names a key id the follower lacks.
+    store: Option<Arc<KeyStore>>,
     from: Lsn,
     files: Option<LogFiles>,
     parked: Parked,
@@ -156,6 +160,7 @@ impl Follower {
             ring,
             shared_keys: None,
             wal: None,
+            store: None,
             from,
             files: None,
             parked: Parked::default(),
@@ -168,10 +173,30 @@ impl Follower {
         }
     }
 
+    /// Follows the log in `dir` from `from` with the keys of `store`, as [`Follower::open`]. When
+    /// a record names a key id the follower lacks (the writer rotated its data key, through
+    /// another handle of the store or in another process), the follower takes the store's keys
+    /// again, reading the store file once more ([`KeyStore::reload`]) if the store in memory
+    /// lacks the key too, and reads the record again; only if the key is still missing is it
+    /// [`Error::MissingKey`].
+    pub fn open_with_key_store(
+        dir: impl AsRef<Path>,
+        store: Arc<KeyStore>,
+        from: Lsn,
+    ) -> Result<Follower> {
+        let mut follower =
+            Follower::new(dir.as_ref(), Some(store.ring()), Arc::new(FsStorage), from);
+        follower.store = Some(store);
+        follower.load()?;
+        Ok(follower)
+    }
+
     /// Follows the log that `wal` writes, in this process, with its keys and storage. The
     /// follower asks the `Wal` how far the log is durable, so durable records show up as soon
     /// as their `flush` has fdatasync'ed them. It holds only a weak reference: once the `Wal`
-    /// is closed or dropped, the page headers' durable hints take over.
+    /// is closed or dropped, the page headers' durable hints take over. When a record names a
+    /// key the follower lacks (the `Wal` rotated its data key), it takes the `Wal`'s current
+    /// keys and reads the record again.
     pub fn attach(wal: &Arc<Wal>, from: Lsn) -> Result<Follower> {
         let (storage, keys) = wal.follow_parts();
         let mut follower = Follower::new(wal.dir(), None, storage, from);
@@ -319,13 +344,53 @@ impl Follower {
     /// Reads the next record and, if it may be yielded, turns it into `T` and moves past it.
     fn poll_with<T>(
         &mut self,
-        convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
+        convert: impl Fn(Stored, Option<&Keys>) -> Result<T>,
     ) -> Result<Option<T>> {
-        match self.poll_files(convert) {
+        let polled = match self.poll_files(&convert) {
+            Err(Error::MissingKey(key_id)) if self.pick_up_key(key_id)? => {
+                self.poll_files(&convert)
+            }
+            other => other,
+        };
+        match polled {
             Err(e) if is_not_found(&e) => self.after_vanished(e),
             Err(e) if is_unlisted_key(&e) => self.after_replaced(e),
             other => other,
         }
+    }
+
+    /// Takes keys holding `key_id` from where this follower's keys came from: the attached
+    /// `Wal`'s current keys, or its key store (read from disk again when the store in memory
+    /// lacks the key too). False when there is no such source or it lacks the key as well.
+    fn pick_up_key(&mut self, key_id: u32) -> Result<bool> {
+        if let Some(wal) = self.wal.as_ref().and_then(Weak::upgrade) {
+            let (_, keys) = wal.follow_parts();
+            if keys.check_value(key_id).is_none() {
+                return Ok(false);
+            }
+            if let Some(files) = self.files.as_mut() {
+                files.share_keys(Some(keys.clone()))?;
+            }
+            self.shared_keys = Some(keys);
+            self.parked = Parked::default();
+            return Ok(true);
+        }
+        let Some(store) = &self.store else {
+            return Ok(false);
+        };
+        if !store.has_key(key_id) {
+            store.reload()?;
+            if !store.has_key(key_id) {
+                return Ok(false);
+            }
+        }
+        let ring = store.ring();
+        if let Some(files) = self.files.as_mut() {
+            files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id))))?;
+        }
+        self.ring = Some(ring);
+        self.parked = Parked::default();
+        Ok(true)
     }
 
     /// A record or page naming a key its segment's header, as the follower read it, does not

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crate::Lsn;
 use crate::config::Mode;
-use crate::crypto::KeyRing;
+use crate::crypto::{KeyRing, Keys};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, RecordHeader};
+use crate::keys::KeyStore;
 use crate::storage::{FsStorage, Storage};
 
 pub(crate) mod ahead;
@@ -101,6 +102,24 @@ impl Reader {
         storage: Arc<dyn Storage>,
     ) -> Result<Reader> {
         let files = LogFiles::open(dir.as_ref(), storage, keys.as_ref())?;
+        Ok(Reader { files })
+    }
+
+    /// Opens the log in `dir` with the keys of `store`. When a segment lists a key id the store
+    /// in memory lacks (the log was rotated to a key through another handle of the store or in
+    /// another process), the store file is read again once ([`KeyStore::reload`]) first.
+    pub fn open_with_key_store(dir: impl AsRef<Path>, store: &KeyStore) -> Result<Reader> {
+        let mut files = LogFiles::open(dir.as_ref(), Arc::new(FsStorage), None)?;
+        let lacks_one = files
+            .segments
+            .iter()
+            .flat_map(|s| s.header.key_checks.iter())
+            .any(|(id, _)| !store.has_key(*id));
+        if lacks_one {
+            store.reload()?;
+        }
+        let ring = store.ring();
+        files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id))))?;
         Ok(Reader { files })
     }
 

@@ -31,7 +31,8 @@ impl Wal {
     ///
     /// Fails with [`Error::Locked`] if another `Wal` has the directory open, with
     /// [`Error::Mismatch`] if the log was created in another mode, with [`Error::WrongKey`] or
-    /// [`Error::MissingKey`] for keys that do not fit, and with [`Error::Corrupt`] when valid
+    /// [`Error::MissingSegmentKey`] for keys that do not fit (every key id a segment lists must
+    /// be in the ring or store, in every mode), and with [`Error::Corrupt`] when valid
     /// records follow a damaged one (unless the configuration's [`RecoveryMode`] says to cut
     /// the log there). Page and segment sizes set in the configuration must match an existing
     /// log's ([`Error::Mismatch`]); left at their defaults, the log's own are used.
@@ -69,8 +70,10 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let started = Instant::now();
     let mut config = config;
     if let Some(store) = &config.key_store {
-        // The store's current keys, even if it was rotated since the configuration was made.
-        config.keys = store.ring();
+        // The store's current keys, even if it was rotated since the configuration was made,
+        // and only once its newest generation is durable: records under its active key must
+        // never outlive the key in a power cut.
+        config.keys = store.ring_for_writing()?;
     }
     config.validate()?;
     let storage = config.storage.clone();
@@ -119,6 +122,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
     config.check_existing(files.mode, files.geo)?;
+    check_every_listed_key(&files, &config)?;
     let keys = Arc::new(Keys::new(&config.keys, files.log_id));
     let Recovered {
         scanned_from,
@@ -189,6 +193,26 @@ fn refuse_checkpoint_without_log(
         checkpoint: from,
         end: None,
     })
+}
+
+/// Refuses keys that lack an id some segment lists, in every encrypted mode: a writer must be
+/// able to read (and recovery to check) all of its log, and a log handed a partial ring would
+/// otherwise open and fail only when a reader or a replay reaches the old records.
+fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
+    if !files.mode.is_encrypted() {
+        return Ok(());
+    }
+    for seg in &files.segments {
+        for (key_id, _) in &seg.header.key_checks {
+            if config.keys.get(*key_id).is_none() {
+                return Err(Error::MissingSegmentKey {
+                    key_id: *key_id,
+                    segment: seg.header.start,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in

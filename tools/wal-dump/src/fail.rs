@@ -52,7 +52,9 @@ impl Fail {
         if let Some(path) = key_file
             && matches!(
                 e,
-                walcrypt::Error::WrongKey { .. } | walcrypt::Error::MissingKey(_)
+                walcrypt::Error::WrongKey { .. }
+                    | walcrypt::Error::MissingKey(_)
+                    | walcrypt::Error::MissingSegmentKey { .. }
             )
         {
             fail.message = format!("key file {}: {}", path.display(), fail.message);
