@@ -1,7 +1,8 @@
 //! `wal-dump`: list, decrypt, summarize and verify a walcrypt log.
 //!
 //! The log's mode comes from its segment headers. Output formats are described in
-//! docs/WAL-DUMP.md; exit codes are 0 (fine), 1 (damage found), 2 (usage, key or I/O problem).
+//! docs/WAL-DUMP.md; exit codes are 0 (fine), 1 (damage found), 2 (usage, key or I/O problem),
+//! 3 (`--verify`: nothing but page headers could be checked).
 
 #![forbid(unsafe_code)]
 
@@ -74,7 +75,9 @@ pub struct Args {
     pub stats: bool,
 
     /// Check the whole log: page headers, checksums, LSN continuity, key check values and
-    /// IV uniqueness. Exit 0 when clean, 1 when anything is wrong.
+    /// IV uniqueness, and say what could not be checked. Exit 0 when clean, 1 when damage is
+    /// found, 2 on a key problem (wrong key, missing key id), 3 when the log has pages but no
+    /// record could be checked (a pagelevel log without its key).
     #[arg(long, conflicts_with = "follow")]
     pub verify: bool,
 
