@@ -6,12 +6,14 @@
 
 #![forbid(unsafe_code)]
 
+mod cut;
 mod dump;
 mod fail;
 mod kek;
 mod repair;
 mod source;
 mod stats;
+mod survey;
 mod verify;
 
 use std::io::Write;
@@ -87,14 +89,22 @@ pub struct Args {
     pub follow: bool,
 
     /// Cut the log at its first damage so it opens again: every record before the damaged one
-    /// is kept. Copies the segment files from the damaged one on into --backup first. Needs
-    /// --key-file for an encrypted log. Exit 0 when repaired or nothing was damaged.
-    #[arg(long, requires = "backup", conflicts_with_all = ["pages", "stats", "verify", "follow"])]
+    /// is kept. Copies the segment files from the damaged one on into --backup first (or, with
+    /// --dry-run, only reports the cut). Reports the records and bytes of log cut. A pagelevel
+    /// log needs --key-file; perrecord logs are checked and cut by their plaintext record
+    /// checksums without it. Exit 0 when repaired or nothing was damaged, 1 when --dry-run
+    /// found damage or the cut could not be made.
+    #[arg(long, conflicts_with_all = ["pages", "stats", "verify", "follow"])]
     pub repair: bool,
 
     /// With --repair: a new (or empty) directory for copies of the files the cut touches.
     #[arg(long, value_name = "DIR", requires = "repair")]
     pub backup: Option<PathBuf>,
+
+    /// With --repair: report the damage and what the cut would remove; change nothing.
+    #[arg(long, requires = "repair", conflicts_with = "backup")]
+    pub dry_run: bool,
+
     /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
     /// page headers' durable hints vouch for them; these trail the writer by one flush.
     #[arg(long, requires = "follow")]
