@@ -64,7 +64,8 @@ pub struct Args {
     #[arg(long = "kind", value_name = "K")]
     pub kinds: Vec<u8>,
 
-    /// Output format.
+    /// Output format: text, or json (JSON Lines, one object per record or page, for listings;
+    /// one object for --stats, --verify and --repair).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 
@@ -72,7 +73,8 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["stats", "verify", "follow"])]
     pub pages: bool,
 
-    /// Summarize the log: records per kind, bytes, key ids, header overhead of encryption.
+    /// Summarize the log: records per kind, bytes, key ids, header overhead of encryption. On a
+    /// damaged log, what lies before the damage, and where the damage is (exit 1).
     #[arg(long, conflicts_with_all = ["verify", "follow"])]
     pub stats: bool,
 
@@ -127,7 +129,7 @@ pub enum PayloadFormat {
 pub enum OutputFormat {
     /// One line per record.
     Text,
-    /// JSON Lines: one object per record.
+    /// JSON: one object per record or page, or one object for --stats, --verify, --repair.
     Json,
 }
 
