@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cli;
 mod cut;
 mod dump;
 mod fail;
@@ -142,10 +143,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            let text = e.to_string();
-            let head = text.split("Usage:").next().unwrap_or("invalid arguments");
-            let head = fail::one_line(head.trim_start_matches("error: "));
-            eprintln!("wal-dump: {head} (see wal-dump --help)");
+            eprintln!("wal-dump: {}", cli::usage_error("wal-dump", &e));
             return ExitCode::from(EXIT_TROUBLE);
         }
     };
