@@ -28,7 +28,14 @@ use crate::fail::{EXIT_OK, EXIT_TROUBLE, Fail};
 
 /// Inspect, decrypt and verify a walcrypt log.
 #[derive(Debug, Parser)]
-#[command(name = "wal-dump", version)]
+#[command(
+    name = "wal-dump",
+    version,
+    after_help = "Exit codes: 0 done (--verify: clean as far as checked); 1 damage found \
+                  (--repair --dry-run: damage a cut would remove); 2 usage, key or I/O \
+                  problem (--verify: wrong key or missing key id); 3 --verify could check no \
+                  record although the log has pages (pagelevel without its key)."
+)]
 pub struct Args {
     /// Log directory, or one segment file of a log (then only its records are shown).
     pub path: PathBuf,

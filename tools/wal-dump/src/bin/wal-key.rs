@@ -19,7 +19,12 @@ use walcrypt::{KekFile, KeyInfo, KeyRing, KeyStore, Reader};
 /// Manage walcrypt keys: key stores (data keys wrapped under a KEK), raw key rings and KEK
 /// files. Every file is written with mode 0600, atomically; key bytes are never shown.
 #[derive(Debug, Parser)]
-#[command(name = "wal-key", version)]
+#[command(
+    name = "wal-key",
+    version,
+    after_help = "Exit codes: 0 done; 2 usage, key or I/O problem; 3 verify --log checked \
+                  nothing (a plaintext log lists no keys)."
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -131,7 +136,7 @@ enum Command {
     },
     /// Check that a key store opens with its KEK and every key unwraps to its fingerprint (or
     /// that a raw ring parses); with --log, that it holds every key the log's segments list,
-    /// with matching check values.
+    /// with matching check values (a plaintext log lists no keys: nothing is checked, exit 3).
     Verify {
         /// Key store or raw key ring file.
         file: PathBuf,
