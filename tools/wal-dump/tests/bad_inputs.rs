@@ -172,3 +172,16 @@ fn a_usage_error_points_to_help_once() {
         assert_eq!(err.matches("--help").count(), 1, "{err}");
     }
 }
+
+#[test]
+fn a_kek_file_given_as_the_key_file_is_named_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _, _) = make_log(tmp.path(), Mode::PerRecord, 10);
+    let kek = tmp.path().join("kek");
+    walcrypt::KekFile::create(&kek).unwrap();
+    assert_fails(
+        &wal_dump(&[&"--key-file", &kek, &log]),
+        2,
+        "is a KEK file, not a key store or key ring",
+    );
+}
