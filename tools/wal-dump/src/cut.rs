@@ -1,16 +1,20 @@
-//! The cut of a perrecord log repaired without its key: what the writer's recovery does after
-//! `RecoveryMode::TruncateAtDamage` (it needs the key ring to open), done on the files.
+//! Cutting a log at a record boundary on the files: for a perrecord log repaired without its
+//! key (the writer's `RecoveryMode::TruncateAtDamage` needs the key ring to open) and for
+//! `--truncate-to`. It is what the writer's recovery does to the files after the end it found.
 //!
 //! The segment holding the end keeps its bytes before the end and reads as zeros from there to
 //! its size (zeros written only over bytes that are not zero already); later segments are
-//! removed; files and directory are made durable. The writer's directory lock is held
-//! throughout, so a live writer is never cut under.
+//! removed; files and directory are made durable. The page holding the end keeps its header,
+//! with a durable hint no higher than the end: a hint beyond the end would make the next open
+//! take the end for damage. The writer's directory lock is held throughout, so a live writer
+//! is never cut under.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use walcrypt::inspect::{self, Geometry};
+use walcrypt::Lsn;
+use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
 use walcrypt::storage::{FsStorage, Storage};
 
 use crate::fail::Fail;
@@ -18,8 +22,8 @@ use crate::fail::Fail;
 /// How much of the tail segment is read, and at most written, at a time.
 const CHUNK: usize = 1 << 20;
 
-/// Cuts the log in `dir` at `end`, a record boundary.
-pub fn cut_without_key(dir: &Path, geo: Geometry, end: u64) -> Result<(), Fail> {
+/// Cuts the log with id `log_id` in `dir` at `end`, a record boundary.
+pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), Fail> {
     let lock = FsStorage
         .lock_dir(dir)
         .map_err(|e| Fail::io("lock log directory", dir, &e))?;
@@ -48,6 +52,7 @@ pub fn cut_without_key(dir: &Path, geo: Geometry, end: u64) -> Result<(), Fail> 
                 .map_err(|e| Fail::io("remove segment after the cut", &path, &e))?;
         } else if start == tail_segment {
             zero_after(&path, end - start, geo.segment_size)?;
+            lower_hint(&path, geo.page_start(end) - start, log_id, end)?;
         }
     }
     File::open(dir)
@@ -84,6 +89,31 @@ fn zero_after(path: &Path, keep: u64, size: u64) -> Result<(), Fail> {
         }
         at += n as u64;
     }
+    file.sync_data()
+        .map_err(|e| Fail::io("fdatasync segment", path, &e))
+}
+
+/// Lowers the durable hint of the page header at `offset` of the segment file at `path` to
+/// `end` when it lies beyond, and makes the change durable.
+fn lower_hint(path: &Path, offset: u64, log_id: u64, end: u64) -> Result<(), Fail> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Fail::io("open segment", path, &e))?;
+    let mut bytes = [0u8; PAGE_HEADER_LEN];
+    read_full(&file, &mut bytes, offset)
+        .map_err(|e| Fail::trouble(format!("read {} offset {offset}: {e}", path.display())))?;
+    let Some(mut header) = PageHeader::decode(log_id, &bytes) else {
+        return Ok(());
+    };
+    if u64::from(header.durable_hint) <= end {
+        return Ok(());
+    }
+    header.durable_hint = Lsn(end);
+    header.encode(log_id, &mut bytes);
+    file.write_all_at(&bytes, offset)
+        .map_err(|e| Fail::trouble(format!("write {} offset {offset}: {e}", path.display())))?;
     file.sync_data()
         .map_err(|e| Fail::io("fdatasync segment", path, &e))
 }

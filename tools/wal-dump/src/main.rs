@@ -11,6 +11,7 @@ mod cut;
 mod dump;
 mod fail;
 mod kek;
+mod offline;
 mod repair;
 mod source;
 mod stats;
@@ -107,12 +108,26 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["pages", "stats", "verify", "follow"])]
     pub repair: bool,
 
-    /// With --repair: a new (or empty) directory for copies of the files the cut touches.
-    #[arg(long, value_name = "DIR", requires = "repair")]
+    /// Cut the log so that it ends at LSN, a record boundary: every record from LSN on is
+    /// removed. Copies the segment files from the one holding LSN on into --backup first.
+    /// Needs --key-file for a pagelevel log. The log must not be open.
+    #[arg(long, value_name = "LSN", conflicts_with_all = ["pages", "stats", "verify", "follow", "repair"])]
+    pub truncate_to: Option<Lsn>,
+
+    /// Remove the segment files that lie wholly before LSN, as Wal::purge_before does (the
+    /// segment holding the end of the log is always kept). Copies them into --backup first.
+    /// Needs --key-file for an encrypted log. The log must not be open.
+    #[arg(long, value_name = "LSN", conflicts_with_all = ["pages", "stats", "verify", "follow", "repair", "truncate_to"])]
+    pub purge_before: Option<Lsn>,
+
+    /// With --repair, --truncate-to or --purge-before: a new (or empty) directory for copies
+    /// of the segment files the operation changes or removes.
+    #[arg(long, value_name = "DIR")]
     pub backup: Option<PathBuf>,
 
-    /// With --repair: report the damage and what the cut would remove; change nothing.
-    #[arg(long, requires = "repair", conflicts_with = "backup")]
+    /// With --repair, --truncate-to or --purge-before: report what would be cut or removed;
+    /// change nothing.
+    #[arg(long, conflicts_with = "backup")]
     pub dry_run: bool,
 
     /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
@@ -173,8 +188,25 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let changes = args.repair || args.truncate_to.is_some() || args.purge_before.is_some();
+    if !changes && (args.backup.is_some() || args.dry_run) {
+        let flag = if args.dry_run {
+            "--dry-run"
+        } else {
+            "--backup"
+        };
+        return Err(Fail::trouble(format!(
+            "{flag} goes with --repair, --truncate-to or --purge-before"
+        )));
+    }
     if args.repair {
         return repair::run(args, out);
+    }
+    if let Some(lsn) = args.truncate_to {
+        return offline::truncate(args, lsn, out);
+    }
+    if let Some(lsn) = args.purge_before {
+        return offline::purge(args, lsn, out);
     }
     if args.raw && args.payload == PayloadFormat::None && !args.stats && !args.verify {
         return Err(Fail::trouble(

@@ -46,6 +46,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     }
     let found = survey::survey(&reader).map_err(|e| survey::fail(&e, key_file))?;
     let geo = reader.geometry();
+    let log_id = reader.log_id();
     drop(reader);
     let mut report = Report::new(args, &found);
     let Some((at, _)) = found.damage.as_ref() else {
@@ -71,7 +72,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         return Err(Fail::trouble("--repair needs --backup DIR"));
     };
     let from = u64::from(at.segment).min(geo.segment_start(found.cut_at));
-    let copied = back_up(&target.dir, backup, from)?;
+    let copied = back_up(&target.dir, backup, |start| start >= from)?;
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();
     let backed_up = format!(
@@ -84,7 +85,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 
     let cut_at = match keys {
         None if mode != Mode::Plaintext => {
-            crate::cut::cut_without_key(&target.dir, geo, found.cut_at)?;
+            crate::cut::cut_log(&target.dir, geo, log_id, found.cut_at)?;
             Some(Lsn(found.cut_at))
         }
         keys => {
@@ -225,9 +226,13 @@ impl Report {
     }
 }
 
-/// Copies every segment file of `dir` starting at or after `from` into `backup` (created; it
+/// Copies every segment file of `dir` whose start `pick` selects into `backup` (created; it
 /// must be empty), and makes the copies durable. Returns the copies.
-fn back_up(dir: &Path, backup: &Path, from: u64) -> Result<Vec<PathBuf>, Fail> {
+pub fn back_up(
+    dir: &Path,
+    backup: &Path,
+    pick: impl Fn(u64) -> bool,
+) -> Result<Vec<PathBuf>, Fail> {
     std::fs::create_dir_all(backup).map_err(|e| Fail::io("create backup directory", backup, &e))?;
     let mut existing =
         std::fs::read_dir(backup).map_err(|e| Fail::io("read backup directory", backup, &e))?;
@@ -245,7 +250,7 @@ fn back_up(dir: &Path, backup: &Path, from: u64) -> Result<Vec<PathBuf>, Fail> {
         let Some(start) = name.to_str().and_then(inspect::parse_segment_file_name) else {
             continue;
         };
-        if u64::from(start) < from {
+        if !pick(u64::from(start)) {
             continue;
         }
         let to = backup.join(&name);

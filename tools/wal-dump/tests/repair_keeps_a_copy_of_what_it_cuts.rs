@@ -2,6 +2,8 @@
 //! with every record before the damaged one, and the backup holds the segment files as they
 //! were, from the damaged one on. `--dry-run` reports the same cut, in records and bytes of
 //! written log, and changes nothing; a perrecord log is cut by its checksums without the key.
+//! `--truncate-to LSN` and `--purge-before LSN` shorten a closed log the same way, after
+//! copying what they remove.
 
 mod support;
 
@@ -329,6 +331,199 @@ fn a_perrecord_log_is_repaired_by_its_checksums_without_the_key_and_a_pagelevel_
             .collect();
         assert_eq!(kept, expected, "{mode}");
         let o = wal_dump(&[&"--verify", &"--key-file", &d.key_file, &d.log]);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {}", stdout(&o));
+    }
+}
+
+/// A record whose page's header vouches for durability beyond the record's start, so a cut
+/// there must lower that page's durable hint; otherwise a record in the middle of the log.
+fn cut_point(log: &std::path::Path, keys: &walcrypt::KeyRing, appended: &[Appended]) -> usize {
+    let reader = walcrypt::Reader::open(log, Some(keys.clone())).unwrap();
+    let hints: Vec<(u64, u64)> = reader
+        .page_headers()
+        .unwrap()
+        .into_iter()
+        .filter_map(|p| {
+            p.header
+                .map(|h| (u64::from(p.page_lsn), u64::from(h.durable_hint)))
+        })
+        .collect();
+    (appended.len() / 2..appended.len() - 1)
+        .find(|&i| {
+            let lsn = u64::from(appended[i].lsn);
+            hints
+                .iter()
+                .any(|&(page, hint)| page == lsn - lsn % PAGE && hint > lsn)
+        })
+        .unwrap_or(appended.len() / 2)
+}
+
+#[test]
+fn truncate_to_cuts_at_a_record_boundary_after_keeping_a_copy() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, key_file, keys, appended) = make_log(tmp.path(), mode, 200);
+        let i = cut_point(&log, &keys, &appended);
+        let lsn = appended[i].lsn;
+        let before = snapshot(&log);
+
+        let o = wal_dump(&[
+            &"--truncate-to",
+            &lsn.to_string(),
+            &"--dry-run",
+            &"--key-file",
+            &key_file,
+            &log,
+        ]);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {text}{}", stderr(&o));
+        assert!(
+            text.contains(&format!("would cut: {} records", 200 - i)),
+            "{mode}: {text}"
+        );
+        assert_eq!(snapshot(&log), before, "{mode}");
+
+        let off = walcrypt::Lsn(u64::from(lsn) + 1).to_string();
+        let backup = tmp.path().join("cut");
+        assert_fails(
+            &wal_dump(&[
+                &"--truncate-to",
+                &off,
+                &"--backup",
+                &backup,
+                &"--key-file",
+                &key_file,
+                &log,
+            ]),
+            2,
+            "no record starts there",
+        );
+        assert_eq!(snapshot(&log), before, "{mode}");
+
+        let o = wal_dump(&[
+            &"--truncate-to",
+            &lsn.to_string(),
+            &"--backup",
+            &backup,
+            &"--format",
+            &"json",
+            &"--key-file",
+            &key_file,
+            &log,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {}", stderr(&o));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
+        assert_eq!(report["result"], "truncated", "{report}");
+        assert_eq!(report["records_cut"], 200 - i, "{report}");
+        let (path, _) = locate(&log, lsn);
+        let name = path.file_name().unwrap();
+        let original = &before.iter().find(|(n, _)| n == name).unwrap().1;
+        assert_eq!(
+            &std::fs::read(backup.join(name)).unwrap(),
+            original,
+            "{mode}"
+        );
+
+        // The writer opens the shortened log with the default policy.
+        let wal = Wal::open(&log, config(mode, &keys)).unwrap();
+        wal.close().unwrap();
+        let reader = walcrypt::Reader::open(&log, Some(keys.clone())).unwrap();
+        let kept: Vec<_> = reader
+            .records_from(Lsn::default())
+            .map(|r| r.unwrap().payload)
+            .collect();
+        let expected: Vec<_> = appended[..i].iter().map(|a| a.payload.clone()).collect();
+        assert_eq!(kept, expected, "{mode}");
+        let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn purge_before_removes_whole_old_segments_after_keeping_a_copy() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, key_file, keys, appended) = make_log(tmp.path(), mode, 300);
+        let lsn = appended[200].lsn;
+        let doomed: Vec<String> = snapshot(&log)
+            .into_iter()
+            .filter_map(|(n, _)| {
+                let n = n.into_string().unwrap();
+                let start = walcrypt::inspect::parse_segment_file_name(&n)?;
+                (u64::from(start) + SEGMENT <= u64::from(lsn)).then_some(n)
+            })
+            .collect();
+        assert!(doomed.len() > 2, "{mode}: {doomed:?}");
+        let before = snapshot(&log);
+
+        let o = wal_dump(&[
+            &"--purge-before",
+            &lsn.to_string(),
+            &"--dry-run",
+            &"--format",
+            &"json",
+            &"--key-file",
+            &key_file,
+            &log,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {}", stderr(&o));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
+        assert_eq!(report["result"], "would_purge", "{report}");
+        assert_eq!(
+            report["segments_removed"],
+            serde_json::json!(doomed),
+            "{report}"
+        );
+        assert_eq!(snapshot(&log), before, "{mode}");
+
+        if mode.is_encrypted() {
+            let backup = tmp.path().join("nokey");
+            assert_fails(
+                &wal_dump(&[
+                    &"--purge-before",
+                    &lsn.to_string(),
+                    &"--backup",
+                    &backup,
+                    &log,
+                ]),
+                2,
+                "needs --key-file",
+            );
+        }
+
+        let backup = tmp.path().join("purged");
+        let o = wal_dump(&[
+            &"--purge-before",
+            &lsn.to_string(),
+            &"--backup",
+            &backup,
+            &"--key-file",
+            &key_file,
+            &log,
+        ]);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{mode}: {text}{}", stderr(&o));
+        assert!(
+            text.contains(&format!("purged: {} segment files removed", doomed.len())),
+            "{mode}: {text}"
+        );
+        for name in &doomed {
+            assert!(!log.join(name).exists(), "{mode}: {name} still there");
+            let original = &before
+                .iter()
+                .find(|(n, _)| n.to_str() == Some(name))
+                .unwrap()
+                .1;
+            assert_eq!(
+                &std::fs::read(backup.join(name)).unwrap(),
+                original,
+                "{mode}"
+            );
+        }
+        let reader = walcrypt::Reader::open(&log, Some(keys.clone())).unwrap();
+        let last = reader.records_from(Lsn::default()).last().unwrap().unwrap();
+        assert_eq!(last.payload, appended[299].payload, "{mode}");
+        let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
         assert_eq!(o.status.code(), Some(0), "{mode}: {}", stdout(&o));
     }
 }
