@@ -67,11 +67,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         return Ok(EXIT_OK);
     }
     let counted = count(&reader, &mut disk, args, from, to)?;
-    let code = if counted.damage.is_some() {
-        EXIT_DAMAGE
-    } else {
-        EXIT_OK
-    };
     let Some(first) = counted.first else {
         if json {
             doc.insert("records".into(), json!(0));
@@ -79,7 +74,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         }
         writeln!(out, "records:            0")?;
         write_damage(counted.damage.as_deref(), out)?;
-        return Ok(code);
+        return damage_exit(counted.damage.as_deref());
     };
     let used_keys = match reader.mode() {
         Mode::PerRecord | Mode::PerRecordGcm => counted.record_keys.iter().copied().collect(),
@@ -121,7 +116,16 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     writeln!(out)?;
     breakdown.write(out)?;
     write_damage(counted.damage.as_deref(), out)?;
-    Ok(code)
+    damage_exit(counted.damage.as_deref())
+}
+
+/// Exit 0, or for damage that ended the count, exit 1 with the damage also on stderr (after
+/// what was counted on stdout).
+fn damage_exit(damage: Option<&str>) -> Result<u8, Fail> {
+    match damage {
+        Some(d) => Err(Fail::damage(d)),
+        None => Ok(EXIT_OK),
+    }
 }
 
 /// Counts the records in `[from, to)` that the filters select, up to the end of the log or
@@ -186,14 +190,9 @@ fn finish_json(
     damage: Option<String>,
     out: &mut dyn Write,
 ) -> Result<u8, Fail> {
-    let code = if damage.is_some() {
-        EXIT_DAMAGE
-    } else {
-        EXIT_OK
-    };
     doc.insert("damage".into(), json!(damage));
     write_json(out, &Value::Object(doc))?;
-    Ok(code)
+    damage_exit(damage.as_deref())
 }
 
 fn overview_json(reader: &Reader, target: &Target, doc: &mut serde_json::Map<String, Value>) {
