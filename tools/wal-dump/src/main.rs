@@ -12,6 +12,7 @@ mod dump;
 mod fail;
 mod kek;
 mod offline;
+mod progress;
 mod repair;
 mod source;
 mod stats;
@@ -35,7 +36,9 @@ use crate::fail::{EXIT_OK, EXIT_TROUBLE, Fail};
     after_help = "Exit codes: 0 done (--verify: clean as far as checked); 1 damage found \
                   (--repair --dry-run: damage a cut would remove); 2 usage, key or I/O \
                   problem (--verify: wrong key or missing key id); 3 --verify could check no \
-                  record although the log has pages (pagelevel without its key)."
+                  record although the log has pages (pagelevel without its key). On a \
+                  terminal, --verify, --stats and --repair show a progress line on stderr \
+                  once a pass has run for a second."
 )]
 pub struct Args {
     /// Log directory, or one segment file of a log (then only its records are shown).

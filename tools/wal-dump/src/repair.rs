@@ -56,7 +56,28 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
                 out,
                 "no damage found in {}: nothing cut",
                 target.dir.display()
-            )
+            )?;
+            if found.pages_after_end > 0 {
+                writeln!(
+                    out,
+                    "note: the valid log ends at {}, but {} later page{} hold data: the next \
+                     open takes {} for a torn tail and cuts {}; --verify reports it",
+                    fmt_lsn(found.cut_at),
+                    found.pages_after_end,
+                    if found.pages_after_end == 1 { "" } else { "s" },
+                    if found.pages_after_end == 1 {
+                        "it"
+                    } else {
+                        "them"
+                    },
+                    if found.pages_after_end == 1 {
+                        "it"
+                    } else {
+                        "them"
+                    },
+                )?;
+            }
+            Ok(())
         });
     };
     if args.dry_run {
@@ -174,6 +195,7 @@ struct Report {
     cut_end_text: String,
     backup: Option<String>,
     backup_files: usize,
+    pages_after_end: u64,
 }
 
 #[derive(Serialize)]
@@ -209,6 +231,7 @@ impl Report {
             cut_end_text: fmt_lsn(found.cut_end),
             backup: None,
             backup_files: 0,
+            pages_after_end: found.pages_after_end,
         }
     }
 

@@ -139,6 +139,8 @@ fn count(
 ) -> Result<Counted, Fail> {
     let mut c = Counted::default();
     let begin = disk.boundary_before(from)?;
+    let (first, last) = crate::progress::span(reader);
+    let mut progress = crate::progress::Progress::new("stats", first, last);
     for item in reader.raw_records_from(begin) {
         let rec = match item {
             Ok(rec) => rec,
@@ -152,6 +154,7 @@ fn count(
             }
         };
         let lsn = u64::from(rec.lsn);
+        progress.at(lsn);
         if lsn >= to || args.limit.is_some_and(|l| c.records >= l) {
             break;
         }

@@ -23,6 +23,10 @@ pub struct Survey {
     /// End of the last record read after the damage (or of the last written page when none
     /// could be read): the cut removes `[cut_at, cut_end)` of log.
     pub cut_end: u64,
+    /// For a log without damage: written pages after the page where the valid log ends. An
+    /// open takes them for a torn tail and cuts them (damage in a log whose durable hints
+    /// prove nothing reads the same way).
+    pub pages_after_end: u64,
 }
 
 impl Survey {
@@ -38,9 +42,12 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
     let mut kept = 0;
     let mut last_end = None;
     let mut damage = None;
+    let (first, last) = crate::progress::span(reader);
+    let mut progress = crate::progress::Progress::new("repair: reading", first, last);
     for item in reader.raw_records_from(Lsn::default()) {
         match item {
             Ok(rec) => {
+                progress.at(u64::from(rec.lsn));
                 kept += 1;
                 last_end = Some(u64::from(rec.end_lsn));
             }
@@ -62,9 +69,17 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
         cut_records: 0,
         cut_uncounted: false,
         cut_end: cut_at,
+        pages_after_end: 0,
     };
     if survey.damage.is_some() {
         survey.count_cut(reader)?;
+    } else {
+        let geo = reader.geometry();
+        let tail = geo.page_start(cut_at);
+        survey.pages_after_end = written_pages(reader)?
+            .iter()
+            .filter(|(page, _)| *page > tail)
+            .count() as u64;
     }
     Ok(survey)
 }
@@ -83,6 +98,8 @@ impl Survey {
         let mut guess = after_damaged_record(reader, self.cut_at);
         let mut damaged_at = self.cut_at;
         let mut last_end = None;
+        let (first, last) = crate::progress::span(reader);
+        let mut progress = crate::progress::Progress::new("repair: counting the cut", first, last);
         loop {
             let guessed = guess.is_some();
             let from = match guess.take() {
@@ -101,6 +118,7 @@ impl Survey {
             for item in reader.raw_records_from(Lsn(from)) {
                 match item {
                     Ok(rec) => {
+                        progress.at(u64::from(rec.lsn));
                         read += 1;
                         last_end = Some(u64::from(rec.end_lsn));
                     }

@@ -210,6 +210,8 @@ impl Verify<'_> {
                 (u64::from(s.header.start), ids)
             })
             .collect();
+        let (first, last) = crate::progress::span(&self.reader);
+        let mut progress = crate::progress::Progress::new("verify: pages", first, last);
         for (start, listed) in segs {
             if !self.in_range_segment(start) {
                 continue;
@@ -217,6 +219,7 @@ impl Verify<'_> {
             let mut hole: Option<u64> = None;
             let mut page = start + geo.page_size;
             while page < start + geo.segment_size {
+                progress.at(page);
                 let bytes = self.disk.page_header_bytes(page)?;
                 if bytes.iter().all(|&b| b == 0) {
                     hole.get_or_insert(page);
@@ -298,6 +301,8 @@ impl Verify<'_> {
             ));
         }
         let reader = target.open(usable, args.key_file.as_deref())?;
+        let (first, last) = crate::progress::span(&reader);
+        let mut progress = crate::progress::Progress::new("verify: records", first, last);
         let mut begin = self.disk.boundary_before(self.from)?;
         let mut prev_end: Option<u64> = None;
         loop {
@@ -307,6 +312,7 @@ impl Verify<'_> {
                 match item {
                     Ok(rec) => {
                         let lsn = u64::from(rec.lsn);
+                        progress.at(lsn);
                         if lsn >= self.to {
                             return Ok(());
                         }

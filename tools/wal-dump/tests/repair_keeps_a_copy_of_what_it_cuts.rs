@@ -527,3 +527,49 @@ fn purge_before_removes_whole_old_segments_after_keeping_a_copy() {
         assert_eq!(o.status.code(), Some(0), "{mode}: {}", stdout(&o));
     }
 }
+
+#[test]
+fn repair_names_written_pages_after_an_end_that_reads_as_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = walcrypt::KeyRing::generate().unwrap();
+    let log = tmp.path().join("log");
+    // No flushes: no durable hint proves the damage, so the reader takes it for the end.
+    let wal = Wal::open(
+        &log,
+        walcrypt::Config::new(Mode::PerRecord)
+            .keys(keys.clone())
+            .page_size(PAGE)
+            .segment_size(SEGMENT),
+    )
+    .unwrap();
+    let lsns: Vec<Lsn> = (0..300)
+        .map(|i| wal.append(1, &payload(i)).unwrap())
+        .collect();
+    wal.close().unwrap();
+    let victim = (100..300).find(|&i| !payload(i).is_empty()).unwrap();
+    let (path, offset) = locate(&log, lsns[victim]);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, offset + 32).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x10], offset + 32).unwrap();
+    drop(file);
+
+    let o = wal_dump(&[&"--repair", &"--dry-run", &log]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(text.contains("no damage found"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "note: the valid log ends at {}, but ",
+            lsns[victim]
+        )),
+        "{text}"
+    );
+    let o = wal_dump(&[&"--repair", &"--dry-run", &"--format", &"json", &log]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
+    assert!(report["pages_after_end"].as_u64().unwrap() > 0, "{report}");
+}

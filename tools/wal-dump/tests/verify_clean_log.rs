@@ -22,6 +22,8 @@ fn verify_clean_log() {
         let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
         let text = stdout(&o);
         assert_eq!(o.status.code(), Some(0), "{mode}: {text}{}", stderr(&o));
+        // No progress line when stderr is not a terminal.
+        assert_eq!(stderr(&o), "", "{mode}");
         assert!(
             text.contains("250 records checked: clean"),
             "{mode}: {text}"
