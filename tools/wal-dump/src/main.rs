@@ -12,6 +12,7 @@ mod dump;
 mod fail;
 mod kek;
 mod offline;
+mod output;
 mod progress;
 mod repair;
 mod source;

@@ -13,9 +13,9 @@ use walcrypt::inspect;
 use walcrypt::{Config, Error, Lsn, Mode, Reader, Wal};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::output::write_json;
 use crate::repair::back_up;
 use crate::source::{self, Disk, Target, fmt_lsn};
-use crate::verify::write_json;
 use crate::{Args, OutputFormat};
 
 /// `--truncate-to` and `--purge-before` with `--format json`: one object; the field names are

@@ -15,9 +15,9 @@ use walcrypt::inspect;
 use walcrypt::{Config, Lsn, Mode, RecoveryMode, Wal};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::output::write_json;
 use crate::source::{self, fmt_lsn};
 use crate::survey::{self, Survey};
-use crate::verify::write_json;
 use crate::{Args, OutputFormat};
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {

@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, open_target};
-use crate::verify::write_json;
 use crate::{Args, OutputFormat};
 
 #[derive(Default, Clone, Copy, Serialize)]

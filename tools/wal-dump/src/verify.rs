@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::dump::crc_ok;
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, one_line};
+use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
 use crate::{Args, OutputFormat};
 
@@ -589,14 +590,4 @@ struct JsonReport<'a> {
     key_problems: &'a [String],
     not_checked: &'a [String],
     notes: &'a [String],
-}
-
-/// One JSON object on its own line.
-pub fn write_json(out: &mut dyn Write, value: &impl Serialize) -> Result<(), Fail> {
-    serde_json::to_writer(&mut *out, value).map_err(|e| match e.io_error_kind() {
-        Some(_) => Fail::from(std::io::Error::from(e)),
-        None => Fail::trouble(format!("write output: {e}")),
-    })?;
-    writeln!(out)?;
-    Ok(())
 }

@@ -10,7 +10,7 @@ mod support;
 use std::os::unix::fs::FileExt;
 
 use support::*;
-use walcrypt::{Error, Lsn, Mode, Wal};
+use walcrypt::{Error, Lsn, Mode};
 
 /// A log of `mode` in `tmp` with one flipped payload byte that recovery must see as damage:
 /// the log, its key file and keys, the appended records, the damaged one's index, its segment
@@ -71,7 +71,7 @@ fn damaged_log(tmp: &std::path::Path, mode: Mode) -> Damaged {
     drop(file);
     let damaged = std::fs::read(&path).unwrap();
     assert!(matches!(
-        Wal::open(&log, config(mode, &keys)),
+        open_retrying(&log, config(mode, &keys)),
         Err(Error::Corrupt { .. })
     ));
     Damaged {
@@ -143,7 +143,7 @@ fn repair_cuts_at_the_damage_and_keeps_copies() {
         );
 
         // The log opens with the default policy and holds every record before the damage.
-        let wal = Wal::open(&log, config(mode, &keys)).unwrap();
+        let wal = open_retrying(&log, config(mode, &keys)).unwrap();
         if mode == Mode::PageLevel {
             // A reopened pagelevel log continues on the next page, after a resume record.
             assert!(wal.end_lsn() > appended[victim].lsn, "{mode}");
@@ -317,7 +317,7 @@ fn a_perrecord_log_is_repaired_by_its_checksums_without_the_key_and_a_pagelevel_
         );
         // The writer opens the cut log with the default policy and the key, and reads every
         // record before the damage.
-        let wal = Wal::open(&d.log, config(mode, &d.keys)).unwrap();
+        let wal = open_retrying(&d.log, config(mode, &d.keys)).unwrap();
         assert_eq!(wal.end_lsn(), d.appended[d.victim].lsn, "{mode}");
         wal.close().unwrap();
         let reader = walcrypt::Reader::open(&d.log, Some(d.keys.clone())).unwrap();
@@ -425,7 +425,7 @@ fn truncate_to_cuts_at_a_record_boundary_after_keeping_a_copy() {
         );
 
         // The writer opens the shortened log with the default policy.
-        let wal = Wal::open(&log, config(mode, &keys)).unwrap();
+        let wal = open_retrying(&log, config(mode, &keys)).unwrap();
         wal.close().unwrap();
         let reader = walcrypt::Reader::open(&log, Some(keys.clone())).unwrap();
         let kept: Vec<_> = reader
@@ -534,7 +534,7 @@ fn repair_names_written_pages_after_an_end_that_reads_as_a_torn_tail() {
     let keys = walcrypt::KeyRing::generate().unwrap();
     let log = tmp.path().join("log");
     // No flushes: no durable hint proves the damage, so the reader takes it for the end.
-    let wal = Wal::open(
+    let wal = open_retrying(
         &log,
         walcrypt::Config::new(Mode::PerRecord)
             .keys(keys.clone())
