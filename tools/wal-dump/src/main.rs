@@ -78,7 +78,7 @@ pub struct Args {
     pub kinds: Vec<u8>,
 
     /// Output format: text, or json (JSON Lines, one object per record or page, for listings;
-    /// one object for --stats, --verify and --repair).
+    /// one object for --stats, --verify, --repair, --truncate-to and --purge-before).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 
@@ -156,7 +156,7 @@ pub enum PayloadFormat {
 pub enum OutputFormat {
     /// One line per record.
     Text,
-    /// JSON: one object per record or page, or one object for --stats, --verify, --repair.
+    /// JSON: one object per record or page, or one object for the other commands.
     Json,
 }
 
