@@ -51,7 +51,45 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         return lister.follow(&target, begin, from, to, out);
     }
     lister.list(&reader, &mut disk, begin, from, to, out)?;
+    if lister.shown == 0 {
+        let note = nothing_shown(args, &target, &reader, &mut disk)?;
+        match args.format {
+            OutputFormat::Text => writeln!(out, "# {note}")?,
+            OutputFormat::Json => eprintln!("wal-dump: {note}"),
+        }
+    }
     Ok(EXIT_OK)
+}
+
+/// Why a listing showed no record.
+fn nothing_shown(
+    args: &Args,
+    target: &Target,
+    reader: &Reader,
+    disk: &mut Disk,
+) -> Result<String, Fail> {
+    let filtered = args.start.is_some()
+        || args.end.is_some()
+        || !args.kinds.is_empty()
+        || args.limit == Some(0);
+    if let Some(seg) = target.segment {
+        let name = inspect::segment_file_name(Lsn(seg));
+        let first_page = seg + reader.geometry().page_size;
+        if disk.page_header(first_page)?.is_none() {
+            return Ok(format!(
+                "no records: segment {name} has no written page (a segment prepared ahead of \
+                 the writer, or not reached yet)"
+            ));
+        }
+        if !filtered {
+            return Ok(format!("no records start in segment {name}"));
+        }
+    }
+    Ok(if filtered {
+        "no records match --start, --end, --kind or --limit".into()
+    } else {
+        "no records: the log holds none yet".into()
+    })
 }
 
 /// Whether `path` is a directory (or a place for one) that holds no log yet.

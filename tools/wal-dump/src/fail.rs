@@ -8,6 +8,9 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_DAMAGE: u8 = 1;
 /// Exit code: usage, key or I/O problem; the log could not be judged.
 pub const EXIT_TROUBLE: u8 = 2;
+/// Exit code: the log has pages but no record in them could be checked (a pagelevel log
+/// without its key), so it is neither clean nor damaged.
+pub const EXIT_UNCHECKED: u8 = 3;
 
 /// Why the tool stops: a one-line message and an exit code.
 #[derive(Debug)]

@@ -1,16 +1,23 @@
 //! `wal-dump`: list, decrypt, summarize and verify a walcrypt log.
 //!
 //! The log's mode comes from its segment headers. Output formats are described in
-//! docs/WAL-DUMP.md; exit codes are 0 (fine), 1 (damage found), 2 (usage, key or I/O problem).
+//! docs/WAL-DUMP.md; exit codes are 0 (fine), 1 (damage found), 2 (usage, key or I/O problem),
+//! 3 (`--verify`: nothing but page headers could be checked).
 
 #![forbid(unsafe_code)]
 
+mod cli;
+mod cut;
 mod dump;
 mod fail;
 mod kek;
+mod offline;
+mod output;
+mod progress;
 mod repair;
 mod source;
 mod stats;
+mod survey;
 mod verify;
 
 use std::io::Write;
@@ -24,7 +31,16 @@ use crate::fail::{EXIT_OK, EXIT_TROUBLE, Fail};
 
 /// Inspect, decrypt and verify a walcrypt log.
 #[derive(Debug, Parser)]
-#[command(name = "wal-dump", version)]
+#[command(
+    name = "wal-dump",
+    version,
+    after_help = "Exit codes: 0 done (--verify: clean as far as checked); 1 damage found \
+                  (--repair --dry-run: damage a cut would remove); 2 usage, key or I/O \
+                  problem (--verify: wrong key or missing key id); 3 --verify could check no \
+                  record although the log has pages (pagelevel without its key). On a \
+                  terminal, --verify, --stats and --repair show a progress line on stderr \
+                  once a pass has run for a second."
+)]
 pub struct Args {
     /// Log directory, or one segment file of a log (then only its records are shown).
     pub path: PathBuf,
@@ -61,7 +77,8 @@ pub struct Args {
     #[arg(long = "kind", value_name = "K")]
     pub kinds: Vec<u8>,
 
-    /// Output format.
+    /// Output format: text, or json (JSON Lines, one object per record or page, for listings;
+    /// one object for --stats, --verify, --repair, --truncate-to and --purge-before).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
 
@@ -69,12 +86,15 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["stats", "verify", "follow"])]
     pub pages: bool,
 
-    /// Summarize the log: records per kind, bytes, key ids, header overhead of encryption.
+    /// Summarize the log: records per kind, bytes, key ids, header overhead of encryption. On a
+    /// damaged log, what lies before the damage, and where the damage is (exit 1).
     #[arg(long, conflicts_with_all = ["verify", "follow"])]
     pub stats: bool,
 
     /// Check the whole log: page headers, checksums, LSN continuity, key check values and
-    /// IV uniqueness. Exit 0 when clean, 1 when anything is wrong.
+    /// IV uniqueness, and say what could not be checked. Exit 0 when clean, 1 when damage is
+    /// found, 2 on a key problem (wrong key, missing key id), 3 when the log has pages but no
+    /// record could be checked (a pagelevel log without its key).
     #[arg(long, conflicts_with = "follow")]
     pub verify: bool,
 
@@ -84,14 +104,36 @@ pub struct Args {
     pub follow: bool,
 
     /// Cut the log at its first damage so it opens again: every record before the damaged one
-    /// is kept. Copies the segment files from the damaged one on into --backup first. Needs
-    /// --key-file for an encrypted log. Exit 0 when repaired or nothing was damaged.
-    #[arg(long, requires = "backup", conflicts_with_all = ["pages", "stats", "verify", "follow"])]
+    /// is kept. Copies the segment files from the damaged one on into --backup first (or, with
+    /// --dry-run, only reports the cut). Reports the records and bytes of log cut. A pagelevel
+    /// log needs --key-file; perrecord logs are checked and cut by their plaintext record
+    /// checksums without it. Exit 0 when repaired or nothing was damaged, 1 when --dry-run
+    /// found damage or the cut could not be made.
+    #[arg(long, conflicts_with_all = ["pages", "stats", "verify", "follow"])]
     pub repair: bool,
 
-    /// With --repair: a new (or empty) directory for copies of the files the cut touches.
-    #[arg(long, value_name = "DIR", requires = "repair")]
+    /// Cut the log so that it ends at LSN, a record boundary: every record from LSN on is
+    /// removed. Copies the segment files from the one holding LSN on into --backup first.
+    /// Needs --key-file for a pagelevel log. The log must not be open.
+    #[arg(long, value_name = "LSN", conflicts_with_all = ["pages", "stats", "verify", "follow", "repair"])]
+    pub truncate_to: Option<Lsn>,
+
+    /// Remove the segment files that lie wholly before LSN, as Wal::purge_before does (the
+    /// segment holding the end of the log is always kept). Copies them into --backup first.
+    /// Needs --key-file for an encrypted log. The log must not be open.
+    #[arg(long, value_name = "LSN", conflicts_with_all = ["pages", "stats", "verify", "follow", "repair", "truncate_to"])]
+    pub purge_before: Option<Lsn>,
+
+    /// With --repair, --truncate-to or --purge-before: a new (or empty) directory for copies
+    /// of the segment files the operation changes or removes.
+    #[arg(long, value_name = "DIR")]
     pub backup: Option<PathBuf>,
+
+    /// With --repair, --truncate-to or --purge-before: report what would be cut or removed;
+    /// change nothing.
+    #[arg(long, conflicts_with = "backup")]
+    pub dry_run: bool,
+
     /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
     /// page headers' durable hints vouch for them; these trail the writer by one flush.
     #[arg(long, requires = "follow")]
@@ -114,7 +156,7 @@ pub enum PayloadFormat {
 pub enum OutputFormat {
     /// One line per record.
     Text,
-    /// JSON Lines: one object per record.
+    /// JSON: one object per record or page, or one object for the other commands.
     Json,
 }
 
@@ -127,10 +169,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            let text = e.to_string();
-            let head = text.split("Usage:").next().unwrap_or("invalid arguments");
-            let head = fail::one_line(head.trim_start_matches("error: "));
-            eprintln!("wal-dump: {head} (see wal-dump --help)");
+            eprintln!("wal-dump: {}", cli::usage_error("wal-dump", &e));
             return ExitCode::from(EXIT_TROUBLE);
         }
     };
@@ -153,8 +192,25 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let changes = args.repair || args.truncate_to.is_some() || args.purge_before.is_some();
+    if !changes && (args.backup.is_some() || args.dry_run) {
+        let flag = if args.dry_run {
+            "--dry-run"
+        } else {
+            "--backup"
+        };
+        return Err(Fail::trouble(format!(
+            "{flag} goes with --repair, --truncate-to or --purge-before"
+        )));
+    }
     if args.repair {
         return repair::run(args, out);
+    }
+    if let Some(lsn) = args.truncate_to {
+        return offline::truncate(args, lsn, out);
+    }
+    if let Some(lsn) = args.purge_before {
+        return offline::purge(args, lsn, out);
     }
     if args.raw && args.payload == PayloadFormat::None && !args.stats && !args.verify {
         return Err(Fail::trouble(

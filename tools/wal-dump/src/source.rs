@@ -36,7 +36,17 @@ pub fn load_keys(path: Option<&Path>, kek: &KekArgs) -> Result<Option<KeyRing>, 
         let store = KeyStore::open(path, provider).map_err(|e| Fail::from_wal(&e))?;
         return Ok(Some(store.ring()));
     }
-    let ring = KeyRing::load(path).map_err(|e| Fail::from_wal(&e))?;
+    let ring = KeyRing::load(path).map_err(|e| {
+        if walcrypt::KekFile::open(path).is_ok() {
+            Fail::trouble(format!(
+                "key file {} is a KEK file, not a key store or key ring: give the key store as \
+                 --key-file and this file as --kek-file",
+                path.display()
+            ))
+        } else {
+            Fail::from_wal(&e)
+        }
+    })?;
     if let Ok(false) = KeyRing::file_is_private(path) {
         eprintln!(
             "wal-dump: warning: key file {} is readable by group or others (chmod 600 it)",

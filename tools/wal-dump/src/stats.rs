@@ -8,78 +8,225 @@ use walcrypt::inspect::{
 };
 use walcrypt::{Lsn, Mode, Reader};
 
-use crate::Args;
-use crate::fail::{EXIT_OK, Fail};
-use crate::source::{Disk, Target, fmt_lsn, open_target};
+use serde::Serialize;
+use serde_json::{Value, json};
 
-#[derive(Default, Clone, Copy)]
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::output::write_json;
+use crate::source::{Disk, Target, fmt_lsn, open_target};
+use crate::{Args, OutputFormat};
+
+#[derive(Default, Clone, Copy, Serialize)]
 struct KindStats {
     count: u64,
+    #[serde(rename = "payload_bytes")]
     payload: u64,
+    #[serde(rename = "header_bytes")]
     header: u64,
+}
+
+/// Records counted, up to the end or the first damage.
+#[derive(Default)]
+struct Counted {
+    kinds: BTreeMap<u8, KindStats>,
+    record_keys: BTreeSet<u32>,
+    first: Option<u64>,
+    last_end: u64,
+    records: u64,
+    /// The damage that ended the count, with where it is.
+    damage: Option<String>,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.kek, &args.path)?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
-    write_overview(&reader, &target, out)?;
+    let json = args.format == OutputFormat::Json;
+    let mut doc = serde_json::Map::new();
+    if json {
+        overview_json(&reader, &target, &mut doc);
+    } else {
+        write_overview(&reader, &target, out)?;
+    }
     if reader.mode() == Mode::PageLevel && keys.is_none() {
+        let ids = page_key_ids(&reader, from, to)?;
+        if json {
+            doc.insert("records".into(), Value::Null);
+            doc.insert(
+                "not_counted".into(),
+                "pagelevel pages are encrypted; pass --key-file to count records".into(),
+            );
+            doc.insert("key_ids_in_pages".into(), json!(ids));
+            return finish_json(doc, None, out);
+        }
         writeln!(
             out,
             "records:            pagelevel pages are encrypted; pass --key-file to count records"
         )?;
-        let ids = page_key_ids(&reader, from, to)?;
         writeln!(out, "key ids in pages:   {}", join(&ids))?;
         return Ok(EXIT_OK);
     }
-    let mut kinds: BTreeMap<u8, KindStats> = BTreeMap::new();
-    let mut record_keys = BTreeSet::new();
-    let mut first: Option<u64> = None;
-    let mut last_end = 0u64;
-    let mut counted = 0u64;
+    let counted = count(&reader, &mut disk, args, from, to)?;
+    let Some(first) = counted.first else {
+        if json {
+            doc.insert("records".into(), json!(0));
+            return finish_json(doc, counted.damage, out);
+        }
+        writeln!(out, "records:            0")?;
+        write_damage(counted.damage.as_deref(), out)?;
+        return damage_exit(counted.damage.as_deref());
+    };
+    let used_keys = match reader.mode() {
+        Mode::PerRecord | Mode::PerRecordGcm => counted.record_keys.iter().copied().collect(),
+        Mode::PageLevel => page_key_ids(&reader, first, counted.last_end)?,
+        Mode::Plaintext => Vec::new(),
+    };
+    let total = totals(&counted.kinds);
+    let breakdown = Breakdown::of(&reader, first, counted.last_end, total);
+    if json {
+        doc.insert("records".into(), json!(counted.records));
+        doc.insert("first_lsn".into(), json!(first));
+        doc.insert("first_lsn_text".into(), json!(fmt_lsn(first)));
+        doc.insert("end_lsn".into(), json!(counted.last_end));
+        doc.insert("end_lsn_text".into(), json!(fmt_lsn(counted.last_end)));
+        doc.insert("key_ids_in_use".into(), json!(used_keys));
+        let kinds: Vec<Value> = counted
+            .kinds
+            .iter()
+            .map(|(kind, k)| {
+                json!({"kind": kind, "count": k.count, "payload_bytes": k.payload,
+                    "header_bytes": k.header})
+            })
+            .collect();
+        doc.insert("kinds".into(), json!(kinds));
+        doc.insert("total".into(), json!(total));
+        doc.insert("bytes".into(), breakdown.json());
+        return finish_json(doc, counted.damage, out);
+    }
+    writeln!(
+        out,
+        "lsn range:          {} .. {} (first record .. end of the last)",
+        fmt_lsn(first),
+        fmt_lsn(counted.last_end)
+    )?;
+    writeln!(out, "key ids in use:     {}", join(&used_keys))?;
+    writeln!(out, "records:            {}", counted.records)?;
+    writeln!(out)?;
+    write_kind_table(&counted.kinds, total, out)?;
+    writeln!(out)?;
+    breakdown.write(out)?;
+    write_damage(counted.damage.as_deref(), out)?;
+    damage_exit(counted.damage.as_deref())
+}
+
+/// Exit 0, or for damage that ended the count, exit 1 with the damage also on stderr (after
+/// what was counted on stdout).
+fn damage_exit(damage: Option<&str>) -> Result<u8, Fail> {
+    match damage {
+        Some(d) => Err(Fail::damage(d)),
+        None => Ok(EXIT_OK),
+    }
+}
+
+/// Counts the records in `[from, to)` that the filters select, up to the end of the log or
+/// its first damage.
+fn count(
+    reader: &Reader,
+    disk: &mut Disk,
+    args: &Args,
+    from: u64,
+    to: u64,
+) -> Result<Counted, Fail> {
+    let mut c = Counted::default();
     let begin = disk.boundary_before(from)?;
+    let (first, last) = crate::progress::span(reader);
+    let mut progress = crate::progress::Progress::new("stats", first, last);
     for item in reader.raw_records_from(begin) {
-        let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, args.key_file.as_deref()))?;
+        let rec = match item {
+            Ok(rec) => rec,
+            Err(e) => {
+                let fail = Fail::from_wal_with_keys(&e, args.key_file.as_deref());
+                if fail.code != EXIT_DAMAGE {
+                    return Err(fail);
+                }
+                c.damage = Some(fail.message);
+                break;
+            }
+        };
         let lsn = u64::from(rec.lsn);
-        if lsn >= to || args.limit.is_some_and(|l| counted >= l) {
+        progress.at(lsn);
+        if lsn >= to || args.limit.is_some_and(|l| c.records >= l) {
             break;
         }
         if lsn < from || !(args.kinds.is_empty() || args.kinds.contains(&rec.header.kind)) {
             continue;
         }
-        let k = kinds.entry(rec.header.kind).or_default();
+        let k = c.kinds.entry(rec.header.kind).or_default();
         k.count += 1;
         k.payload += rec.header.len as u64;
         k.header += rec.header.len_bytes() as u64;
         if let Some((id, _)) = rec.header.encryption {
-            record_keys.insert(id);
+            c.record_keys.insert(id);
         }
-        first.get_or_insert(lsn);
-        last_end = rec.end_lsn.into();
-        counted += 1;
+        c.first.get_or_insert(lsn);
+        c.last_end = rec.end_lsn.into();
+        c.records += 1;
     }
-    let Some(first) = first else {
-        writeln!(out, "records:            0")?;
-        return Ok(EXIT_OK);
-    };
-    writeln!(
-        out,
-        "lsn range:          {} .. {} (first record .. end of the last)",
-        fmt_lsn(first),
-        fmt_lsn(last_end)
-    )?;
-    let used_keys = match reader.mode() {
-        Mode::PerRecord | Mode::PerRecordGcm => record_keys.into_iter().collect(),
-        Mode::PageLevel => page_key_ids(&reader, first, last_end)?,
-        Mode::Plaintext => Vec::new(),
-    };
-    writeln!(out, "key ids in use:     {}", join(&used_keys))?;
-    writeln!(out, "records:            {counted}")?;
-    writeln!(out)?;
-    let total = write_kind_table(&kinds, out)?;
-    writeln!(out)?;
-    write_breakdown(&reader, first, last_end, total, out)
+    Ok(c)
+}
+
+/// The damage that ended the count: what was counted is the log before it.
+fn write_damage(damage: Option<&str>, out: &mut dyn Write) -> Result<(), Fail> {
+    if let Some(d) = damage {
+        writeln!(out)?;
+        writeln!(out, "damage: {d}")?;
+        writeln!(
+            out,
+            "counted: the records before the damage only; --verify reports the rest"
+        )?;
+    }
+    Ok(())
+}
+
+fn finish_json(
+    mut doc: serde_json::Map<String, Value>,
+    damage: Option<String>,
+    out: &mut dyn Write,
+) -> Result<u8, Fail> {
+    doc.insert("damage".into(), json!(damage));
+    write_json(out, &Value::Object(doc))?;
+    damage_exit(damage.as_deref())
+}
+
+fn overview_json(reader: &Reader, target: &Target, doc: &mut serde_json::Map<String, Value>) {
+    let geo = reader.geometry();
+    let segs = reader.segments();
+    let name =
+        |s: Option<&inspect::SegmentInfo>| s.map(|s| inspect::segment_file_name(s.header.start));
+    doc.insert("mode".into(), json!(reader.mode().to_string()));
+    doc.insert("segments".into(), json!(segs.len()));
+    doc.insert("first_segment".into(), json!(name(segs.first())));
+    doc.insert("last_segment".into(), json!(name(segs.last())));
+    doc.insert(
+        "selected_segment".into(),
+        json!(target.segment.map(|s| inspect::segment_file_name(Lsn(s)))),
+    );
+    doc.insert("page_size".into(), json!(geo.page_size));
+    doc.insert("segment_size".into(), json!(geo.segment_size));
+    let mut versions: BTreeMap<u32, usize> = BTreeMap::new();
+    for s in segs {
+        *versions.entry(s.header.version).or_default() += 1;
+    }
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|(v, n)| json!({"version": v, "segments": n}))
+        .collect();
+    doc.insert("format_versions".into(), json!(versions));
+    let listed: BTreeSet<u32> = segs
+        .iter()
+        .flat_map(|s| s.header.key_checks.iter().map(|(id, _)| *id))
+        .collect();
+    doc.insert("key_ids_listed".into(), json!(listed));
 }
 
 fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Result<(), Fail> {
@@ -144,16 +291,21 @@ fn page_key_ids(reader: &Reader, from: u64, to: u64) -> Result<Vec<u32>, Fail> {
     Ok(ids.into_iter().collect())
 }
 
-fn write_kind_table(
-    kinds: &BTreeMap<u8, KindStats>,
-    out: &mut dyn Write,
-) -> Result<KindStats, Fail> {
+fn totals(kinds: &BTreeMap<u8, KindStats>) -> KindStats {
     let mut total = KindStats::default();
     for k in kinds.values() {
         total.count += k.count;
         total.payload += k.payload;
         total.header += k.header;
     }
+    total
+}
+
+fn write_kind_table(
+    kinds: &BTreeMap<u8, KindStats>,
+    total: KindStats,
+    out: &mut dyn Write,
+) -> Result<(), Fail> {
     let all = (total.payload + total.header).max(1) as f64;
     writeln!(
         out,
@@ -176,67 +328,131 @@ fn write_kind_table(
         "{:>5} {:>10} {:>14} {:>12} {:>7.2}%",
         "total", total.count, total.payload, total.header, 100.0
     )?;
-    Ok(total)
+    Ok(())
 }
 
 /// Where the bytes between the start of the first record's segment and the end of the last
 /// record go, and the part of them that encryption adds to headers.
-fn write_breakdown(
-    reader: &Reader,
-    first: u64,
+struct Breakdown {
+    span_start: u64,
     end: u64,
+    log_bytes: u64,
     total: KindStats,
-    out: &mut dyn Write,
-) -> Result<u8, Fail> {
-    let geo = reader.geometry();
-    let span_start = geo.segment_start(first);
-    let log_bytes = end - span_start;
-    let pages = log_bytes.div_ceil(geo.page_size);
-    let header_pages = (geo.segment_start(end.saturating_sub(1).max(span_start)) - span_start)
-        / geo.segment_size
-        + 1;
-    let page_headers = (pages.saturating_sub(header_pages)) * PAGE_HEADER_LEN as u64;
-    let segment_headers = header_pages * geo.page_size;
-    let other =
-        log_bytes.saturating_sub(total.payload + total.header + page_headers + segment_headers);
-    let pct = |n: u64| 100.0 * n as f64 / log_bytes.max(1) as f64;
-    writeln!(
-        out,
-        "log bytes:          {log_bytes} ({} .. {})",
-        fmt_lsn(span_start),
-        fmt_lsn(end)
-    )?;
-    let rows = [
-        ("payload", total.payload, String::new()),
-        (
-            "record headers",
-            total.header,
-            format!("{} records", total.count),
-        ),
-        (
-            "page headers",
+    pages: u64,
+    header_pages: u64,
+    page_headers: u64,
+    segment_headers: u64,
+    other: u64,
+    page_size: u64,
+    overhead: u64,
+    why: String,
+}
+
+impl Breakdown {
+    fn of(reader: &Reader, first: u64, end: u64, total: KindStats) -> Breakdown {
+        let geo = reader.geometry();
+        let span_start = geo.segment_start(first);
+        let log_bytes = end - span_start;
+        let pages = log_bytes.div_ceil(geo.page_size);
+        let header_pages = (geo.segment_start(end.saturating_sub(1).max(span_start)) - span_start)
+            / geo.segment_size
+            + 1;
+        let page_headers = (pages.saturating_sub(header_pages)) * PAGE_HEADER_LEN as u64;
+        let segment_headers = header_pages * geo.page_size;
+        let other =
+            log_bytes.saturating_sub(total.payload + total.header + page_headers + segment_headers);
+        let (overhead, why) = overhead(reader.mode(), total.count);
+        Breakdown {
+            span_start,
+            end,
+            log_bytes,
+            total,
+            pages,
+            header_pages,
             page_headers,
-            format!("{} pages x {PAGE_HEADER_LEN} B", pages - header_pages),
-        ),
-        (
-            "segment headers",
             segment_headers,
-            format!("{header_pages} header pages x {} B", geo.page_size),
-        ),
-        (
-            "other",
             other,
-            "unused page tails, segment switches, filtered records".to_string(),
-        ),
-    ];
-    for (what, n, note) in rows {
-        let line = format!("  {what:<17} {n:>12} {:>7.2}%  {note}", pct(n));
-        writeln!(out, "{}", line.trim_end())?;
+            page_size: geo.page_size,
+            overhead,
+            why,
+        }
     }
+
+    fn pct(&self, n: u64) -> f64 {
+        100.0 * n as f64 / self.log_bytes.max(1) as f64
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "log_bytes": self.log_bytes,
+            "from": self.span_start,
+            "from_text": fmt_lsn(self.span_start),
+            "to": self.end,
+            "to_text": fmt_lsn(self.end),
+            "payload": self.total.payload,
+            "record_headers": self.total.header,
+            "page_headers": self.page_headers,
+            "segment_headers": self.segment_headers,
+            "other": self.other,
+            "encryption_header_overhead": self.overhead,
+        })
+    }
+
+    fn write(&self, out: &mut dyn Write) -> Result<(), Fail> {
+        writeln!(
+            out,
+            "log bytes:          {} ({} .. {})",
+            self.log_bytes,
+            fmt_lsn(self.span_start),
+            fmt_lsn(self.end)
+        )?;
+        let rows = [
+            ("payload", self.total.payload, String::new()),
+            (
+                "record headers",
+                self.total.header,
+                format!("{} records", self.total.count),
+            ),
+            (
+                "page headers",
+                self.page_headers,
+                format!(
+                    "{} pages x {PAGE_HEADER_LEN} B",
+                    self.pages - self.header_pages
+                ),
+            ),
+            (
+                "segment headers",
+                self.segment_headers,
+                format!("{} header pages x {} B", self.header_pages, self.page_size),
+            ),
+            (
+                "other",
+                self.other,
+                "unused page tails, segment switches, filtered records".to_string(),
+            ),
+        ];
+        for (what, n, note) in rows {
+            let line = format!("  {what:<17} {n:>12} {:>7.2}%  {note}", self.pct(n));
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        writeln!(
+            out,
+            "encryption header overhead: {} B = {:.2}% of the log ({})",
+            self.overhead,
+            self.pct(self.overhead),
+            self.why
+        )?;
+        Ok(())
+    }
+}
+
+/// Header bytes encryption adds to `records` records in `mode`, and why.
+fn overhead(mode: Mode, records: u64) -> (u64, String) {
     let extra = (RECORD_HEADER_ENCRYPTED - RECORD_HEADER_PLAIN) as u64;
-    let (overhead, why) = match reader.mode() {
+    match mode {
         Mode::PerRecordGcm => (
-            total.count * (extra + walcrypt::inspect::TAG_LEN as u64),
+            records * (extra + walcrypt::inspect::TAG_LEN as u64),
             format!(
                 "{extra} B more per record header ({RECORD_HEADER_ENCRYPTED} B instead of \
                  {RECORD_HEADER_PLAIN} B) and a {} B tag per record",
@@ -244,7 +460,7 @@ fn write_breakdown(
             ),
         ),
         Mode::PerRecord => (
-            total.count * extra,
+            records * extra,
             format!(
                 "{extra} B more per record header ({RECORD_HEADER_ENCRYPTED} B instead of \
                  {RECORD_HEADER_PLAIN} B)"
@@ -258,13 +474,7 @@ fn write_breakdown(
             ),
         ),
         Mode::Plaintext => (0, "not encrypted".to_string()),
-    };
-    writeln!(
-        out,
-        "encryption header overhead: {overhead} B = {:.2}% of the log ({why})",
-        pct(overhead)
-    )?;
-    Ok(EXIT_OK)
+    }
 }
 
 fn join(ids: &[u32]) -> String {

@@ -13,10 +13,13 @@ use std::io::Write;
 use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN};
 use walcrypt::{CorruptionKind, IV_LEN, KeyRing, Lsn, Mode, Reader};
 
-use crate::Args;
+use serde::Serialize;
+
 use crate::dump::crc_ok;
-use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail, one_line};
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, one_line};
+use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
+use crate::{Args, OutputFormat};
 
 /// One use of a keystream: `blocks` counter blocks from `iv` under `key_id`.
 struct IvUse {
@@ -40,6 +43,8 @@ struct Findings {
     damage: Vec<String>,
     keys: Vec<String>,
     notes: Vec<String>,
+    /// What could not be checked, and why.
+    unchecked: Vec<String>,
     records: u64,
     pages: u64,
 }
@@ -62,8 +67,24 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let reader = match target.open(None, None) {
         Ok(r) => r,
         Err(fail) if fail.code == EXIT_DAMAGE => {
-            writeln!(out, "damage: {}", fail.message)?;
-            writeln!(out, "verify: 1 problem (the log could not be opened)")?;
+            if args.format == OutputFormat::Json {
+                let damage = [fail.message];
+                let report = JsonReport {
+                    result: "damage",
+                    exit_code: EXIT_DAMAGE,
+                    segments: 0,
+                    pages: 0,
+                    records: 0,
+                    damage: &damage,
+                    key_problems: &[],
+                    not_checked: &["the log could not be opened".to_string()],
+                    notes: &[],
+                };
+                write_json(out, &report)?;
+            } else {
+                writeln!(out, "damage: {}", fail.message)?;
+                writeln!(out, "verify: 1 problem (the log could not be opened)")?;
+            }
             return Ok(EXIT_DAMAGE);
         }
         Err(fail) => return Err(fail),
@@ -84,7 +105,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     v.check_pages()?;
     v.check_records(target, keys_match, args)?;
     v.check_iv_reuse();
-    v.report(out)
+    v.report(out, args.format)
 }
 
 impl Verify<'_> {
@@ -98,8 +119,8 @@ impl Verify<'_> {
         let Some(ring) = self.ring else {
             if self.reader.mode().is_encrypted() {
                 self.found
-                    .notes
-                    .push("no --key-file: key check values not compared".into());
+                    .unchecked
+                    .push("key check values not compared: no --key-file".into());
             }
             return true;
         };
@@ -190,6 +211,8 @@ impl Verify<'_> {
                 (u64::from(s.header.start), ids)
             })
             .collect();
+        let (first, last) = crate::progress::span(&self.reader);
+        let mut progress = crate::progress::Progress::new("verify: pages", first, last);
         for (start, listed) in segs {
             if !self.in_range_segment(start) {
                 continue;
@@ -197,6 +220,7 @@ impl Verify<'_> {
             let mut hole: Option<u64> = None;
             let mut page = start + geo.page_size;
             while page < start + geo.segment_size {
+                progress.at(page);
                 let bytes = self.disk.page_header_bytes(page)?;
                 if bytes.iter().all(|&b| b == 0) {
                     hole.get_or_insert(page);
@@ -254,13 +278,32 @@ impl Verify<'_> {
     fn check_records(&mut self, target: Target, keys_match: bool, args: &Args) -> Result<(), Fail> {
         let mode = self.reader.mode();
         let usable = self.ring.filter(|_| keys_match);
+        let why = if self.ring.is_some() {
+            "the key file does not match"
+        } else {
+            "no --key-file"
+        };
         if mode == Mode::PageLevel && usable.is_none() {
-            self.found.notes.push(
-                "records not checked: pagelevel pages need a matching --key-file to be read".into(),
-            );
+            self.found.unchecked.push(format!(
+                "pages' payloads not decrypted: {why}; records, record checksums and LSN \
+                 continuity not checked"
+            ));
             return Ok(());
         }
+        if mode.is_per_record() && usable.is_none() {
+            let tags = if mode.is_authenticated() {
+                "; authentication tags not checked"
+            } else {
+                ""
+            };
+            self.found.unchecked.push(format!(
+                "payloads not decrypted: {why} (record headers and checksums, which are \
+                 plaintext, were checked){tags}"
+            ));
+        }
         let reader = target.open(usable, args.key_file.as_deref())?;
+        let (first, last) = crate::progress::span(&reader);
+        let mut progress = crate::progress::Progress::new("verify: records", first, last);
         let mut begin = self.disk.boundary_before(self.from)?;
         let mut prev_end: Option<u64> = None;
         loop {
@@ -270,6 +313,7 @@ impl Verify<'_> {
                 match item {
                     Ok(rec) => {
                         let lsn = u64::from(rec.lsn);
+                        progress.at(lsn);
                         if lsn >= self.to {
                             return Ok(());
                         }
@@ -465,34 +509,85 @@ impl Verify<'_> {
         }
     }
 
-    fn report(self, out: &mut dyn Write) -> Result<u8, Fail> {
+    fn report(self, out: &mut dyn Write, format: OutputFormat) -> Result<u8, Fail> {
         let f = &self.found;
-        for d in &f.damage {
-            writeln!(out, "damage: {d}")?;
-        }
-        for k in &f.keys {
-            writeln!(out, "key: {k}")?;
-        }
-        for n in &f.notes {
-            writeln!(out, "note: {n}")?;
-        }
         let problems = f.damage.len() + f.keys.len();
-        let summary = format!(
-            "verify: {} segments, {} pages, {} records checked",
-            self.reader.segments().len(),
-            f.pages,
-            f.records
-        );
-        if problems == 0 {
-            writeln!(out, "{summary}: clean")?;
-            return Ok(EXIT_OK);
+        // Page headers alone do not make a log clean: when pages hold records that could not
+        // be read, nothing the log's user cares about was checked.
+        let (code, result) = if !f.damage.is_empty() {
+            (EXIT_DAMAGE, "damage")
+        } else if !f.keys.is_empty() {
+            (EXIT_TROUBLE, "key_problem")
+        } else if f.records == 0 && f.pages > 0 && !f.unchecked.is_empty() {
+            (EXIT_UNCHECKED, "not_checked")
+        } else {
+            (EXIT_OK, "clean")
+        };
+        if format == OutputFormat::Json {
+            let report = JsonReport {
+                result,
+                exit_code: code,
+                segments: self.reader.segments().len(),
+                pages: f.pages,
+                records: f.records,
+                damage: &f.damage,
+                key_problems: &f.keys,
+                not_checked: &f.unchecked,
+                notes: &f.notes,
+            };
+            write_json(out, &report)?;
+        } else {
+            for d in &f.damage {
+                writeln!(out, "damage: {d}")?;
+            }
+            for k in &f.keys {
+                writeln!(out, "key: {k}")?;
+            }
+            for u in &f.unchecked {
+                writeln!(out, "not checked: {u}")?;
+            }
+            for n in &f.notes {
+                writeln!(out, "note: {n}")?;
+            }
+            let summary = format!(
+                "verify: {} segments, {} pages, {} records checked",
+                self.reader.segments().len(),
+                f.pages,
+                f.records
+            );
+            let plural = if problems == 1 { "" } else { "s" };
+            let partly = if f.unchecked.is_empty() {
+                ""
+            } else {
+                " as far as checked (see \"not checked\")"
+            };
+            match code {
+                EXIT_OK => writeln!(out, "{summary}: clean{partly}")?,
+                EXIT_UNCHECKED => writeln!(
+                    out,
+                    "{summary}: not verified, only page headers could be checked (see \"not checked\")"
+                )?,
+                _ => writeln!(out, "{summary}: {problems} problem{plural}")?,
+            }
         }
-        let plural = if problems == 1 { "" } else { "s" };
-        writeln!(out, "{summary}: {problems} problem{plural}")?;
-        if !f.damage.is_empty() {
-            return Ok(EXIT_DAMAGE);
+        if code == EXIT_TROUBLE {
+            out.flush()?;
+            return Err(Fail::trouble(format!("verify: {}", f.keys[0])));
         }
-        out.flush()?;
-        Err(Fail::trouble(format!("verify: {}", f.keys[0])))
+        Ok(code)
     }
+}
+
+/// `--verify --format json`: one object; the field names are stable (docs/WAL-DUMP.md).
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    result: &'static str,
+    exit_code: u8,
+    segments: usize,
+    pages: u64,
+    records: u64,
+    damage: &'a [String],
+    key_problems: &'a [String],
+    not_checked: &'a [String],
+    notes: &'a [String],
 }

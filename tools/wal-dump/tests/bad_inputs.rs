@@ -157,3 +157,31 @@ fn usage_errors() {
     assert_fails(&wal_dump(&[&"--payload", &"bits", &"."]), 2, "bits");
     assert_fails(&wal_dump(&[&"--raw", &"."]), 2, "--payload");
 }
+
+#[test]
+fn a_usage_error_points_to_help_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for o in [
+        wal_dump(&[&"--format", &"jsn", &tmp.path()]),
+        wal_dump(&[&"--bogus", &tmp.path()]),
+        wal_key(&[&"lst", &tmp.path()]),
+        wal_key(&[&"list", &tmp.path(), &"--format", &"xml"]),
+    ] {
+        assert_fails(&o, 2, "--help");
+        let err = stderr(&o);
+        assert_eq!(err.matches("--help").count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn a_kek_file_given_as_the_key_file_is_named_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _, _) = make_log(tmp.path(), Mode::PerRecord, 10);
+    let kek = tmp.path().join("kek");
+    walcrypt::KekFile::create(&kek).unwrap();
+    assert_fails(
+        &wal_dump(&[&"--key-file", &kek, &log]),
+        2,
+        "is a KEK file, not a key store or key ring",
+    );
+}

@@ -3,23 +3,88 @@
 
 #![forbid(unsafe_code)]
 
+#[path = "../cli.rs"]
+mod cli;
 #[path = "../kek.rs"]
 mod kek;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use kek::{KekArgs, NewKekArgs, is_key_store};
+use serde_json::{Value, json};
 use walcrypt::{KekFile, KeyInfo, KeyRing, KeyStore, Reader};
 
 /// Manage walcrypt keys: key stores (data keys wrapped under a KEK), raw key rings and KEK
 /// files. Every file is written with mode 0600, atomically; key bytes are never shown.
 #[derive(Debug, Parser)]
-#[command(name = "wal-key", version)]
+#[command(
+    name = "wal-key",
+    version,
+    after_help = "Exit codes: 0 done; 2 usage, key or I/O problem; 3 verify --log checked \
+                  nothing (a plaintext log lists no keys)."
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
+
+    /// Output format: text, or json (one object per command; field names in docs/WAL-DUMP.md).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Lines of text.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// Exit code: a usage, key or I/O problem, or a check that failed.
+const EXIT_TROUBLE: u8 = 2;
+/// Exit code: `verify --log` found nothing to check (a plaintext log lists no keys).
+const EXIT_UNCHECKED: u8 = 3;
+
+/// What a command reports: lines of text, and the same as one JSON object.
+struct Out {
+    lines: Vec<String>,
+    json: serde_json::Map<String, Value>,
+    code: u8,
+}
+
+impl Out {
+    fn new(command: &str) -> Out {
+        let mut json = serde_json::Map::new();
+        json.insert("command".into(), command.into());
+        Out {
+            lines: Vec::new(),
+            json,
+            code: 0,
+        }
+    }
+
+    fn line(&mut self, line: String) {
+        self.lines.push(line);
+    }
+
+    fn set(&mut self, key: &str, value: impl Into<Value>) {
+        self.json.insert(key.into(), value.into());
+    }
+
+    fn print(self, format: Format) -> u8 {
+        match format {
+            Format::Text => {
+                for l in &self.lines {
+                    println!("{l}");
+                }
+            }
+            Format::Json => println!("{}", Value::Object(self.json)),
+        }
+        self.code
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,7 +136,7 @@ enum Command {
     },
     /// Check that a key store opens with its KEK and every key unwraps to its fingerprint (or
     /// that a raw ring parses); with --log, that it holds every key the log's segments list,
-    /// with matching check values.
+    /// with matching check values (a plaintext log lists no keys: nothing is checked, exit 3).
     Verify {
         /// Key store or raw key ring file.
         file: PathBuf,
@@ -99,78 +164,98 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::from(
                     if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                        2
+                        EXIT_TROUBLE
                     } else {
                         0
                     },
                 );
             }
-            let text = e.to_string();
-            let head = text.split("Usage:").next().unwrap_or("invalid arguments");
-            let head: Vec<&str> = head
-                .trim_start_matches("error: ")
-                .split_whitespace()
-                .collect();
-            eprintln!("wal-key: {} (see wal-key --help)", head.join(" "));
-            return ExitCode::from(2);
+            eprintln!("wal-key: {}", cli::usage_error("wal-key", &e));
+            return ExitCode::from(EXIT_TROUBLE);
         }
     };
     match run(args.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(out) => ExitCode::from(out.print(args.format)),
         Err(message) => {
             eprintln!("wal-key: {message}");
-            ExitCode::from(2)
+            ExitCode::from(EXIT_TROUBLE)
         }
     }
 }
 
-fn run(command: Command) -> Result<(), String> {
+fn run(command: Command) -> Result<Out, String> {
     let err = |e: walcrypt::Error| e.to_string();
+    let mut o;
     match command {
         Command::KekNew { file } => {
+            o = Out::new("kek-new");
             let kek = KekFile::create(&file).map_err(err)?;
-            println!(
+            o.line(format!(
                 "created KEK file {} (mode 0600), KEK {}",
                 file.display(),
                 kek.fingerprint()
-            );
+            ));
+            o.set("file", file.display().to_string());
+            o.set("kek", kek.fingerprint());
         }
         Command::Init { store, kek } => {
+            o = Out::new("init");
             let provider = kek.provider()?;
             let created = KeyStore::create(&store, provider).map_err(err)?;
-            println!("created key store {} (mode 0600)", store.display());
-            print_store(&created.kek_id(), created.generation(), &created.keys());
+            o.line(format!("created key store {} (mode 0600)", store.display()));
+            o.set("file", store.display().to_string());
+            print_store(
+                &mut o,
+                &created.kek_id(),
+                created.generation(),
+                &created.keys(),
+            );
         }
         Command::Wrap { ring, store, kek } => {
+            o = Out::new("wrap");
             let provider = kek.provider()?;
             let raw = load_ring(&ring)?;
             let created = KeyStore::create_from_ring(&store, provider, &raw).map_err(err)?;
-            println!(
-                "wrapped the {} keys of {} into key store {} (mode 0600); the raw ring file is \
+            o.line(format!(
+                "wrapped the {} of {} into key store {} (mode 0600); the raw ring file is \
                  left as it was: remove it securely once the log opens with the store",
-                raw.len(),
+                count(raw.len(), "key"),
                 ring.display(),
                 store.display()
+            ));
+            o.set("ring", ring.display().to_string());
+            o.set("file", store.display().to_string());
+            print_store(
+                &mut o,
+                &created.kek_id(),
+                created.generation(),
+                &created.keys(),
             );
-            print_store(&created.kek_id(), created.generation(), &created.keys());
         }
         Command::Rotate { file, kek } => {
+            o = Out::new("rotate");
+            o.set("file", file.display().to_string());
             if is_key_store(&file) {
                 let store = KeyStore::open(&file, kek.provider()?).map_err(err)?;
                 let (id, _) = store.rotate_data_key().map_err(err)?;
-                println!(
+                o.line(format!(
                     "added data key {id} to {} and made it active",
                     file.display()
-                );
-                print_store(&store.kek_id(), store.generation(), &store.keys());
+                ));
+                o.set("added_key_id", id);
+                print_store(&mut o, &store.kek_id(), store.generation(), &store.keys());
             } else {
                 let mut ring = load_ring(&file)?;
                 let id = ring
                     .rotate()
                     .map_err(|e| format!("{}: {e}", file.display()))?;
                 ring.save(&file).map_err(err)?;
-                println!("added key id {id} to {} and made it active", file.display());
-                print_ring(&ring);
+                o.line(format!(
+                    "added key id {id} to {} and made it active",
+                    file.display()
+                ));
+                o.set("added_key_id", id);
+                print_ring(&mut o, &ring);
             }
         }
         Command::RotateKek {
@@ -178,44 +263,65 @@ fn run(command: Command) -> Result<(), String> {
             kek,
             new_kek,
         } => {
+            o = Out::new("rotate-kek");
             let opened = KeyStore::open(&store, kek.provider()?).map_err(err)?;
             let old = opened.kek_id();
             opened.rotate_kek(new_kek.provider()?).map_err(err)?;
-            println!(
-                "re-wrapped {} data keys of {} from KEK {old} to KEK {}",
-                opened.keys().len(),
+            o.line(format!(
+                "re-wrapped {} of {} from KEK {old} to KEK {}",
+                count(opened.keys().len(), "data key"),
                 store.display(),
                 opened.kek_id()
-            );
+            ));
+            o.set("file", store.display().to_string());
+            o.set("key_count", opened.keys().len());
+            o.set("old_kek", old);
+            o.set("kek", opened.kek_id());
         }
         Command::List { file } => {
+            o = Out::new("list");
+            o.set("file", file.display().to_string());
             if is_key_store(&file) {
                 let (kek_id, generation, keys) = KeyStore::inspect(&file).map_err(err)?;
-                print_store(&kek_id, generation, &keys);
+                print_store(&mut o, &kek_id, generation, &keys);
             } else {
-                print_ring(&load_ring(&file)?);
+                print_ring(&mut o, &load_ring(&file)?);
             }
         }
         Command::Verify { file, kek, log } => {
+            o = Out::new("verify");
+            o.set("file", file.display().to_string());
             let ring = if is_key_store(&file) {
                 let store = KeyStore::open(&file, kek.provider()?).map_err(err)?;
-                println!(
-                    "key store {}: {} data keys unwrap under KEK {} and match their fingerprints",
+                o.line(format!(
+                    "key store {}: {} unwrap under KEK {} and match their fingerprints",
                     file.display(),
-                    store.keys().len(),
+                    count(store.keys().len(), "data key"),
                     store.kek_id()
-                );
+                ));
+                o.set("kind", "key_store");
+                o.set("key_count", store.keys().len());
+                o.set("kek", store.kek_id());
                 store.ring()
             } else {
                 let ring = load_ring(&file)?;
-                println!("key ring {}: {} keys parse", file.display(), ring.len());
+                o.line(format!(
+                    "key ring {}: {} parse{}",
+                    file.display(),
+                    count(ring.len(), "key"),
+                    if ring.len() == 1 { "s" } else { "" }
+                ));
+                o.set("kind", "key_ring");
+                o.set("key_count", ring.len());
                 ring
             };
+            o.set("result", "ok");
             if let Some(dir) = log {
-                verify_log(&dir, &ring)?;
+                verify_log(&mut o, &dir, &ring)?;
             }
         }
         Command::New { file } => {
+            o = Out::new("new");
             let ring = KeyRing::generate().map_err(err)?;
             ring.save_new(&file).map_err(|e| match e {
                 walcrypt::Error::Io { source, .. }
@@ -228,20 +334,33 @@ fn run(command: Command) -> Result<(), String> {
                 }
                 other => other.to_string(),
             })?;
-            println!("created {} (mode 0600)", file.display());
-            print_ring(&ring);
+            o.line(format!("created {} (mode 0600)", file.display()));
+            o.set("file", file.display().to_string());
+            print_ring(&mut o, &ring);
         }
     }
-    Ok(())
+    Ok(o)
+}
+
+/// `n` and `noun`, in the plural unless `n` is 1.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Every key id a segment of the log lists is in `ring`, with the check value the segment
-/// records (the reader compares them when it opens).
-fn verify_log(dir: &Path, ring: &KeyRing) -> Result<(), String> {
+/// records (the reader compares them when it opens). A log that lists no key (plaintext)
+/// proves nothing about the keys: that is reported, with its own exit code.
+fn verify_log(o: &mut Out, dir: &Path, ring: &KeyRing) -> Result<(), String> {
     let reader = Reader::open(dir, Some(ring.clone())).map_err(|e| e.to_string())?;
     let mut missing = Vec::new();
+    let mut listed = 0usize;
     for seg in reader.segments() {
         for (id, _) in &seg.header.key_checks {
+            listed += 1;
             if ring.get(*id).is_none() && !missing.contains(id) {
                 missing.push(*id);
             }
@@ -253,16 +372,43 @@ fn verify_log(dir: &Path, ring: &KeyRing) -> Result<(), String> {
             dir.display()
         ));
     }
-    println!(
-        "log {}: every key its {} segments list is present with a matching check value",
+    let segments = reader.segments().len();
+    o.set("log", dir.display().to_string());
+    o.set("log_mode", reader.mode().to_string());
+    o.set("log_segments", segments);
+    if listed == 0 {
+        o.line(format!(
+            "log {}: nothing checked: its {} ({} mode) list no keys",
+            dir.display(),
+            count(segments, "segment"),
+            reader.mode()
+        ));
+        o.set("result", "nothing_checked");
+        o.code = EXIT_UNCHECKED;
+        return Ok(());
+    }
+    o.line(format!(
+        "log {}: every key its {} list is present with a matching check value",
         dir.display(),
-        reader.segments().len()
-    );
+        count(segments, "segment")
+    ));
     Ok(())
 }
 
+/// Reads a raw key ring; a KEK file given instead is named as such.
 fn load_ring(file: &Path) -> Result<KeyRing, String> {
-    let ring = KeyRing::load(file).map_err(|e| e.to_string())?;
+    let ring = KeyRing::load(file).map_err(|e| {
+        if KekFile::open(file).is_ok() {
+            format!(
+                "{} is a KEK file, not a key store or key ring: it holds no data keys (a key \
+                 store made with `wal-key init STORE --kek-file {}` does)",
+                file.display(),
+                file.display()
+            )
+        } else {
+            e.to_string()
+        }
+    })?;
     if let Ok(false) = KeyRing::file_is_private(file) {
         eprintln!(
             "wal-key: warning: {} is readable by group or others (chmod 600 it)",
@@ -277,9 +423,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Ids and fingerprints only: a fingerprint names a key without revealing it.
-fn print_ring(ring: &KeyRing) {
+fn print_ring(o: &mut Out, ring: &KeyRing) {
     let active = ring.active_id();
-    println!("{:>6}  {:<16}  state", "key id", "fingerprint");
+    o.line(format!("{:>6}  {:<16}  state", "key id", "fingerprint"));
+    let mut keys = Vec::new();
     for id in ring.ids() {
         let fp = ring
             .get(id)
@@ -290,25 +437,42 @@ fn print_ring(ring: &KeyRing) {
         } else {
             "decrypt-only"
         };
-        println!("{id:>6}  {fp:<16}  {state}");
+        o.line(format!("{id:>6}  {fp:<16}  {state}"));
+        keys.push(json!({"id": id, "fingerprint": fp, "state": state}));
     }
+    o.set("kind", "key_ring");
+    o.set("active_key_id", json!(active));
+    o.set("keys", keys);
 }
 
-fn print_store(kek_id: &str, generation: u64, keys: &[KeyInfo]) {
-    println!("KEK {kek_id}, generation {generation}");
-    println!(
+fn print_store(o: &mut Out, kek_id: &str, generation: u64, keys: &[KeyInfo]) {
+    o.line(format!("KEK {kek_id}, generation {generation}"));
+    o.line(format!(
         "{:>6}  {:<16}  {:<12}  created (UTC)",
         "key id", "fingerprint", "state"
-    );
+    ));
+    let mut list = Vec::new();
     for k in keys {
-        println!(
+        let fp = hex(&k.fingerprint);
+        o.line(format!(
             "{:>6}  {:<16}  {:<12}  {}",
             k.id,
-            hex(&k.fingerprint),
+            fp,
             k.state.name(),
             utc(k.created)
-        );
+        ));
+        list.push(json!({
+            "id": k.id,
+            "fingerprint": fp,
+            "state": k.state.name(),
+            "created": k.created,
+            "created_utc": utc(k.created),
+        }));
     }
+    o.set("kind", "key_store");
+    o.set("kek", kek_id);
+    o.set("generation", generation);
+    o.set("keys", list);
 }
 
 /// `YYYY-MM-DD HH:MM:SS` for seconds since the Unix epoch (civil-from-days, proleptic

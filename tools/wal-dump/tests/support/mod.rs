@@ -40,7 +40,7 @@ pub fn payload(i: usize) -> Vec<u8> {
 /// (fdatasync) every 20 records, so later pages carry durable hints and damage in the middle
 /// is told apart from a torn tail.
 pub fn append(dir: &Path, mode: Mode, keys: &KeyRing, first: usize, n: usize) -> Vec<Appended> {
-    let wal = Wal::open(dir, config(mode, keys)).expect("open wal");
+    let wal = open_when_unlocked(dir, config(mode, keys));
     let mut out = Vec::new();
     for i in first..first + n {
         let kind = (i % 4) as u8 + 1;
@@ -55,6 +55,27 @@ pub fn append(dir: &Path, mode: Mode, keys: &KeyRing, first: usize, n: usize) ->
     wal.flush(last).expect("flush");
     wal.close().expect("close");
     out
+}
+
+/// Opens the log, waiting while its lock is held. A test thread that spawns a wal-dump while
+/// another thread has the log open forks a child that shares the lock file's descriptor until
+/// it execs, so the lock can outlive the close of the `Wal` that took it by a moment.
+pub fn open_when_unlocked(dir: &Path, config: Config) -> Wal {
+    open_retrying(dir, config).expect("open wal")
+}
+
+/// `Wal::open`, retried for up to 5 s while the log's lock is held (see `open_when_unlocked`).
+pub fn open_retrying(dir: &Path, config: Config) -> walcrypt::Result<Wal> {
+    let mut tries = 0;
+    loop {
+        match Wal::open(dir, config.clone()) {
+            Err(walcrypt::Error::Locked(_)) if tries < 500 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A fresh log of `n` records in `dir/log`, and its key file in `dir/keys` (encrypted modes).
