@@ -184,6 +184,8 @@ pub struct Config {
     pub(crate) key_store: Option<Arc<KeyStore>>,
     /// Automatic data-key rotation of a live log (needs `key_store`). Default: off.
     pub(crate) rotation: RotationPolicy,
+    /// How far a retention hold may fall behind the end of the log before it is given up.
+    pub(crate) max_hold_bytes: u64,
 }
 
 impl fmt::Debug for Config {
@@ -210,6 +212,9 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 16 << 20;
 pub const DEFAULT_PAGE_SIZE: u64 = 8 << 10;
 /// Default WAL buffer size: 4 MiB.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+/// Default limit on how far a retention hold may fall behind the end of the log: 4 GiB (see
+/// [`Config::max_hold_bytes`]).
+pub const DEFAULT_MAX_HOLD_BYTES: u64 = 4 << 30;
 /// Default number of purged segment files kept for reuse: 4 (see [`Config::recycle_segments`]).
 pub const DEFAULT_RECYCLE_SEGMENTS: usize = 4;
 
@@ -233,7 +238,17 @@ impl Config {
             recycle_segments: DEFAULT_RECYCLE_SEGMENTS,
             key_store: None,
             rotation: RotationPolicy::default(),
+            max_hold_bytes: DEFAULT_MAX_HOLD_BYTES,
         }
+    }
+
+    /// Sets how far a retention hold ([`crate::Wal::hold`]) may fall behind the end of the log
+    /// before a purge gives it up (marks it lost) and purges past it, so that a dead replica
+    /// cannot fill the disk. Default [`DEFAULT_MAX_HOLD_BYTES`] (4 GiB); `u64::MAX` never gives
+    /// a hold up.
+    pub fn max_hold_bytes(mut self, bytes: u64) -> Config {
+        self.max_hold_bytes = bytes;
+        self
     }
 
     /// Sets payload compression (off by default; read docs/SECURITY.md first).

@@ -289,6 +289,22 @@ pub enum Error {
     LsnNotAvailable(Lsn),
     /// The requested LSN lies inside the log but no record starts there.
     NotRecordStart(Lsn),
+    /// The control file (the engine's last checkpoint and the log's retention holds) is
+    /// damaged, belongs to another log, or its checkpoint failed authentication.
+    Control {
+        /// The control file.
+        path: PathBuf,
+        /// What is wrong (never key material).
+        reason: String,
+    },
+    /// A position a reader, follower or hold asked for lies before the oldest segment left:
+    /// a purge removed it. A replica that needed it must be rebuilt from a snapshot.
+    Purged {
+        /// The position asked for.
+        needed: Lsn,
+        /// Where the oldest segment left starts.
+        oldest: Lsn,
+    },
     /// A replay was asked to start from a checkpoint beyond the end of the log: the log is
     /// shorter than the engine's checkpoint says (files lost, an older copy restored, another
     /// directory), or there is no log at all. Nothing was created, truncated or replayed: a
@@ -388,6 +404,13 @@ impl fmt::Display for Error {
             Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
             Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
+            Self::Control { path, reason } => {
+                write!(f, "control file {}: {reason}", path.display())
+            }
+            Self::Purged { needed, oldest } => write!(
+                f,
+                "lsn {needed} was purged: the oldest segment left starts at {oldest}"
+            ),
             Self::CheckpointBeyondEnd {
                 dir,
                 checkpoint,

@@ -116,6 +116,7 @@
 mod aead;
 mod compress;
 mod config;
+mod control;
 mod crypto;
 // Text only; left out when doctests are collected, since the documents hold no Rust examples.
 #[cfg(not(doctest))]
@@ -134,9 +135,10 @@ mod writer;
 use std::fmt;
 
 pub use config::{
-    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_PAGE_SIZE, DEFAULT_RECYCLE_SEGMENTS,
-    DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode, SyncMode,
+    Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_MAX_HOLD_BYTES, DEFAULT_PAGE_SIZE,
+    DEFAULT_RECYCLE_SEGMENTS, DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode, SyncMode,
 };
+pub use control::{CONTROL_FILE, Checkpoint, Hold, MAX_CHECKPOINT_META, MAX_HOLD_NAME, MAX_HOLDS};
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};

@@ -667,9 +667,14 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
     // Past the files, a position in the segment right after the last is one the writer may
     // have handed out already (a log ending on the boundary, a pagelevel writer resuming on a
     // fresh page there): the log goes on there once that segment is made. Farther is not the log.
+    if u64::from(lsn) < oldest {
+        return Err(Error::Purged {
+            needed: lsn,
+            oldest: Lsn(oldest),
+        });
+    }
     let files_end = files.end_of_files();
-    if u64::from(lsn) < oldest || u64::from(lsn) >= files_end.saturating_add(files.geo.segment_size)
-    {
+    if u64::from(lsn) >= files_end.saturating_add(files.geo.segment_size) {
         return Err(Error::LsnNotAvailable(lsn));
     }
     let pos = files.geo.skip_headers(u64::from(lsn));

@@ -454,11 +454,15 @@ impl Follower {
             return Err(error);
         };
         let starts = list_segments(self.storage.as_ref(), &self.dir)?;
-        let purged = starts
-            .first()
-            .is_none_or(|oldest| files.geo.segment_start(self.pos) < u64::from(*oldest));
-        if purged {
-            return Err(error);
+        match starts.first() {
+            None => return Err(error),
+            Some(&oldest) if files.geo.segment_start(self.pos) < u64::from(oldest) => {
+                return Err(Error::Purged {
+                    needed: Lsn(self.pos),
+                    oldest,
+                });
+            }
+            Some(_) => {}
         }
         match files.reopened(self.ring.as_ref()) {
             Ok(now) => {

@@ -117,6 +117,7 @@ use crate::format::{
 };
 use crate::storage::{Storage, StorageFile};
 
+mod checkpoint;
 mod flush;
 mod inflight;
 mod open;
@@ -351,6 +352,11 @@ pub struct Wal {
     tail_format: (u64, u32),
     /// How many purged segment files are kept for reuse (see `recycle`).
     recycle: usize,
+    /// The control file's contents (last checkpoint, retention holds; see `checkpoint`).
+    /// Taken with no lock of the log held; only the rotation's ring lock is taken under it.
+    control: Mutex<crate::control::Control>,
+    /// How far a hold may fall behind the end before a purge gives it up.
+    max_hold_bytes: u64,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -451,6 +457,8 @@ impl Wal {
             preparer_thread,
             tail_format: resume.tail_format,
             recycle: config.recycle_segments,
+            control: Mutex::new(crate::control::Control::default()),
+            max_hold_bytes: config.max_hold_bytes,
             _dir_lock: dir_lock,
         })
     }

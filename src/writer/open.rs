@@ -109,6 +109,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             tail_format: (0, format::FORMAT_VERSION),
         };
         let wal = Wal::start(dir, &config, keys, resume, lock)?;
+        wal.load_control()?;
         wal.recovered(RecoverySummary {
             created: true,
             scanned_from: Lsn(end),
@@ -148,6 +149,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     };
     drop(files);
     let wal = Wal::start(dir, &config, keys, resume, lock)?;
+    wal.load_control()?;
     if fresh_page {
         wal.resume_on_fresh_page()?;
     }

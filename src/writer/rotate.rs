@@ -190,6 +190,11 @@ impl Wal {
 
     /// Retires from the key store every decrypt-only key that no remaining segment header
     /// lists, and drops it from this log's working keys.
+    /// The data keys the working keys were derived from.
+    pub(super) fn rotation_ring(&self) -> KeyRing {
+        self.rotation.ring.lock().clone()
+    }
+
     pub(super) fn retire_unused_keys(&self) -> Result<()> {
         let Some(store) = &self.rotation.store else {
             return Ok(());
@@ -211,6 +216,12 @@ impl Wal {
                     in_use.push(id);
                 }
             }
+        }
+        // The checkpoint's metadata in the control file is sealed under a key of its own.
+        if let Some(id) = self.control_key()
+            && !in_use.contains(&id)
+        {
+            in_use.push(id);
         }
         // A free file kept for reuse still holds ciphertext under the keys it lists (the purge
         // removes the ones listing anything but the active key, but a rotation may have run

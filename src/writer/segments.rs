@@ -88,6 +88,8 @@ impl Wal {
         // from a removed segment must be durable where it goes on. In `Buffered` mode the
         // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
         // pays one fdatasync); in `Durable` mode it already is.
+        // Retention holds in force keep what they need.
+        let lsn = Lsn(self.purge_limit(u64::from(lsn))?);
         let wanted = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
         if self.synced_to.load(Ordering::Acquire) < wanted {
             self.sync_all()?;

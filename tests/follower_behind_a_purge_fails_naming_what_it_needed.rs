@@ -1,5 +1,6 @@
-//! A follower must stay ahead of `Wal::purge_before`: one that has not reached a segment
-//! before it was purged fails with an I/O error naming that file, and does not take the
+//! A follower must stay ahead of `Wal::purge_before` (or hold the log back with `Wal::hold`):
+//! one that has not reached a segment before it was purged fails with `Error::Purged`, naming
+//! the position it needed and where the oldest segment left starts, and does not take the
 //! purge for the writer replacing segments after the end of the log.
 
 mod support;
@@ -8,7 +9,7 @@ use support::{payload, small_config};
 use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Wal};
 
 #[test]
-fn follower_behind_a_purge_fails_naming_the_file() {
+fn follower_behind_a_purge_fails_naming_what_it_needed() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let keys = KeyRing::generate().unwrap();
@@ -26,13 +27,13 @@ fn follower_behind_a_purge_fails_naming_the_file() {
     let mut follower = Follower::open(dir, Some(keys.clone()), Lsn::default()).unwrap();
     assert_eq!(wal.purge_before(last).unwrap(), 2);
 
-    let first = dir.join(walcrypt::inspect::segment_file_name(Lsn(0)));
+    let needed = follower.position();
     match follower.poll() {
-        Err(Error::Io { path, source, .. }) => {
-            assert_eq!(path, first);
-            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        Err(Error::Purged { needed: n, oldest }) => {
+            assert_eq!(n, needed);
+            assert_eq!(oldest, Lsn(2 * segment));
         }
-        other => panic!("expected the purged segment's I/O error, got {other:?}"),
+        other => panic!("expected Purged, got {other:?}"),
     }
     wal.close().unwrap();
 }

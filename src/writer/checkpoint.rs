@@ -1,0 +1,262 @@
+//! Checkpoints and retention holds, kept in the control file (`crate::control`).
+//!
+//! [`Wal::checkpoint`] is the engine's one call after it has made its state durable up to an
+//! LSN: the log is made durable through that LSN, the checkpoint (LSN and the engine's small
+//! metadata, sealed in encrypted modes) replaces the control file atomically, and only then
+//! are the segments no one needs any more purged. [`Wal::open_from_checkpoint`] reads it back
+//! and replays from it. A crash at any step leaves the previous checkpoint or the new one,
+//! each with every segment it needs.
+//!
+//! Holds ([`Wal::hold`]) are named positions, like PostgreSQL's replication slots, that
+//! [`Wal::purge_before`] does not purge past, unless a hold falls more than
+//! [`crate::Config::max_hold_bytes`] behind the end: then it is given up (marked lost) so that a
+//! dead replica cannot fill the disk.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use zeroize::Zeroizing;
+
+use super::Wal;
+use crate::config::{Config, SyncMode};
+use crate::control::{self, Checkpoint, Control, Hold, MAX_CHECKPOINT_META, MAX_HOLDS};
+use crate::error::{Error, Result};
+use crate::keys::KeyRing;
+use crate::reader::{LogFiles, Record};
+use crate::{Lsn, Mode};
+
+impl Wal {
+    /// Records the engine's checkpoint: every record the engine needs to restore its state
+    /// from what `meta` describes (for example the name of its snapshot file) starts at `lsn`
+    /// or later. The log is made durable through `lsn` first (an fdatasync in `Buffered`
+    /// mode), then the checkpoint replaces the control file atomically (`meta` sealed with
+    /// AES-256-GCM under the active data key in the encrypted modes), then the segments that
+    /// lie wholly before `lsn` and before every retention hold are purged. Returns how many
+    /// segments were purged.
+    ///
+    /// `lsn` may be any position up to [`Wal::end_lsn`] and must not be older than the last
+    /// checkpoint; `meta` is at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
+    /// `meta` names durable before calling this: a crash afterwards restarts from it.
+    pub fn checkpoint(&self, lsn: Lsn, meta: &[u8]) -> Result<usize> {
+        self.check_poison()?;
+        self.check_process()?;
+        if meta.len() > MAX_CHECKPOINT_META {
+            return Err(Error::Config(format!(
+                "checkpoint metadata of {} bytes: at most {MAX_CHECKPOINT_META}",
+                meta.len()
+            )));
+        }
+        if u64::from(lsn) > self.complete_to.load(Ordering::Acquire) {
+            return Err(Error::LsnNotAvailable(lsn));
+        }
+        match self.sync {
+            SyncMode::Durable => self.flush(lsn)?,
+            SyncMode::Buffered => self.sync()?,
+        }
+        {
+            let mut control = self.control.lock();
+            if let Some(last) = &control.checkpoint
+                && last.lsn > lsn
+            {
+                return Err(Error::Config(format!(
+                    "checkpoint at lsn {lsn} is older than the last one, at lsn {}",
+                    last.lsn
+                )));
+            }
+            let checkpoint = Checkpoint {
+                lsn,
+                meta: Zeroizing::new(meta.to_vec()),
+            };
+            let before = control.checkpoint.replace(checkpoint);
+            if let Err(e) = self.save_control(&mut control) {
+                control.checkpoint = before;
+                return Err(e);
+            }
+        }
+        self.purge_before(lsn)
+    }
+
+    /// The last checkpoint recorded (by this open or an earlier one), if any.
+    pub fn last_checkpoint(&self) -> Option<Checkpoint> {
+        self.control.lock().checkpoint.clone()
+    }
+
+    /// Creates the retention hold `name` at `lsn`, or moves it there: [`Wal::purge_before`]
+    /// (and so [`Wal::checkpoint`]) keeps every segment from the one holding `lsn` on, until
+    /// the hold moves on or is released, or falls more than [`crate::Config::max_hold_bytes`]
+    /// behind the end of the log (it is then given up; see [`Hold::lost`]). A replica moves
+    /// its hold as it applies records.
+    ///
+    /// A new hold (or one given up and set again) is made durable before this returns; a
+    /// move is saved with the next write of the control file (a checkpoint, another hold's
+    /// creation or release): after a crash a hold may be back where it was saved, which keeps
+    /// more log, never less. `lsn` must lie between the oldest segment left and
+    /// [`Wal::end_lsn`] ([`Error::Purged`] before it). At most [`crate::MAX_HOLDS`] holds.
+    pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
+        self.check_poison()?;
+        control::check_hold_name(name)?;
+        if u64::from(lsn) > self.complete_to.load(Ordering::Acquire) {
+            return Err(Error::LsnNotAvailable(lsn));
+        }
+        let mut control = self.control.lock();
+        let oldest = self.oldest_segment()?;
+        if u64::from(lsn) < oldest {
+            return Err(Error::Purged {
+                needed: lsn,
+                oldest: Lsn(oldest),
+            });
+        }
+        let count = control.holds.len();
+        match control.holds.iter_mut().find(|h| h.name == name) {
+            Some(hold) if !hold.lost => {
+                hold.lsn = lsn;
+                return Ok(());
+            }
+            Some(hold) => {
+                hold.lsn = lsn;
+                hold.lost = false;
+            }
+            None if count >= MAX_HOLDS => {
+                return Err(Error::Config(format!("at most {MAX_HOLDS} holds")));
+            }
+            None => control.holds.push(Hold {
+                name: name.to_string(),
+                lsn,
+                lost: false,
+            }),
+        }
+        let saved = self.save_control(&mut control);
+        if saved.is_err() {
+            // Not durable: not in force either, so no purge relies on it being saved.
+            control.holds.retain(|h| h.name != name);
+        }
+        saved
+    }
+
+    /// Releases the hold `name`, durably. Returns whether there was one.
+    pub fn release_hold(&self, name: &str) -> Result<bool> {
+        self.check_poison()?;
+        let mut control = self.control.lock();
+        let Some(at) = control.holds.iter().position(|h| h.name == name) else {
+            return Ok(false);
+        };
+        let hold = control.holds.remove(at);
+        if let Err(e) = self.save_control(&mut control) {
+            control.holds.insert(at, hold);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// The retention holds, in the order they were made.
+    pub fn holds(&self) -> Vec<Hold> {
+        self.control.lock().holds.clone()
+    }
+
+    /// The oldest position a purge may reach for `lsn`: before every hold still in force.
+    /// Holds that fell more than `max_hold_bytes` behind the end are given up first (saved).
+    pub(super) fn purge_limit(&self, lsn: u64) -> Result<u64> {
+        let end = self.complete_to.load(Ordering::Acquire);
+        let mut control = self.control.lock();
+        let mut gave_up = false;
+        for hold in control.holds.iter_mut().filter(|h| !h.lost) {
+            if end.saturating_sub(u64::from(hold.lsn)) > self.max_hold_bytes {
+                hold.lost = true;
+                gave_up = true;
+            }
+        }
+        if gave_up {
+            self.save_control(&mut control)?;
+        }
+        Ok(control
+            .holds
+            .iter()
+            .filter(|h| !h.lost)
+            .map(|h| u64::from(h.lsn))
+            .fold(lsn, u64::min))
+    }
+
+    /// The key id the control file's checkpoint is sealed under, if any: a key it still
+    /// needs is not retired.
+    pub(super) fn control_key(&self) -> Option<u32> {
+        let control = self.control.lock();
+        (control.checkpoint.is_some() && control.checkpoint_key != 0)
+            .then_some(control.checkpoint_key)
+    }
+
+    /// Reads the control file at open (before the `Wal` is shared).
+    pub(super) fn load_control(&self) -> Result<()> {
+        let ring = self.data_keys();
+        let loaded = control::read(self.storage.as_ref(), &self.dir, self.log_id, ring.as_ref())?;
+        *self.control.lock() = loaded.unwrap_or_default();
+        Ok(())
+    }
+
+    /// Writes `control` as the next generation of the control file.
+    fn save_control(&self, control: &mut Control) -> Result<()> {
+        control.generation += 1;
+        let ring = self.data_keys();
+        let bytes = control.encode(self.log_id, ring.as_ref())?;
+        control::write(self.storage.as_ref(), &self.dir, &bytes)
+    }
+
+    /// The data keys, in the encrypted modes.
+    fn data_keys(&self) -> Option<KeyRing> {
+        (self.mode != Mode::Plaintext).then(|| self.rotation_ring())
+    }
+
+    /// Where the oldest segment file starts.
+    fn oldest_segment(&self) -> Result<u64> {
+        Ok(
+            crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+                .first()
+                .map_or(0, |s| u64::from(*s)),
+        )
+    }
+
+    /// Opens the log like [`Wal::open_and_replay`], replaying from its last recorded
+    /// checkpoint (from the oldest record when there is none). `restore` is called first,
+    /// with the checkpoint, so the engine loads the state its metadata names before the
+    /// records after it arrive in `replay`.
+    pub fn open_from_checkpoint<R, F>(
+        dir: impl AsRef<Path>,
+        config: Config,
+        restore: R,
+        replay: F,
+    ) -> Result<Wal>
+    where
+        R: FnOnce(Option<&Checkpoint>) -> Result<()>,
+        F: FnMut(Record) -> Result<()>,
+    {
+        let dir = dir.as_ref();
+        let checkpoint = Checkpoint::read(dir, &config)?;
+        restore(checkpoint.as_ref())?;
+        let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
+        Wal::open_and_replay(dir, config, from, replay)
+    }
+}
+
+impl Checkpoint {
+    /// The last checkpoint recorded in the log in `dir`, read with `config`'s storage and
+    /// keys (its key store's, when it has one); `None` when there is no log or no checkpoint.
+    pub fn read(dir: impl AsRef<Path>, config: &Config) -> Result<Option<Checkpoint>> {
+        let dir = dir.as_ref();
+        let ring = match &config.key_store {
+            Some(store) => store.ring(),
+            None => config.keys.clone(),
+        };
+        let files = match LogFiles::open(dir, config.storage.clone(), None) {
+            Ok(files) => files,
+            Err(Error::NoLog(_)) => return Ok(None),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let keys = (files.mode != Mode::Plaintext).then_some(&ring);
+        Ok(
+            control::read(config.storage.as_ref(), dir, files.log_id, keys)?
+                .and_then(|c| c.checkpoint),
+        )
+    }
+}
