@@ -87,6 +87,7 @@
 mod error;
 mod flusher;
 pub mod kv;
+mod lock_order;
 pub mod record;
 mod state;
 mod store;
