@@ -6,6 +6,11 @@
 //! lock (`Inner::state`: the index, cache, vote, committed log id). The state lock may be taken
 //! while the reader's lock is held, never the reverse: a truncation that may read from the log
 //! takes the reader's lock first.
+//!
+//! Reads from the log and the removal of segment files block (a follower waits up to
+//! [`READ_TIMEOUT`] for a record), and so may the wait for the reader's lock: the async
+//! methods run them on tokio's blocking threads (`spawn_blocking`, with the store's shared
+//! state cloned in), never on a runtime worker.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -301,7 +306,7 @@ where
     C::Entry: Clone + Serialize + DeserializeOwned,
 {
     /// Reads the entries `lo..hi` (clamped to the log) of which some lie below the cache:
-    /// those from the log, the rest from the cache.
+    /// those from the log, the rest from the cache. Blocks: run it off the async workers.
     ///
     /// The reader's lock is held throughout, so no purge removes files and no truncation runs
     /// meanwhile; the state lock only for a look at the index and the cache, so appends go on.
@@ -338,7 +343,7 @@ where
 
     /// Reads the entries whose records start at `wanted` (index, LSN; in index order, all of
     /// them durable, none purged) from the log with the follower in `slot`, which the caller
-    /// holds under the reader's lock.
+    /// holds under the reader's lock. Blocks.
     fn read_from_log(
         &self,
         slot: &mut Option<Follower>,
@@ -407,8 +412,8 @@ where
     }
 
     /// Appends a truncate record and drops the entries from `log_id.index` on; reads the new
-    /// last entry back when the cache held none of the entries left (under the reader's lock,
-    /// so it waits for a read from the log in progress).
+    /// last entry back when the cache held none of the entries left. Blocks (it may wait for
+    /// a read in progress and read from the log): run it off the async workers.
     #[expect(
         clippy::result_large_err,
         reason = "openraft's StorageError, as the trait returns it"
@@ -434,13 +439,29 @@ where
     }
 
     /// Removes the segment files before `keep_from`, once no read from the log is in
-    /// progress.
+    /// progress. Blocks: run it off the async workers.
     fn remove_segments_before(&self, keep_from: Lsn) -> walcrypt::Result<()> {
         // A read from the log holds the reader's lock: the files it reads stay until it is
         // done, and a follower kept for the next read may point into a removed segment.
         let mut reader = self.reader.lock();
         *reader = None;
         self.wal.purge_before(keep_from).map(drop)
+    }
+}
+
+/// Runs blocking work off the async workers: on tokio's blocking threads when called inside a
+/// tokio runtime (a panic in `work` is resumed here), in place otherwise.
+async fn run_blocking<T: Send + 'static>(
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Ok(work());
+    };
+    match runtime.spawn_blocking(work).await {
+        Ok(value) => Ok(value),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(format!("{what} did not run: {e}")),
     }
 }
 
@@ -493,7 +514,13 @@ where
                 return Ok(state.cached(lo, hi).cloned().collect());
             }
         }
-        self.inner.read_entries(lo, hi).map_err(read_error::<C>)
+        // Reading the older part blocks (and may wait for another read): on a blocking
+        // thread, with no lock held on this one.
+        let inner = self.inner.clone();
+        run_blocking("a read from the log", move || inner.read_entries(lo, hi))
+            .await
+            .and_then(|read| read)
+            .map_err(read_error::<C>)
     }
 }
 
@@ -570,8 +597,15 @@ where
     ///
     /// When the truncation removes every entry held in memory, the new last entry is read
     /// back from the log, so the last log id stays known.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's StorageError, as the trait returns it"
+    )]
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> StoreResult<(), C> {
-        self.inner.truncate(&log_id)
+        let inner = self.inner.clone();
+        run_blocking("a truncation", move || inner.truncate(&log_id))
+            .await
+            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
     }
 
     /// Appends a purge record followed by the current vote and committed log id, flushes,
@@ -605,8 +639,12 @@ where
         self.flush_all()
             .await
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
-        self.inner
-            .remove_segments_before(keep_from)
-            .map_err(|e| write_error::<C>(&e))
+        let inner = self.inner.clone();
+        run_blocking("the removal of purged segments", move || {
+            inner.remove_segments_before(keep_from)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
+        .map_err(|e| write_error::<C>(&e))
     }
 }
