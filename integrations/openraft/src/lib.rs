@@ -66,6 +66,24 @@
 //! the cache is refilled from the log when truncations replayed left it short; a truncation below
 //! the cache reads the new last entry back.
 //!
+//! # Locks and threads
+//!
+//! The store has two locks, always taken in one order: first the reader's lock (the follower
+//! for reads below the cache, held for a whole read from the log and while a purge removes
+//! segment files), then the state lock (index, cache, vote, committed log id; held for short
+//! steps). The state lock may be taken while the reader's lock is held, never the reverse: a
+//! truncation that may have to read the new last entry back takes the reader's lock first,
+//! and so waits for a read from the log in progress. Debug builds check the order at every
+//! acquisition (a per-thread set of the locks held, asserted with `debug_assert!`); release
+//! builds do not pay for it.
+//!
+//! Reads from the log block (a follower waits up to 5 s for a record), and so do the wait for
+//! the reader's lock and the removal of segment files. The async methods run that work on
+//! tokio's blocking threads (`spawn_blocking`), never on a runtime worker: reads below the
+//! cache, truncations (which may read back) and the file removal of a purge. Reads served
+//! from the cache, appends, votes and committed log ids stay on the calling task. Outside a
+//! tokio runtime the work runs in place.
+//!
 //! The record kinds are in [`record`].
 //!
 //! # Keys in a cluster
@@ -87,6 +105,7 @@
 mod error;
 mod flusher;
 pub mod kv;
+mod lock_order;
 pub mod record;
 mod state;
 mod store;

@@ -1,4 +1,16 @@
 //! [`WalLogStore`]: openraft's `RaftLogStorage` on a walcrypt [`Wal`].
+//!
+//! Two locks, always taken in this order (see [`crate::lock_order`], which checks it in debug
+//! builds): first the reader's lock (`Inner::reader`: the follower for reads below the cache,
+//! held for a whole read from the log and while a purge removes segment files), then the state
+//! lock (`Inner::state`: the index, cache, vote, committed log id). The state lock may be taken
+//! while the reader's lock is held, never the reverse: a truncation that may read from the log
+//! takes the reader's lock first.
+//!
+//! Reads from the log and the removal of segment files block (a follower waits up to
+//! [`READ_TIMEOUT`] for a record), and so may the wait for the reader's lock: the async
+//! methods run them on tokio's blocking threads (`spawn_blocking`, with the store's shared
+//! state cloned in), never on a runtime worker.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -11,7 +23,6 @@ use openraft::{
     AnyError, LogId, OptionalSend, RaftLogId, RaftLogReader, RaftTypeConfig, StorageError,
     StorageIOError, Vote,
 };
-use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
@@ -19,6 +30,7 @@ use walcrypt::{Config, Follower, Lsn, SyncMode, Wal, WalStats};
 
 use crate::error::Error;
 use crate::flusher::{Flusher, Waiter};
+use crate::lock_order::{OrderedMutex, READER, STATE};
 use crate::record::{
     self, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE, KIND_VOTE, LogRecord,
 };
@@ -78,12 +90,14 @@ impl StoreOptions {
     }
 }
 
+/// The store's shared state. Lock order: `reader`, then `state` (module header).
 struct Inner<C: RaftTypeConfig> {
-    state: Mutex<State<C>>,
     /// A follower positioned after the last entry read from the log, reused when the next
-    /// read starts at or shortly after it. Held while reading, and by `purge` while segment
-    /// files are removed, so a read never meets a segment vanishing under it.
-    reader: Mutex<Option<Follower>>,
+    /// read starts at or shortly after it. Held for a whole read from the log (so neither a
+    /// purge nor a truncation runs during one), and by `purge` while segment files are
+    /// removed, so a read never meets a segment vanishing under it.
+    reader: OrderedMutex<Option<Follower>, READER>,
+    state: OrderedMutex<State<C>, STATE>,
     // Declared before `wal`: dropping the store first ends the flush thread (which holds the
     // other reference to the log), so the log is closed when the last clone is dropped.
     flusher: Flusher<C>,
@@ -106,13 +120,6 @@ fn vote_error<C: RaftTypeConfig>(
 
 fn read_error<C: RaftTypeConfig>(why: String) -> StorageError<C::NodeId> {
     StorageIOError::read_logs(AnyError::error(why)).into()
-}
-
-/// Whether the caller of `WalLogStore::read_from_log` holds the state lock.
-#[derive(Clone, Copy)]
-enum StateLock {
-    Locked,
-    Unlocked,
 }
 
 /// A follower further behind the next wanted record than this is replaced by a new one
@@ -174,14 +181,15 @@ where
         let flusher = Flusher::start(wal.clone()).map_err(Error::Thread)?;
         let store = WalLogStore {
             inner: Arc::new(Inner {
-                state: Mutex::new(state),
-                reader: Mutex::new(None),
+                reader: OrderedMutex::new(None),
+                state: OrderedMutex::new(state),
                 flusher,
                 wal,
             }),
         };
         // Truncations replayed may have left fewer entries in memory than the cache holds
         // (all of the log is durable now): read them back.
+        let mut reader = store.inner.reader.lock();
         let mut state = store.inner.state.lock();
         let want = state
             .capacity()
@@ -191,11 +199,13 @@ where
             let hi = state.cache_first();
             let wanted = state.lsns(lo, hi);
             let entries = store
-                .read_from_log(&wanted, StateLock::Locked)
+                .inner
+                .read_from_log(&mut reader, &wanted)
                 .map_err(Error::ReadBack)?;
             state.fill_front(entries);
         }
         drop(state);
+        drop(reader);
         Ok(store)
     }
 
@@ -288,31 +298,57 @@ where
         rx.await
             .map_err(|_| "the log store's flush thread has stopped".to_string())?
     }
+}
+
+impl<C> Inner<C>
+where
+    C: RaftTypeConfig,
+    C::Entry: Clone + Serialize + DeserializeOwned,
+{
+    /// Reads the entries `lo..hi` (clamped to the log) of which some lie below the cache:
+    /// those from the log, the rest from the cache. Blocks: run it off the async workers.
+    ///
+    /// The reader's lock is held throughout, so no purge removes files and no truncation runs
+    /// meanwhile; the state lock only for a look at the index and the cache, so appends go on.
+    fn read_entries(&self, lo: u64, hi: u64) -> Result<Vec<C::Entry>, String> {
+        let mut reader = self.reader.lock();
+        let mut entries = Vec::new();
+        let mut next = lo;
+        loop {
+            let wanted = {
+                let state = self.state.lock();
+                // `entries` holds `start..next`. A purge since the last look may have removed
+                // some (their files stay until the reader's lock is released): leave them
+                // out, as entries outside the log are.
+                let start = next - entries.len() as u64;
+                let purged = state.first_index().saturating_sub(start);
+                entries.drain(..purged.min(entries.len() as u64) as usize);
+                // Entries before the first are not in the log (`entries` is empty then).
+                next = next.max(state.first_index());
+                if next >= state.cache_first() || state.is_empty() {
+                    entries.extend(state.cached(next, hi).cloned());
+                    return Ok(entries);
+                }
+                state.lsns(next, hi.min(state.cache_first()))
+            };
+            // The cache may move on while the log is read (appends evict entries from it):
+            // the next look reads what it no longer holds.
+            let Some(&(last, _)) = wanted.last() else {
+                return Ok(entries);
+            };
+            entries.extend(self.read_from_log(&mut reader, &wanted)?);
+            next = last + 1;
+        }
+    }
 
     /// Reads the entries whose records start at `wanted` (index, LSN; in index order, all of
-    /// them durable) from the log.
-    ///
-    /// `Unlocked` when the caller does not hold the state lock: a purge may then have run
-    /// since `wanted` was taken, and the entries it removed are left out (under the reader's
-    /// lock, which a purge needs before it removes files). `Locked` when the caller holds the
-    /// state lock (no purge can be under way then with entries the caller wants).
+    /// them durable, none purged) from the log with the follower in `slot`, which the caller
+    /// holds under the reader's lock. Blocks.
     fn read_from_log(
         &self,
+        slot: &mut Option<Follower>,
         wanted: &[(u64, Lsn)],
-        caller: StateLock,
     ) -> Result<Vec<C::Entry>, String> {
-        let mut slot = self.inner.reader.lock();
-        let wanted: Vec<(u64, Lsn)> = match caller {
-            StateLock::Locked => wanted.to_vec(),
-            StateLock::Unlocked => {
-                let first = self.inner.state.lock().first_index();
-                wanted
-                    .iter()
-                    .copied()
-                    .filter(|(i, _)| *i >= first)
-                    .collect()
-            }
-        };
         let Some(&(_, first)) = wanted.first() else {
             return Ok(Vec::new());
         };
@@ -322,7 +358,7 @@ where
         if !reusable {
             *slot = None;
             *slot = Some(
-                Follower::attach(&self.inner.wal, first)
+                Follower::attach(&self.wal, first)
                     .map_err(|e| format!("following the log from LSN {first}: {e}"))?,
             );
         }
@@ -374,6 +410,59 @@ where
         }
         Ok(entries)
     }
+
+    /// Appends a truncate record and drops the entries from `log_id.index` on; reads the new
+    /// last entry back when the cache held none of the entries left. Blocks (it may wait for
+    /// a read in progress and read from the log): run it off the async workers.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's StorageError, as the trait returns it"
+    )]
+    fn truncate(&self, log_id: &LogId<C::NodeId>) -> StoreResult<(), C> {
+        let payload = record::encode(log_id).map_err(|e| write_error::<C>(&e))?;
+        // The reader's lock first (lock order): the read-back below needs it.
+        let mut reader = self.reader.lock();
+        let mut state = self.state.lock();
+        self.wal
+            .append(KIND_TRUNCATE, &payload)
+            .map_err(|e| write_error::<C>(&e))?;
+        state.truncate(log_id.index);
+        if state.cache_len() == 0 && !state.is_empty() {
+            let last = state.end() - 1;
+            let wanted = state.lsns(last, last + 1);
+            let entries = self
+                .read_from_log(&mut reader, &wanted)
+                .map_err(read_error::<C>)?;
+            state.fill_front(entries);
+        }
+        Ok(())
+    }
+
+    /// Removes the segment files before `keep_from`, once no read from the log is in
+    /// progress. Blocks: run it off the async workers.
+    fn remove_segments_before(&self, keep_from: Lsn) -> walcrypt::Result<()> {
+        // A read from the log holds the reader's lock: the files it reads stay until it is
+        // done, and a follower kept for the next read may point into a removed segment.
+        let mut reader = self.reader.lock();
+        *reader = None;
+        self.wal.purge_before(keep_from).map(drop)
+    }
+}
+
+/// Runs blocking work off the async workers: on tokio's blocking threads when called inside a
+/// tokio runtime (a panic in `work` is resumed here), in place otherwise.
+async fn run_blocking<T: Send + 'static>(
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Ok(work());
+    };
+    match runtime.spawn_blocking(work).await {
+        Ok(value) => Ok(value),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(format!("{what} did not run: {e}")),
+    }
 }
 
 /// Appends records as one batch and returns one LSN for each, in order (checked: the store
@@ -419,37 +508,19 @@ where
         range: RB,
     ) -> StoreResult<Vec<C::Entry>, C> {
         let (lo, hi) = bounds(&range);
-        let wanted = {
+        {
             let state = self.inner.state.lock();
             if lo >= state.cache_first() || state.is_empty() {
                 return Ok(state.cached(lo, hi).cloned().collect());
             }
-            state.lsns(lo, hi.min(state.cache_first()))
-        };
-        // Reading the older part can take a while: the state lock is not held, so appends
-        // go on. A purge meanwhile waits for the read (it takes the reader's lock), and a
-        // truncation leaves the records read in the log: the entries returned are the log as
-        // it was when the read began.
-        let mut entries = self
-            .read_from_log(&wanted, StateLock::Unlocked)
-            .map_err(read_error::<C>)?;
-        let next = wanted.last().map_or(lo, |(i, _)| i + 1);
-        let state = self.inner.state.lock();
-        if next >= state.cache_first() {
-            entries.extend(state.cached(next, hi).cloned());
-        } else {
-            // The cache moved on (evictions by appends meanwhile): read the rest too.
-            let rest = state.lsns(next, hi.min(state.cache_first()));
-            let tail_from = rest.last().map_or(next, |(i, _)| i + 1);
-            let tail: Vec<_> = state.cached(tail_from, hi).cloned().collect();
-            drop(state);
-            entries.extend(
-                self.read_from_log(&rest, StateLock::Unlocked)
-                    .map_err(read_error::<C>)?,
-            );
-            entries.extend(tail);
         }
-        Ok(entries)
+        // Reading the older part blocks (and may wait for another read): on a blocking
+        // thread, with no lock held on this one.
+        let inner = self.inner.clone();
+        run_blocking("a read from the log", move || inner.read_entries(lo, hi))
+            .await
+            .and_then(|read| read)
+            .map_err(read_error::<C>)
     }
 }
 
@@ -526,23 +597,15 @@ where
     ///
     /// When the truncation removes every entry held in memory, the new last entry is read
     /// back from the log, so the last log id stays known.
+    #[expect(
+        clippy::result_large_err,
+        reason = "openraft's StorageError, as the trait returns it"
+    )]
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> StoreResult<(), C> {
-        let payload = record::encode(&log_id).map_err(|e| write_error::<C>(&e))?;
-        let mut state = self.inner.state.lock();
-        self.inner
-            .wal
-            .append(KIND_TRUNCATE, &payload)
-            .map_err(|e| write_error::<C>(&e))?;
-        state.truncate(log_id.index);
-        if state.cache_len() == 0 && !state.is_empty() {
-            let last = state.end() - 1;
-            let wanted = state.lsns(last, last + 1);
-            let entries = self
-                .read_from_log(&wanted, StateLock::Locked)
-                .map_err(read_error::<C>)?;
-            state.fill_front(entries);
-        }
-        Ok(())
+        let inner = self.inner.clone();
+        run_blocking("a truncation", move || inner.truncate(&log_id))
+            .await
+            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
     }
 
     /// Appends a purge record followed by the current vote and committed log id, flushes,
@@ -576,15 +639,12 @@ where
         self.flush_all()
             .await
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
-        // A read from the log holds the reader's lock: the files it reads stay until it is
-        // done, and a follower kept for the next read may point into a removed segment.
-        let mut reader = self.inner.reader.lock();
-        *reader = None;
-        self.inner
-            .wal
-            .purge_before(keep_from)
-            .map_err(|e| write_error::<C>(&e))?;
-        drop(reader);
-        Ok(())
+        let inner = self.inner.clone();
+        run_blocking("the removal of purged segments", move || {
+            inner.remove_segments_before(keep_from)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
+        .map_err(|e| write_error::<C>(&e))
     }
 }
