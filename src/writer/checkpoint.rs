@@ -153,8 +153,9 @@ impl Wal {
         self.control.lock().holds.clone()
     }
 
-    /// The oldest position a purge may reach for `lsn`: before every hold still in force.
-    /// Holds that fell more than `max_hold_bytes` behind the end are given up first (saved).
+    /// The oldest position a purge may reach for `lsn`: before the last checkpoint and every
+    /// hold still in force. Holds that fell more than `max_hold_bytes` behind the end are given
+    /// up first (saved).
     pub(super) fn purge_limit(&self, lsn: u64) -> Result<u64> {
         let end = self.complete_to.load(Ordering::Acquire);
         let mut control = self.control.lock();
@@ -168,12 +169,17 @@ impl Wal {
         if gave_up {
             self.save_control(&mut control)?;
         }
+        // A restart replays from the last checkpoint: what it needs stays too.
+        let checkpoint = control
+            .checkpoint
+            .as_ref()
+            .map_or(u64::MAX, |c| u64::from(c.lsn));
         Ok(control
             .holds
             .iter()
             .filter(|h| !h.lost)
             .map(|h| u64::from(h.lsn))
-            .fold(lsn, u64::min))
+            .fold(lsn.min(checkpoint), u64::min))
     }
 
     /// The key id the control file's checkpoint is sealed under, if any: a key it still

@@ -64,8 +64,9 @@ impl Wal {
         new_segment_header(self.mode, self.geo, self.log_id, start, &self.keys.load())
     }
 
-    /// Removes whole segment files that lie entirely before `lsn` and before the flushed end,
-    /// oldest first. Call it after the engine's checkpoint no longer needs them. The segment
+    /// Removes whole segment files that lie entirely before `lsn`, before the flushed end, before
+    /// the last checkpoint ([`Wal::checkpoint`]) and before every retention hold in force
+    /// ([`Wal::hold`]), oldest first. Call it after the engine's checkpoint no longer needs them. The segment
     /// the log ends in is always kept, also when the log ends exactly at its end and the next
     /// segment does not exist yet. Returns how many segments were removed.
     ///
@@ -88,7 +89,7 @@ impl Wal {
         // from a removed segment must be durable where it goes on. In `Buffered` mode the
         // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
         // pays one fdatasync); in `Durable` mode it already is.
-        // Retention holds in force keep what they need.
+        // The last checkpoint and the retention holds in force keep what they need.
         let lsn = Lsn(self.purge_limit(u64::from(lsn))?);
         let wanted = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
         if self.synced_to.load(Ordering::Acquire) < wanted {
