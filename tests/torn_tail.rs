@@ -9,9 +9,11 @@ use std::io::{Seek, SeekFrom, Write};
 use support::{copy_dir, payload, read_all, segment_files, small_config};
 use walcrypt::{KeyRing, Lsn, Mode, Wal};
 
-/// Writes records of assorted sizes, the first half flushed one by one, the rest by one last
-/// flush, so the pages torn below were all in flight in that last write (bytes that an earlier
-/// flush made durable cannot be lost by a crash; losing them is corruption, tested elsewhere).
+/// Writes records of assorted sizes, the first half flushed one by one, the rest written out
+/// by the writer's drop (as a crash during their flush would leave them), so the pages torn
+/// below were all in flight in that last write (bytes that an earlier flush made durable cannot
+/// be lost by a crash; losing them is corruption, tested elsewhere, and a flush or close that
+/// returns vouches for them in the last page's header).
 /// Returns (lsn, end, payload) for each record.
 fn build_log(dir: &std::path::Path, mode: Mode, keys: &KeyRing) -> Vec<(Lsn, Lsn, Vec<u8>)> {
     let wal = Wal::open(dir, small_config(mode, keys)).unwrap();
@@ -22,8 +24,7 @@ fn build_log(dir: &std::path::Path, mode: Mode, keys: &KeyRing) -> Vec<(Lsn, Lsn
             wal.flush(last).unwrap();
         }
     }
-    wal.flush(last).unwrap();
-    wal.close().unwrap();
+    drop(wal);
     let reader = walcrypt::Reader::open(dir, Some(keys.clone())).unwrap();
     reader
         .records_from(Lsn::default())

@@ -133,10 +133,21 @@ pub(crate) fn reuse_free(
     dir: &Path,
     header: &SegmentHeader,
 ) -> Result<Option<Box<dyn StorageFile>>> {
+    let mut names_durable = false;
     for old in list_free(storage, dir)?.into_iter().rev() {
         if !free_header(storage, dir, old).is_some_and(|had| fits(&had, header)) {
             remove_free(storage, dir, old)?;
             continue;
+        }
+        // The free file's name must be durable before its content changes: a purge whose
+        // directory sync failed leaves the durable directory naming the file as the segment
+        // it was, and a crash after the header below is rewritten would then show that
+        // segment with another segment's header, and the log would not open.
+        if !names_durable {
+            storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("sync directory", dir, e))?;
+            names_durable = true;
         }
         let name = format::segment_file_name(header.start);
         let tmp = dir.join(format!("{name}{REUSE_SUFFIX}"));
