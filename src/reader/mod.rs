@@ -112,7 +112,7 @@ impl Reader {
     /// ```no_run
     /// # use walcrypt::{KeyRing, Mode, Reader};
     /// # fn main() -> walcrypt::Result<()> {
-    /// # let ring: KeyRing = unimplemented!();
+    /// # let ring = KeyRing::generate()?;
     /// let reader = Reader::open("/var/lib/engine/wal", Some(ring))?.require_mode(Mode::PerRecordGcm)?;
     /// # Ok(())
     /// # }
