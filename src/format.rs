@@ -987,6 +987,43 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_flag_stands_alone_or_sealed() {
+        let header = |flags: u8| {
+            let mut bytes = [0u8; RECORD_HEADER_ENCRYPTED];
+            bytes[REC_FLAGS_AT] = flags;
+            bytes[REC_LEN_AT..REC_LEN_AT + 4].copy_from_slice(&(TAG_LEN as u32).to_le_bytes());
+            RecordHeader::decode(&bytes)
+        };
+        assert!(header(RECORD_FLAG_SWITCH).is_ok());
+        assert!(header(SEALED_SWITCH_FLAGS).is_ok());
+        for other in [
+            RECORD_FLAG_ENCRYPTED,
+            RECORD_FLAG_COMPRESSED,
+            RECORD_FLAG_RESUME,
+            SEALED_SWITCH_FLAGS & !RECORD_FLAG_SWITCH | RECORD_FLAG_COMPRESSED,
+        ] {
+            assert!(header(RECORD_FLAG_SWITCH | other).is_err(), "{other:#04x}");
+        }
+    }
+
+    #[test]
+    fn the_mode_code_enters_the_associated_data_from_version_4() {
+        let header = RecordHeader {
+            crc: 0,
+            len: TAG_LEN as u32,
+            kind: 0,
+            flags: SEALED_SWITCH_FLAGS,
+            encryption: Some((1, [0; IV_LEN])),
+        };
+        let old = auth_aad(AUTHENTICATED_CONTROL_VERSION - 1, 7, &header, 4096);
+        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, 7, &header, 4096);
+        assert_eq!(old[AAD_MODE_AT], 0);
+        assert_eq!(new[AAD_MODE_AT], mode_code(Mode::PerRecordGcm));
+        assert_eq!(old[..AAD_MODE_AT], new[..AAD_MODE_AT]);
+        assert_eq!(old[AAD_MODE_AT + 1..], new[AAD_MODE_AT + 1..]);
+    }
+
+    #[test]
     fn mode_codes_are_the_documented_ones() {
         let codes: Vec<u8> = Mode::ALL.into_iter().map(mode_code).collect();
         assert_eq!(codes, [0, 1, 2, 3]);
