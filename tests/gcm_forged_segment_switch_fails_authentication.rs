@@ -3,12 +3,13 @@
 //! cut out of the middle without the key. From format version 4 a perrecord-gcm log seals its
 //! switch records (a tag over no payload, bound to the LSN), so an unsealed switch, or a
 //! sealed-looking one with a made-up tag, fails with `AuthenticationFailed` at its position,
-//! for the Reader and a Follower alike. A switch the writer sealed (a key rotation) is followed.
+//! for the Reader, a Follower and replay at open alike. A switch the writer sealed (at a reopen
+//! with a new key) is followed.
 
 mod support;
 
 use support::tamper::{forged_control, single_page_records, write_at};
-use support::{append_all, payload, small_config};
+use support::{append_all, copy_dir, payload, small_config};
 use walcrypt::inspect::{
     FORMAT_VERSION, RECORD_FLAG_SWITCH, RECORD_HEADER_ENCRYPTED, RecordHeader, SEALED_SWITCH_FLAGS,
     TAG_LEN, record_crc,
@@ -47,8 +48,8 @@ fn log_with_a_forged_switch(
     (dir, Lsn(victim.lsn), index)
 }
 
-/// Reads with a Reader and with a Follower; each must stop with an authentication failure at
-/// `at` after exactly `index` records.
+/// Reads with a Reader, a Follower and `Wal::open_and_replay` (on a copy); each must stop with
+/// an authentication failure at `at` after exactly `index` records.
 fn assert_both_fail_at(dir: &std::path::Path, keys: &KeyRing, at: Lsn, index: usize) {
     let reader = Reader::open(dir, Some(keys.clone())).unwrap();
     let mut read = 0;
@@ -75,6 +76,20 @@ fn assert_both_fail_at(dir: &std::path::Path, keys: &KeyRing, at: Lsn, index: us
         }
     };
     check("follower", read, error, at, index);
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir, copy.path());
+    let mut read = 0;
+    let error = Wal::open_and_replay(
+        copy.path(),
+        small_config(Mode::PerRecordGcm, keys),
+        Lsn::default(),
+        |_| {
+            read += 1;
+            Ok(())
+        },
+    )
+    .err();
+    check("open_and_replay", read, error, at, index);
 }
 
 fn check(who: &str, read: usize, error: Option<Error>, at: Lsn, index: usize) {
