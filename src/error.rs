@@ -70,6 +70,15 @@ pub enum CorruptionKind {
     /// A compressed payload cannot be decompressed: its length prefix is absurd or its stream
     /// is damaged.
     BadCompressedPayload(&'static str),
+    /// A control record (segment switch, resume) whose checksum matches stands where the
+    /// format allows none, or has another length than its kind's: no writer wrote it there.
+    BadControlRecord(&'static str),
+    /// A segment's header names another mode than the log read before it (its first segment,
+    /// or the segments a follower read earlier).
+    ModeChanged {
+        expected: &'static str,
+        got: &'static str,
+    },
 }
 
 impl fmt::Display for CorruptionKind {
@@ -110,6 +119,11 @@ impl fmt::Display for CorruptionKind {
                 "uses key id {key_id}, which its segment header does not list"
             ),
             Self::BadCompressedPayload(what) => write!(f, "compressed payload is damaged: {what}"),
+            Self::BadControlRecord(what) => write!(f, "misplaced control record: {what}"),
+            Self::ModeChanged { expected, got } => write!(
+                f,
+                "segment header names mode {got}, the log read before it is {expected}"
+            ),
         }
     }
 }

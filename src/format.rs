@@ -15,17 +15,24 @@ use crate::config::Mode;
 use crate::crypto::{IV_LEN, KCV_LEN};
 use crate::error::CorruptionKind;
 
-/// Format version written by this build into every new segment. Version 3: a record's
-/// checksum ends with the low 32 bits of the record's own LSN ([`record_crc`]), so a stale but
-/// intact record at another position fails it. Version 2: data is encrypted under per-log
-/// working keys derived from the data keys (HKDF-SHA256 over the data key and the log id), and
-/// segment headers list the working keys' check values.
-pub const FORMAT_VERSION: u32 = 3;
-/// Oldest format version this build reads: readers accept segments of version 2 and 3, and
+/// Format version written by this build into every new segment. Version 4: in a perrecord-gcm
+/// log a segment switch is sealed like a data record (a GCM tag over no payload, its LSN in the
+/// associated data), and every tag's associated data carries the mode code
+/// ([`AUTHENTICATED_CONTROL_VERSION`]). Version 3: a record's checksum ends with the low 32
+/// bits of the record's own LSN ([`record_crc`]), so a stale but intact record at another
+/// position fails it. Version 2: data is encrypted under per-log working keys derived from the
+/// data keys (HKDF-SHA256 over the data key and the log id), and segment headers list the
+/// working keys' check values.
+pub const FORMAT_VERSION: u32 = 4;
+/// Oldest format version this build reads: readers accept segments of version 2 to 4, and
 /// check each record by the version of the segment it starts in.
 pub const OLDEST_READ_VERSION: u32 = 2;
 /// First format version whose record checksums bind the record's LSN.
 pub const LSN_BOUND_CRC_VERSION: u32 = 3;
+/// First format version in which a perrecord-gcm log authenticates its segment switches (a
+/// switch record carries a GCM tag bound to its LSN) and binds the mode code into every tag.
+/// In the segments of earlier versions a switch record is unauthenticated.
+pub const AUTHENTICATED_CONTROL_VERSION: u32 = 4;
 /// First 8 bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"WALCRYPT";
 
@@ -120,7 +127,10 @@ pub const RECORD_FLAG_ENCRYPTED: u8 = 0x01;
 /// Record flag: a segment switch. It carries no payload; the rest of its segment is unused and
 /// the log continues at the first record position of the next segment. Written when a log is
 /// reopened with a key its current segment does not list, so every segment header names the
-/// keys its data uses.
+/// keys its data uses. Set alone (stored length 0), or, in a perrecord-gcm segment of version
+/// [`AUTHENTICATED_CONTROL_VERSION`] or later, with [`RECORD_FLAG_ENCRYPTED`] and
+/// [`RECORD_FLAG_AUTHENTICATED`] and a stored length of exactly [`TAG_LEN`]: a tag over no
+/// payload.
 pub const RECORD_FLAG_SWITCH: u8 = 0x02;
 /// Record flag: the log resumes here, at the first body position of a page, after the page
 /// before was left partly filled. Its payload is the LSN (u64) where the valid records of that
@@ -130,7 +140,8 @@ pub const RECORD_FLAG_SWITCH: u8 = 0x02;
 pub const RECORD_FLAG_RESUME: u8 = 0x10;
 /// Payload length of a resume record.
 pub const RESUME_PAYLOAD_LEN: usize = 8;
-/// Flags of records that steer the reader (switch, resume): never encrypted, never returned.
+/// Flags of records that steer the reader (switch, resume): never returned; never encrypted
+/// but for the sealed switch of a perrecord-gcm log (see [`RECORD_FLAG_SWITCH`]).
 pub const RECORD_FLAGS_CONTROL: u8 = RECORD_FLAG_SWITCH | RECORD_FLAG_RESUME;
 /// Record flag (with [`RECORD_FLAG_ENCRYPTED`]): the payload is AES-256-GCM ciphertext
 /// followed by a [`TAG_LEN`]-byte tag, both counted in `len`. The nonce is the IV's first 12
@@ -144,6 +155,9 @@ pub const RECORD_FLAGS_KNOWN: u8 = RECORD_FLAG_ENCRYPTED
     | RECORD_FLAGS_CONTROL
     | RECORD_FLAG_AUTHENTICATED
     | RECORD_FLAG_COMPRESSED;
+/// Flags of a sealed segment switch (perrecord-gcm, format version 4 and later).
+pub const SEALED_SWITCH_FLAGS: u8 =
+    RECORD_FLAG_SWITCH | RECORD_FLAG_ENCRYPTED | RECORD_FLAG_AUTHENTICATED;
 /// Length of the authentication tag after an authenticated record's ciphertext.
 pub const TAG_LEN: usize = 16;
 // Associated data of an authenticated record, field by field (see [`auth_aad`]).
@@ -157,11 +171,14 @@ pub const AAD_STORED_LEN_AT: usize = AAD_KEY_ID_AT + 4;
 pub const AAD_KIND_AT: usize = AAD_STORED_LEN_AT + 4;
 /// Associated data: offset of the record flags (u8).
 pub const AAD_FLAGS_AT: usize = AAD_KIND_AT + 1;
-/// Associated data: offset of 6 zero bytes.
-pub const AAD_ZERO_AT: usize = AAD_FLAGS_AT + 1;
+/// Associated data: offset of the mode code (u8; [`mode_code`]) from format version
+/// [`AUTHENTICATED_CONTROL_VERSION`] on, zero before.
+pub const AAD_MODE_AT: usize = AAD_FLAGS_AT + 1;
+/// Associated data: offset of 5 zero bytes.
+pub const AAD_ZERO_AT: usize = AAD_MODE_AT + 1;
 /// Offset of the LSN in the associated data: the whole last 8 bytes, so the writer can bind
 /// the position after sealing (see `aead.rs`).
-pub const AAD_LSN_AT: usize = AAD_ZERO_AT + 6;
+pub const AAD_LSN_AT: usize = AAD_ZERO_AT + 5;
 /// Length of the associated data an authenticated record's tag covers.
 pub const AAD_LEN: usize = AAD_LSN_AT + 8;
 
@@ -575,7 +592,10 @@ impl RecordHeader {
         if authenticated && flags & RECORD_FLAG_ENCRYPTED == 0 {
             return Err("authenticated flag without the encrypted flag");
         }
-        if flags & RECORD_FLAG_SWITCH != 0 && flags != RECORD_FLAG_SWITCH {
+        if flags & RECORD_FLAG_SWITCH != 0
+            && flags != RECORD_FLAG_SWITCH
+            && flags != SEALED_SWITCH_FLAGS
+        {
             return Err("segment switch with other flags");
         }
         if flags & RECORD_FLAG_RESUME != 0 && flags != RECORD_FLAG_RESUME {
@@ -623,10 +643,13 @@ pub fn header_len_for_flags(flags: u8) -> usize {
     }
 }
 
-/// The associated data of an authenticated record at `lsn`: what the tag binds besides the
-/// ciphertext. Layout (little-endian): log id (8), key id (4), stored length with the tag
-/// (4), kind (1), flags (1), zero (6), LSN (8).
-pub fn auth_aad(log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
+/// The associated data of an authenticated record at `lsn` in a segment of format `version`:
+/// what the tag binds besides the ciphertext. Layout (little-endian): log id (8), key id (4),
+/// stored length with the tag (4), kind (1), flags (1), mode code (1; zero before version
+/// [`AUTHENTICATED_CONTROL_VERSION`]), zero (5), LSN (8). Only perrecord-gcm records carry a
+/// tag, so the mode code is always perrecord-gcm's: a reader that took the segment for another
+/// mode would not accept a tag at all, and a future authenticated mode gets its own code.
+pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
     let mut aad = [0u8; AAD_LEN];
     let key_id = header.encryption.map_or(0, |(id, _)| id);
     put(&mut aad, AAD_LOG_ID_AT, &log_id.to_le_bytes());
@@ -634,6 +657,9 @@ pub fn auth_aad(log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
     put(&mut aad, AAD_STORED_LEN_AT, &header.len.to_le_bytes());
     put(&mut aad, AAD_KIND_AT, &[header.kind]);
     put(&mut aad, AAD_FLAGS_AT, &[header.flags]);
+    if version >= AUTHENTICATED_CONTROL_VERSION {
+        put(&mut aad, AAD_MODE_AT, &[mode_code(Mode::PerRecordGcm)]);
+    }
     put(&mut aad, AAD_LSN_AT, &lsn.to_le_bytes());
     aad
 }
@@ -958,6 +984,43 @@ mod tests {
                 "byte {at}"
             );
         }
+    }
+
+    #[test]
+    fn a_switch_flag_stands_alone_or_sealed() {
+        let header = |flags: u8| {
+            let mut bytes = [0u8; RECORD_HEADER_ENCRYPTED];
+            bytes[REC_FLAGS_AT] = flags;
+            bytes[REC_LEN_AT..REC_LEN_AT + 4].copy_from_slice(&(TAG_LEN as u32).to_le_bytes());
+            RecordHeader::decode(&bytes)
+        };
+        assert!(header(RECORD_FLAG_SWITCH).is_ok());
+        assert!(header(SEALED_SWITCH_FLAGS).is_ok());
+        for other in [
+            RECORD_FLAG_ENCRYPTED,
+            RECORD_FLAG_COMPRESSED,
+            RECORD_FLAG_RESUME,
+            SEALED_SWITCH_FLAGS & !RECORD_FLAG_SWITCH | RECORD_FLAG_COMPRESSED,
+        ] {
+            assert!(header(RECORD_FLAG_SWITCH | other).is_err(), "{other:#04x}");
+        }
+    }
+
+    #[test]
+    fn the_mode_code_enters_the_associated_data_from_version_4() {
+        let header = RecordHeader {
+            crc: 0,
+            len: TAG_LEN as u32,
+            kind: 0,
+            flags: SEALED_SWITCH_FLAGS,
+            encryption: Some((1, [0; IV_LEN])),
+        };
+        let old = auth_aad(AUTHENTICATED_CONTROL_VERSION - 1, 7, &header, 4096);
+        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, 7, &header, 4096);
+        assert_eq!(old[AAD_MODE_AT], 0);
+        assert_eq!(new[AAD_MODE_AT], mode_code(Mode::PerRecordGcm));
+        assert_eq!(old[..AAD_MODE_AT], new[..AAD_MODE_AT]);
+        assert_eq!(old[AAD_MODE_AT + 1..], new[AAD_MODE_AT + 1..]);
     }
 
     #[test]

@@ -1,16 +1,17 @@
-//! A log written at format version 2 (a copy of each v2 golden), opened by this build, takes
-//! new records in a new segment of the current version: the version-2 segments keep their
-//! bytes (the tail segment only gains the switch record that leaves it, checksummed by the
-//! version-2 rule), every new record lies in a version-3 segment and carries a version-3
-//! checksum, and the mixed log reads back, replays after a reopen and is followed with every
-//! old and new record.
+//! A log written at an older format version (a copy of each v2 and v3 golden), opened by this
+//! build, takes new records in a new segment of the current version: the old segments keep
+//! their bytes (the tail segment only gains the switch record that leaves it, by the old
+//! version's rules: checksummed without the LSN in version 2, unsealed in a version-3
+//! perrecord-gcm log), every new record lies in a segment of the current version and carries
+//! its checksum, and the mixed log reads back, replays after a reopen and is followed with
+//! every old and new record.
 
 mod golden_files;
 
 use std::time::Duration;
 
 use golden_files::Golden;
-use walcrypt::inspect::{FORMAT_VERSION, segment_file_name};
+use walcrypt::inspect::{FORMAT_VERSION, OLDEST_READ_VERSION, segment_file_name};
 use walcrypt::{Config, Follower, Lsn, Reader, Visibility, Wal};
 
 type Rec = (Lsn, u8, Vec<u8>);
@@ -48,8 +49,15 @@ fn config(golden: &Golden) -> Config {
 }
 
 #[test]
-fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
-    let goldens = golden_files::of_version(2);
+fn an_older_version_log_continues_in_new_version_segments_and_reads_back_whole() {
+    for old in OLDEST_READ_VERSION..FORMAT_VERSION {
+        continues_and_reads_back_whole(old);
+    }
+}
+
+fn continues_and_reads_back_whole(old: u32) {
+    let goldens = golden_files::of_version(old);
+    assert!(!goldens.is_empty(), "goldens of version {old}");
     for g in &goldens {
         let dir = tempfile::tempdir().unwrap();
         golden_files::copy_log(g, dir.path());
@@ -67,7 +75,7 @@ fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
         let first = append_some(&wal, g, 0x5A);
         wal.close().unwrap();
 
-        // The version-2 segments before the tail are untouched.
+        // The old segments before the tail are untouched.
         for (file, _) in &g.segments {
             let start = u64::from_str_radix(file.trim_end_matches(".wal"), 16).unwrap();
             if start < tail_segment {
@@ -77,13 +85,13 @@ fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
             }
         }
 
-        // Each segment's version: 2 up to the tail segment, 3 after it; old records carry
-        // version-2 checksums, new ones version-3 checksums.
+        // Each segment's version: the old one up to the tail segment, the current one after
+        // it; old records carry the old version's checksums, new ones the current version's.
         let reader = Reader::open(dir.path(), Some(g.keys.clone())).unwrap();
         for seg in reader.segments() {
             let start = u64::from(seg.header.start);
             let want = if start <= tail_segment {
-                2
+                old
             } else {
                 FORMAT_VERSION
             };
@@ -102,7 +110,7 @@ fn a_version_2_log_continues_in_version_3_segments_and_reads_back_whole() {
         assert_eq!(raw.len(), g.records.len() + first.len(), "{}", g.name);
         for (i, r) in raw.iter().enumerate() {
             let want = if i < g.records.len() {
-                2
+                old
             } else {
                 FORMAT_VERSION
             };

@@ -6,8 +6,9 @@
 //! record's tail, read that tail as a record, and report the log as corrupt: it could not be
 //! opened again.
 //!
-//! For every tail length 1-11 in both encrypted CTR modes: records up to that point, a
-//! rotation, more records, then a reopen and a plain read return every record.
+//! For every tail length in both encrypted CTR modes (1-11) and in perrecord-gcm (1-47: there
+//! the switch record is sealed, 32 bytes of header and a 16-byte tag): records up to that
+//! point, a rotation, more records, then a reopen and a plain read return every record.
 //!
 //! The segment holding only the tail says so itself with a second switch record right after
 //! the tail. A purge up to that segment's start removes the segment before it and keeps that
@@ -23,8 +24,13 @@ use walcrypt::{Config, Key, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const PAGE: u64 = 512;
 const SEGMENT: u64 = 8 * PAGE;
-/// A switch record: the plain record header, no payload.
-const SWITCH_LEN: u64 = 12;
+/// Stored size of a switch record: the plain record header, no payload; in perrecord-gcm a
+/// sealed one, the header with key id and IV and a tag.
+fn switch_len(mode: Mode) -> u64 {
+    if mode == Mode::PerRecordGcm { 48 } else { 12 }
+}
+
+const MODES: [Mode; 3] = [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm];
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {
     Config::new(mode)
@@ -37,7 +43,11 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
 
 /// Stored size of a record with no payload in `mode`.
 fn header_len(mode: Mode) -> u64 {
-    if mode == Mode::PerRecord { 32 } else { 12 }
+    match mode {
+        Mode::PerRecord => 32,
+        Mode::PerRecordGcm => 48,
+        _ => 12,
+    }
 }
 
 /// Appends records until the log ends `left` bytes before the end of a segment.
@@ -118,11 +128,11 @@ fn assert_reads_back(
 
 #[test]
 fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segment() {
-    for mode in [Mode::PerRecord, Mode::PageLevel] {
-        for left in 1..SWITCH_LEN {
+    for mode in MODES {
+        for left in 1..switch_len(mode) {
             let what = format!(
                 "{mode}, switch record with {} bytes over",
-                SWITCH_LEN - left
+                switch_len(mode) - left
             );
             let dir = tempfile::tempdir().unwrap();
             let mut keys = KeyRing::generate().unwrap();
@@ -143,11 +153,11 @@ fn every_record_reads_back_after_a_switch_record_with_its_tail_in_the_next_segme
 
 #[test]
 fn a_purge_that_leaves_the_tail_segment_oldest_keeps_every_later_record() {
-    for mode in [Mode::PerRecord, Mode::PageLevel] {
-        for left in 1..SWITCH_LEN {
+    for mode in MODES {
+        for left in 1..switch_len(mode) {
             let what = format!(
                 "{mode}, {} bytes of the switch record over",
-                SWITCH_LEN - left
+                switch_len(mode) - left
             );
             let dir = tempfile::tempdir().unwrap();
             let mut keys = KeyRing::generate().unwrap();

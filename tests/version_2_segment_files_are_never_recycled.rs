@@ -1,16 +1,16 @@
 //! A version-2 record's checksum binds no LSN, so a stale version-2 record at a new position
 //! would read as valid if a reused file's wipe were ever lost: segment files of format
 //! version 2 are never kept for reuse. A copy of
-//! the version-2 golden log is continued by this build (its new segments are version 3) and
-//! purged: the purge unlinks the version-2 segments although the pool has room, and keeps the
-//! version-3 ones, which the next segments reuse.
+//! the version-2 golden log is continued by this build (its new segments are of the current
+//! version) and purged: the purge unlinks the version-2 segments although the pool has room,
+//! and keeps the current-version ones, which the next segments reuse.
 
 mod support;
 
 use std::path::Path;
 
 use support::faults::{FaultStorage, Op};
-use walcrypt::inspect::SegmentHeader;
+use walcrypt::inspect::{FORMAT_VERSION, SegmentHeader};
 use walcrypt::{Config, Lsn, Mode, Reader, SyncMode, Wal};
 
 const SEGMENT: u64 = 4096;
@@ -58,12 +58,12 @@ fn version_2_segment_files_are_never_recycled() {
     // Segments 0-3 are version 2: none is kept, although the pool has room.
     assert_eq!(wal.purge_before(Lsn(4 * SEGMENT)).unwrap(), 4);
     assert!(free_files(&dir).is_empty(), "{:?}", free_files(&dir));
-    // Segments 4-7 are version 3: all are kept.
+    // Segments 4-7 are of the current version: all are kept.
     assert_eq!(wal.purge_before(Lsn(8 * SEGMENT)).unwrap(), 4);
     let free = free_files(&dir);
     assert_eq!(
         free.iter().map(|f| f.1).collect::<Vec<_>>(),
-        [3, 3, 3, 3],
+        [FORMAT_VERSION; 4],
         "{free:?}"
     );
     let names: Vec<String> = (4..8)

@@ -8,13 +8,15 @@ use super::files::{LogFiles, check_page_header, read_full};
 use crate::Lsn;
 use crate::aead::NONCE_LEN;
 use crate::compress;
+use crate::config::Mode;
 use crate::crypto::IV_LEN;
 use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Position, Result};
 use crate::format::{
-    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
-    RECORD_FLAG_COMPRESSED, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
-    RECORD_HEADER_PLAIN, RecordHeader, TAG_LEN,
+    self, AUTHENTICATED_CONTROL_VERSION, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader,
+    RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
+    RECORD_FLAGS_CONTROL, RECORD_HEADER_PLAIN, RESUME_PAYLOAD_LEN, RecordHeader,
+    SEALED_SWITCH_FLAGS, TAG_LEN,
 };
 use crate::storage::StorageFile;
 
@@ -75,7 +77,7 @@ impl Stored {
     /// Checks the GCM tag over the ciphertext and the associated data rebuilt from where the
     /// record was found, then decrypts and drops the tag. A failed tag leaves no plaintext.
     fn open_authenticated(&mut self, keys: &Keys, key_id: u32, iv: &[u8; IV_LEN]) -> Result<()> {
-        let aad = format::auth_aad(self.log_id, &self.header, u64::from(self.lsn));
+        let aad = format::auth_aad(self.version, self.log_id, &self.header, u64::from(self.lsn));
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&iv[..NONCE_LEN]);
         let body_len = self.stored.len() - TAG_LEN;
@@ -142,6 +144,9 @@ pub(crate) struct Cursor<'a> {
     listed: Option<(u64, u32)>,
     /// The segment last looked up for its format version, and that version.
     version: Option<(u64, u32)>,
+    /// True once this cursor has read a record (of any kind): a resume record can then only
+    /// be reached through the end it names, never by reading on.
+    read_before: bool,
 }
 
 /// A cursor's state without its borrow of the files, so an owner of the files (a follower)
@@ -167,6 +172,7 @@ impl<'a> Cursor<'a> {
             feed: None,
             listed: None,
             version: None,
+            read_before: false,
         }
     }
 
@@ -218,13 +224,17 @@ impl<'a> Cursor<'a> {
     pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
             let start = self.files.geo.skip_headers(self.pos);
-            match self.read_record(start)? {
+            let step = self.read_record(start)?;
+            let read_before = std::mem::replace(&mut self.read_before, step.is_ok());
+            match step {
                 Ok(rec) if rec.header.flags & RECORD_FLAG_SWITCH != 0 => {
                     let stored = format::header_len_for_flags(rec.header.flags) as u64
                         + u64::from(rec.header.len);
+                    self.check_switch_tag(rec)?;
                     self.pos = self.files.geo.after_switch(start, stored);
                 }
                 Ok(rec) if rec.header.flags & RECORD_FLAG_RESUME != 0 => {
+                    self.check_resume_read_on(&rec, read_before)?;
                     self.pos = u64::from(rec.end_lsn);
                 }
                 Ok(rec) => {
@@ -232,20 +242,64 @@ impl<'a> Cursor<'a> {
                     return Ok(Step::Record(rec));
                 }
                 Err(invalid) => match self.resumed_after(start)? {
-                    Some(next) => self.pos = next,
+                    Some(next) => {
+                        self.read_before = true;
+                        self.pos = next;
+                    }
                     None => return Ok(Step::End(invalid)),
                 },
             }
         }
     }
 
+    /// Checks the tag of a sealed segment switch (perrecord-gcm, format version 4 on) before
+    /// the cursor follows it. Without keys nothing is authenticated, as for data records read
+    /// raw; an unsealed switch where a sealed one belongs never gets here (`check_control`).
+    fn check_switch_tag(&self, mut rec: Stored) -> Result<()> {
+        if rec.header.flags & RECORD_FLAG_AUTHENTICATED == 0 {
+            return Ok(());
+        }
+        match self.files.keys.as_deref() {
+            Some(keys) => rec.decrypt(Some(keys)),
+            None => Ok(()),
+        }
+    }
+
+    /// A resume record met by reading on rather than through the end it names
+    /// ([`Cursor::resumed_after`]) is valid only as the first record a read starts at, and
+    /// only when the end it names lies inside the body of the page before: after any other
+    /// record it would skip what that record's end says comes next.
+    fn check_resume_read_on(&self, rec: &Stored, read_before: bool) -> Result<()> {
+        let start = u64::from(rec.lsn);
+        if read_before {
+            return Err(self.control_corrupt(start, "resume record right after another record"));
+        }
+        let geo = self.files.geo;
+        let named: [u8; RESUME_PAYLOAD_LEN] = rec.stored.as_slice().try_into().map_err(|_| {
+            self.control_corrupt(start, "resume record whose payload is not 8 bytes")
+        })?;
+        let end = u64::from_le_bytes(named);
+        let page = geo.page_start(end);
+        let inside = end < start
+            && end > page + PAGE_HEADER_LEN as u64
+            && geo.skip_headers(page + geo.page_size) == start;
+        if !inside {
+            return Err(self.control_corrupt(
+                start,
+                "resume record naming an end outside the body of the page before",
+            ));
+        }
+        Ok(())
+    }
+
     /// Where the log continues when no valid record starts at `start`: after the resume record
     /// at the start of the next page's body, if there is one naming exactly `start` (a pagelevel
-    /// writer reopened the log there and left the rest of this page unwritten). `None` otherwise.
+    /// writer reopened the log there and left the rest of this page unwritten). `None` otherwise,
+    /// and always in the other modes, which never write a resume record.
     fn resumed_after(&mut self, start: u64) -> Result<Option<u64>> {
         let geo = self.files.geo;
         let page = geo.page_start(start);
-        if start <= page + PAGE_HEADER_LEN as u64 {
+        if self.files.mode != Mode::PageLevel || start <= page + PAGE_HEADER_LEN as u64 {
             return Ok(None);
         }
         let next_body = geo.skip_headers(page + geo.page_size);
@@ -262,6 +316,67 @@ impl<'a> Cursor<'a> {
             }
             Err(_) => None,
         })
+    }
+
+    /// Checks a control record (switch, resume) whose checksum matched against where the
+    /// format allows it: a resume record only in pagelevel, at the first body position of a
+    /// page, with an 8-byte payload; a switch record with no payload, or, in a perrecord-gcm
+    /// segment of format version 4 or later, sealed (a tag and nothing else). In perrecord-gcm
+    /// anything else is `AuthenticationFailed`: no writer of the log wrote it, and it would
+    /// delete what follows it. In the other modes it is corruption.
+    fn check_control(&self, header: &RecordHeader, version: u32, start: u64) -> Result<()> {
+        let len = header.len as usize;
+        let switch = header.flags & RECORD_FLAG_SWITCH != 0;
+        if self.files.mode.is_authenticated() {
+            let sealed = version >= AUTHENTICATED_CONTROL_VERSION;
+            let (flags, stored) = if sealed {
+                (SEALED_SWITCH_FLAGS, TAG_LEN)
+            } else {
+                (RECORD_FLAG_SWITCH, 0)
+            };
+            if header.flags != flags || len != stored {
+                return Err(Error::AuthenticationFailed {
+                    at: self.position_of(start),
+                    key_id: header.encryption.map_or(0, |(id, _)| id),
+                });
+            }
+            return Ok(());
+        }
+        let what = if header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
+            Some("sealed switch record outside a perrecord-gcm log")
+        } else if switch {
+            (len != 0).then_some("switch record with a payload")
+        } else if self.files.mode != Mode::PageLevel {
+            Some("resume record outside a pagelevel log")
+        } else if len != RESUME_PAYLOAD_LEN {
+            Some("resume record whose payload is not 8 bytes")
+        } else if start != self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64 {
+            Some("resume record away from the start of a page body")
+        } else {
+            None
+        };
+        match what {
+            Some(what) => Err(self.control_corrupt(start, what)),
+            None => Ok(()),
+        }
+    }
+
+    /// Corruption of the control record at `start`.
+    fn control_corrupt(&self, start: u64, what: &'static str) -> Error {
+        Error::Corrupt {
+            at: self.position_of(start),
+            kind: CorruptionKind::BadControlRecord(what),
+        }
+    }
+
+    /// Segment, offset and LSN of a record starting at `start`.
+    fn position_of(&self, start: u64) -> Position {
+        let segment = self.files.geo.segment_start(start);
+        Position {
+            segment: Lsn(segment),
+            offset: start - segment,
+            lsn: Lsn(start),
+        }
     }
 
     fn read_record(&mut self, start: u64) -> Try<Stored> {
@@ -316,17 +431,19 @@ impl<'a> Cursor<'a> {
         }
         let mode = self.files.mode;
         let control = header.flags & RECORD_FLAGS_CONTROL != 0;
-        if header.encryption.is_some() != (mode.is_per_record() && !control) {
+        if control {
+            self.check_control(&header, version, start)?;
+        } else if header.encryption.is_some() != mode.is_per_record() {
             return Ok(Err(invalid(
                 start,
                 start,
                 CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
             )));
         }
-        // In a perrecord-gcm log every record but a segment switch carries a tag; a record
-        // without one is rejected, never read unauthenticated.
-        if (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != (mode.is_authenticated() && !control)
-        {
+        // In a perrecord-gcm log every record carries a tag (a segment switch of a segment
+        // older than format version 4 excepted); a record without one is rejected, never read
+        // unauthenticated.
+        if !control && (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != mode.is_authenticated() {
             return Ok(Err(invalid(
                 start,
                 start,

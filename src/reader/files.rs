@@ -21,6 +21,9 @@ pub(crate) struct LogFiles {
     pub(crate) log_id: u64,
     pub(crate) keys: Option<Arc<Keys>>,
     pub(crate) segments: Vec<SegmentInfo>,
+    /// The mode a reader or follower requires (`require_mode`); checked again whenever the
+    /// files are read anew.
+    pub(crate) required: Option<Mode>,
 }
 
 /// A segment file of the log and its header.
@@ -227,14 +230,23 @@ impl LogFiles {
                     },
                 ));
             }
-            if h.mode != first.mode || h.geometry != first.geometry {
+            if h.mode != first.mode {
                 return Err(Error::corrupt(
                     h.start,
                     0,
                     h.start,
-                    CorruptionKind::SegmentHeaderField(
-                        "mode or geometry differs from the first segment",
-                    ),
+                    CorruptionKind::ModeChanged {
+                        expected: first.mode.name(),
+                        got: h.mode.name(),
+                    },
+                ));
+            }
+            if h.geometry != first.geometry {
+                return Err(Error::corrupt(
+                    h.start,
+                    0,
+                    h.start,
+                    CorruptionKind::SegmentHeaderField("geometry differs from the first segment"),
                 ));
             }
             if h.version < version_before {
@@ -270,7 +282,54 @@ impl LogFiles {
             log_id: first.log_id,
             keys,
             segments,
+            required: None,
         })
+    }
+
+    /// Refuses these files unless their log is of `mode` (`Error::Mismatch` naming both modes
+    /// and the first segment). A perrecord-gcm log must also be of format version 4 or later
+    /// in every segment: earlier versions do not authenticate their segment switches, so a
+    /// segment relabelled as one of them could hide records. Kept and checked again by every
+    /// later read of the directory.
+    pub(crate) fn require_mode(&mut self, mode: Mode) -> Result<()> {
+        self.required = Some(mode);
+        self.check_required()
+    }
+
+    fn check_required(&self) -> Result<()> {
+        let (Some(mode), Some(first)) = (self.required, self.segments.first()) else {
+            return Ok(());
+        };
+        if self.mode != mode {
+            return Err(Error::Mismatch {
+                what: "mode",
+                on_disk: format!("{} (segment {})", self.mode, first.path.display()),
+                configured: mode.to_string(),
+            });
+        }
+        if !mode.is_authenticated() {
+            return Ok(());
+        }
+        match self
+            .segments
+            .iter()
+            .find(|s| s.header.version < format::AUTHENTICATED_CONTROL_VERSION)
+        {
+            Some(old) => Err(Error::Mismatch {
+                what: "mode",
+                on_disk: format!(
+                    "{mode} of format version {} (segment {}), whose segment switches are not \
+                     authenticated",
+                    old.header.version,
+                    old.path.display()
+                ),
+                configured: format!(
+                    "{mode} of format version {} or later",
+                    format::AUTHENTICATED_CONTROL_VERSION
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The format version of the segment holding `lsn`, which decides how the checksum of a
@@ -475,6 +534,30 @@ impl LogFiles {
                     got: files.log_id,
                 },
             ));
+        }
+        // The log read so far must not change its mode or geometry under a reader: files
+        // relabelled or swapped for another mode's are refused, never read under new rules.
+        if files.mode != self.mode {
+            return Err(Error::corrupt(
+                files.segments[0].header.start,
+                0,
+                files.segments[0].header.start,
+                CorruptionKind::ModeChanged {
+                    expected: self.mode.name(),
+                    got: files.mode.name(),
+                },
+            ));
+        }
+        if files.geo != self.geo {
+            return Err(Error::corrupt(
+                files.segments[0].header.start,
+                0,
+                files.segments[0].header.start,
+                CorruptionKind::SegmentHeaderField("geometry differs from the log read so far"),
+            ));
+        }
+        if let Some(mode) = self.required {
+            files.require_mode(mode)?;
         }
         if ring.is_none() && self.keys.is_some() {
             files.share_keys(self.keys.clone())?;

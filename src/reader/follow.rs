@@ -120,6 +120,8 @@ pub struct Follower {
     checked: Option<(u64, Instant)>,
     /// Where a re-read of the segment headers first failed, and when.
     reread_failed: Option<(u64, Instant)>,
+    /// The mode the log must be of ([`Follower::require_mode`]).
+    required: Option<Mode>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -170,6 +172,7 @@ impl Follower {
             poll_interval: DEFAULT_POLL_INTERVAL,
             checked: None,
             reread_failed: None,
+            required: None,
         }
     }
 
@@ -206,6 +209,20 @@ impl Follower {
         Ok(follower)
     }
 
+    /// Requires the log to be of `mode`, as [`Reader::require_mode`](crate::Reader::require_mode)
+    /// does, now if the log exists and whenever the follower reads the directory again. A log
+    /// of another mode is [`Error::Mismatch`]. Whether or not a mode is required, a follower
+    /// refuses a log whose mode, geometry or id changes under it
+    /// ([`CorruptionKind::ModeChanged`](crate::CorruptionKind::ModeChanged),
+    /// [`CorruptionKind::ForeignSegment`](crate::CorruptionKind::ForeignSegment)).
+    pub fn require_mode(mut self, mode: Mode) -> Result<Follower> {
+        self.required = Some(mode);
+        if let Some(files) = self.files.as_mut() {
+            files.require_mode(mode)?;
+        }
+        Ok(self)
+    }
+
     /// Sets which records are yielded. Default [`Visibility::Durable`].
     pub fn visibility(mut self, visibility: Visibility) -> Follower {
         self.visibility = visibility;
@@ -224,18 +241,10 @@ impl Follower {
     /// every segment's key check values.
     pub fn set_keys(&mut self, keys: Option<KeyRing>) -> Result<()> {
         if let Some(old) = &self.files {
-            let files = LogFiles::open(&self.dir, self.storage.clone(), keys.as_ref())?;
-            if files.log_id != old.log_id {
-                let start = files.segments[0].header.start;
-                return Err(Error::corrupt(
-                    start,
-                    0,
-                    start,
-                    CorruptionKind::ForeignSegment {
-                        expected: old.log_id,
-                        got: files.log_id,
-                    },
-                ));
+            // The same log, mode and geometry as read so far (`LogFiles::reopened`).
+            let mut files = old.reopened(keys.as_ref())?;
+            if keys.is_none() {
+                files.keys = None;
             }
             self.files = Some(files);
             self.parked = Parked::default();
@@ -333,6 +342,9 @@ impl Follower {
             }
             Err(e) => return Err(e),
         };
+        if let Some(mode) = self.required {
+            files.require_mode(mode)?;
+        }
         if self.shared_keys.is_some() {
             files.share_keys(self.shared_keys.clone())?;
         }

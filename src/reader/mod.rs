@@ -123,6 +123,26 @@ impl Reader {
         Ok(Reader { files })
     }
 
+    /// Requires the log to be of `mode`, so that files relabelled with another mode (a
+    /// perrecord-gcm log rewritten as perrecord, or a plaintext log given the log's id) are
+    /// refused instead of read under that mode's weaker rules. A log of another mode is
+    /// [`Error::Mismatch`] naming both modes and the first segment. For
+    /// [`Mode::PerRecordGcm`], every segment must also be of format version 4 or later: the
+    /// segment switches of earlier versions are not authenticated (docs/SECURITY.md).
+    ///
+    /// ```no_run
+    /// # use walcrypt::{KeyRing, Mode, Reader};
+    /// # fn main() -> walcrypt::Result<()> {
+    /// # let ring = KeyRing::generate()?;
+    /// let reader = Reader::open("/var/lib/engine/wal", Some(ring))?.require_mode(Mode::PerRecordGcm)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn require_mode(mut self, mode: Mode) -> Result<Reader> {
+        self.files.require_mode(mode)?;
+        Ok(self)
+    }
+
     /// The log's encryption mode, from its segment headers.
     pub fn mode(&self) -> Mode {
         self.files.mode

@@ -714,7 +714,9 @@ impl Wal {
         (key_id, iv): (u32, [u8; IV_LEN]),
         stored: &mut [u8],
     ) -> Result<LsnBinder> {
-        let aad = format::auth_aad(self.log_id, header, 0);
+        // Data records land only in segments of the current version: a writer leaves a tail
+        // segment of an older one with a switch record at open.
+        let aad = format::auth_aad(format::FORMAT_VERSION, self.log_id, header, 0);
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&iv[..NONCE_LEN]);
         let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);

@@ -9,10 +9,13 @@ use std::sync::atomic::Ordering;
 use super::recycle::{free_file_name, make_segment};
 use super::{Wal, WriteState};
 use crate::Lsn;
+use crate::aead::NONCE_LEN;
 use crate::config::Mode;
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
-use crate::format::{self, Geometry, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, SegmentHeader};
+use crate::format::{
+    self, Geometry, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RecordHeader, SegmentHeader, TAG_LEN,
+};
 use crate::storage::StorageFile;
 
 impl Wal {
@@ -184,16 +187,13 @@ impl Wal {
         keys: Option<std::sync::Arc<crate::crypto::Keys>>,
         claim: bool,
     ) -> Result<u64> {
-        let mut sealed = Vec::new();
-        // A switch record is never encrypted: only its checksum waits for the LSN.
-        let (late, _) = self.seal(0, RECORD_FLAG_SWITCH, &[], &mut sealed)?;
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
         let same = self.check_process()?;
         let mut ins = self.insert.lock();
         let lsn = self.geo.skip_headers(ins.pos);
-        late.finish_untagged(lsn, self.version_at(lsn), &mut sealed);
+        let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert_sealed`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
@@ -210,7 +210,9 @@ impl Wal {
         if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
             ins.pos = end;
             let lsn = self.geo.skip_headers(ins.pos);
-            late.finish_untagged(lsn, self.version_at(lsn), &mut sealed);
+            // Sealed afresh, never the first record again: two tags under one nonce would
+            // give away the hash key.
+            let sealed = self.switch_record(lsn).map_err(|e| self.poison_error(e))?;
             end = self
                 .copy_in(&mut ins, &sealed)
                 .map_err(|e| self.poison_error(e))?
@@ -246,6 +248,53 @@ impl Wal {
             }
         }
         Ok(next)
+    }
+
+    /// The segment-switch record to place at `lsn`, finished (checksum, and tag when sealed).
+    /// In a perrecord-gcm segment of format version 4 or later it is sealed like a data
+    /// record: a GCM tag over no payload, under a key the segment's header lists, with the LSN
+    /// in the associated data, so that no one without the key can end a segment early. Made
+    /// under the insert lock because the segment it lands in decides its form and its key; a
+    /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
+    fn switch_record(&self, lsn: u64) -> Result<Vec<u8>> {
+        let version = self.version_at(lsn);
+        let mut header = RecordHeader {
+            crc: 0,
+            len: 0,
+            kind: 0,
+            flags: RECORD_FLAG_SWITCH,
+            encryption: None,
+        };
+        let mut tag = [0u8; TAG_LEN];
+        if self.mode.is_authenticated() && version >= format::AUTHENTICATED_CONTROL_VERSION {
+            let keys = self.keys.load();
+            let key_id = match self.listed_key(self.geo.segment_start(lsn))? {
+                Some(key_id) => key_id,
+                None => keys.active().unwrap_or(0),
+            };
+            let iv = self.ivs.next_iv()?;
+            header.flags = format::SEALED_SWITCH_FLAGS;
+            header.len = TAG_LEN as u32;
+            header.encryption = Some((key_id, iv));
+            let aad = format::auth_aad(version, self.log_id, &header, lsn);
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce.copy_from_slice(&iv[..NONCE_LEN]);
+            let (sealed, _) =
+                keys.gcm(key_id)?
+                    .seal(&nonce, &aad, &mut [])
+                    .ok_or(Error::RecordTooLarge {
+                        len: 0,
+                        max: format::MAX_PAYLOAD,
+                    })?;
+            tag = sealed;
+        }
+        let stored = &tag[..header.len as usize];
+        let mut record = vec![0u8; header.len_bytes()];
+        header.encode(&mut record);
+        let crc = format::record_crc(version, lsn, &record, stored);
+        record[..4].copy_from_slice(&crc.to_le_bytes());
+        record.extend_from_slice(stored);
+        Ok(record)
     }
 
     /// Continues a reopened pagelevel log on a fresh page: writes a resume record at the start

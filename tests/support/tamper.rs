@@ -5,7 +5,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use walcrypt::inspect::{
-    FORMAT_VERSION, REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED, record_crc, segment_file_name,
+    FORMAT_VERSION, REC_CRC_AT, REC_LEN_AT, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
+    RecordHeader, SegmentHeader, parse_segment_file_name, record_crc, segment_file_name,
 };
 use walcrypt::{Lsn, Reader};
 
@@ -90,4 +91,55 @@ pub fn stored_len(record: &[u8]) -> u32 {
 /// Overwrites the length field of a stored record's header (the CRC is left as it was).
 pub fn set_stored_len(record: &mut [u8], len: u32) {
     record[REC_LEN_AT..REC_LEN_AT + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// A control record as someone without the key can write it: a 12-byte header with `flags`
+/// (switch or resume), its length field counting `stored`, then `stored`, with the checksum
+/// recomputed for a record at `lsn` in a segment of the current format version.
+pub fn forged_control(lsn: u64, flags: u8, stored: &[u8]) -> Vec<u8> {
+    let header = RecordHeader {
+        crc: 0,
+        len: stored.len() as u32,
+        kind: 0,
+        flags,
+        encryption: None,
+    };
+    let mut record = vec![0u8; RECORD_HEADER_PLAIN];
+    header.encode(&mut record);
+    let crc = record_crc(FORMAT_VERSION, lsn, &record, stored);
+    record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    record.extend_from_slice(stored);
+    record
+}
+
+/// Rewrites the header of every segment of the log in `dir` with `edit` applied, its
+/// checksum recomputed: what relabelling a log takes.
+pub fn rewrite_segment_headers(dir: &Path, mut edit: impl FnMut(&mut SegmentHeader)) {
+    for (_, path) in segment_paths(dir) {
+        let mut page = std::fs::read(&path).expect("read segment");
+        let mut header = SegmentHeader::decode(&page).expect("segment header");
+        edit(&mut header);
+        page[..header.encoded_len()].fill(0);
+        header.encode(&mut page);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open segment for writing");
+        file.write_all_at(&page[..header.encoded_len()], 0)
+            .expect("write segment header");
+    }
+}
+
+/// The segment files of `dir` with their starts, oldest first.
+fn segment_paths(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| {
+            let path = e.expect("dir entry").path();
+            let name = path.file_name()?.to_str()?.to_owned();
+            parse_segment_file_name(&name).map(|start| (u64::from(start), path))
+        })
+        .collect();
+    out.sort();
+    out
 }

@@ -21,7 +21,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     if args.follow && no_log_yet(&args.path) {
         return follow_from_creation(args, out);
     }
-    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.kek, &args.path)?;
+    let (keys, target, reader) = open_target(
+        args.key_file.as_deref(),
+        &args.kek,
+        &args.path,
+        args.require_mode,
+    )?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {
@@ -111,6 +116,7 @@ fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let target = Target {
         dir: args.path.clone(),
         segment: None,
+        require_mode: args.require_mode,
     };
     let mut lister = Lister {
         args,
@@ -180,6 +186,9 @@ impl Lister<'_> {
         let mut follower = Follower::open(&target.dir, self.keys.cloned(), begin)
             .map_err(fail)?
             .visibility(visibility);
+        if let Some(mode) = target.require_mode {
+            follower = follower.require_mode(mode).map_err(fail)?;
+        }
         let mut disk = None;
         loop {
             // Output goes out whenever the listing has caught up with the writer.

@@ -134,6 +134,12 @@ pub struct Args {
     #[arg(long, conflicts_with = "backup")]
     pub dry_run: bool,
 
+    /// Refuse the log unless its segment headers name this mode (plaintext, perrecord,
+    /// pagelevel, perrecord-gcm): a log relabelled with a weaker mode is then an error, not a
+    /// clean read. For perrecord-gcm every segment must also be of format version 4 or later.
+    #[arg(long, value_name = "MODE")]
+    pub require_mode: Option<walcrypt::Mode>,
+
     /// With --follow: show only records the writer has made durable (fdatasync'ed), as the
     /// page headers' durable hints vouch for them; these trail the writer by one flush.
     #[arg(long, requires = "follow")]

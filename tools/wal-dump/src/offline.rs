@@ -75,7 +75,8 @@ impl Report {
 /// log without its key.
 fn open(args: &Args, what: &str, writer: bool) -> Result<(Target, Reader, bool), Fail> {
     let key_file = args.key_file.as_deref();
-    let (keys, target, reader) = source::open_target(key_file, &args.kek, &args.path)?;
+    let (keys, target, reader) =
+        source::open_target(key_file, &args.kek, &args.path, args.require_mode)?;
     if target.segment.is_some() {
         return Err(Fail::trouble(format!(
             "{}: {what} works on a log directory, not on one segment file",

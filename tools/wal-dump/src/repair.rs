@@ -29,7 +29,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         ));
     }
     let key_file = args.key_file.as_deref();
-    let (keys, target, reader) = source::open_target(key_file, &args.kek, &args.path)?;
+    let (keys, target, reader) =
+        source::open_target(key_file, &args.kek, &args.path, args.require_mode)?;
     if target.segment.is_some() {
         return Err(Fail::trouble(format!(
             "{}: --repair works on a log directory, not on one segment file",

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
-use walcrypt::{KeyRing, KeyStore, Lsn, Reader};
+use walcrypt::{KeyRing, KeyStore, Lsn, Mode, Reader};
 
 use crate::fail::Fail;
 use crate::kek::{KekArgs, is_key_store};
@@ -18,9 +18,11 @@ pub fn open_target(
     key_file: Option<&Path>,
     kek: &KekArgs,
     path: &Path,
+    require_mode: Option<Mode>,
 ) -> Result<(Option<KeyRing>, Target, Reader), Fail> {
     let keys = load_keys(key_file, kek)?;
-    let target = Target::resolve(path)?;
+    let mut target = Target::resolve(path)?;
+    target.require_mode = require_mode;
     let reader = target.open(keys.as_ref(), key_file)?;
     Ok((keys, target, reader))
 }
@@ -63,6 +65,8 @@ pub struct Target {
     pub dir: PathBuf,
     /// When PATH named one segment file: that segment's start LSN.
     pub segment: Option<u64>,
+    /// `--require-mode`: the mode every reader opened on the log must find.
+    pub require_mode: Option<Mode>,
 }
 
 impl Target {
@@ -74,6 +78,7 @@ impl Target {
             return Ok(Target {
                 dir: path.to_path_buf(),
                 segment: None,
+                require_mode: None,
             });
         }
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -90,13 +95,17 @@ impl Target {
         Ok(Target {
             dir,
             segment: Some(start.into()),
+            require_mode: None,
         })
     }
 
     /// Opens a reader over the log with `keys`.
     pub fn open(&self, keys: Option<&KeyRing>, key_file: Option<&Path>) -> Result<Reader, Fail> {
-        let reader = Reader::open(&self.dir, keys.cloned())
+        let mut reader = Reader::open(&self.dir, keys.cloned())
             .map_err(|e| Fail::from_wal_with_keys(&e, key_file))?;
+        if let Some(mode) = self.require_mode {
+            reader = reader.require_mode(mode).map_err(|e| Fail::from_wal(&e))?;
+        }
         if let Some(start) = self.segment
             && !reader
                 .segments()

@@ -38,7 +38,12 @@ struct Counted {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
-    let (keys, target, reader) = open_target(args.key_file.as_deref(), &args.kek, &args.path)?;
+    let (keys, target, reader) = open_target(
+        args.key_file.as_deref(),
+        &args.kek,
+        &args.path,
+        args.require_mode,
+    )?;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     let json = args.format == OutputFormat::Json;

@@ -63,7 +63,8 @@ struct Verify<'a> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let ring = load_keys(args.key_file.as_deref(), &args.kek)?;
-    let target = Target::resolve(&args.path)?;
+    let mut target = Target::resolve(&args.path)?;
+    target.require_mode = args.require_mode;
     let reader = match target.open(None, None) {
         Ok(r) => r,
         Err(fail) if fail.code == EXIT_DAMAGE => {
@@ -72,6 +73,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
                 let report = JsonReport {
                     result: "damage",
                     exit_code: EXIT_DAMAGE,
+                    mode: "unknown",
                     segments: 0,
                     pages: 0,
                     records: 0,
@@ -367,6 +369,25 @@ impl Verify<'_> {
         }
     }
 
+    /// Length of a segment-switch record starting at `lsn`: sealed (header with key id and IV,
+    /// then a tag) in a perrecord-gcm segment of format version 4 or later, else 12 bytes.
+    fn switch_len(&self, lsn: u64) -> u64 {
+        let seg = self.geo().segment_start(lsn);
+        let version = self
+            .reader
+            .segments()
+            .iter()
+            .find(|s| u64::from(s.header.start) == seg)
+            .map_or(inspect::FORMAT_VERSION, |s| s.header.version);
+        if self.reader.mode().is_authenticated()
+            && version >= inspect::AUTHENTICATED_CONTROL_VERSION
+        {
+            (inspect::RECORD_HEADER_ENCRYPTED + inspect::TAG_LEN) as u64
+        } else {
+            inspect::RECORD_HEADER_PLAIN as u64
+        }
+    }
+
     fn check_record(&mut self, rec: &walcrypt::inspect::RawRecord, prev_end: Option<u64>) {
         let geo = self.geo();
         let lsn = u64::from(rec.lsn);
@@ -381,8 +402,7 @@ impl Verify<'_> {
             let next = geo.skip_headers(pe);
             // A segment-switch record at `next` (the cursor hands out none) sends the log to
             // the segment after the one holding its last byte, which may be the next segment.
-            let after_switch =
-                geo.skip_headers(geo.after_switch(next, inspect::RECORD_HEADER_PLAIN as u64));
+            let after_switch = geo.skip_headers(geo.after_switch(next, self.switch_len(next)));
             // A pagelevel writer that reopened the log left the rest of the page unused and
             // resumed after a resume record at the start of the next page's body.
             let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
@@ -527,6 +547,7 @@ impl Verify<'_> {
             let report = JsonReport {
                 result,
                 exit_code: code,
+                mode: self.reader.mode().name(),
                 segments: self.reader.segments().len(),
                 pages: f.pages,
                 records: f.records,
@@ -537,6 +558,7 @@ impl Verify<'_> {
             };
             write_json(out, &report)?;
         } else {
+            writeln!(out, "mode: {}", self.reader.mode())?;
             for d in &f.damage {
                 writeln!(out, "damage: {d}")?;
             }
@@ -583,6 +605,7 @@ impl Verify<'_> {
 struct JsonReport<'a> {
     result: &'static str,
     exit_code: u8,
+    mode: &'static str,
     segments: usize,
     pages: u64,
     records: u64,
