@@ -71,7 +71,7 @@ pub struct Hold {
 }
 
 /// What the control file holds, as the writer keeps it.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Control {
     pub(crate) generation: u64,
     pub(crate) checkpoint: Option<Checkpoint>,
