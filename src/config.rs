@@ -1,6 +1,7 @@
 //! Configuration: the encryption mode, keys, sizes and durability.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -184,6 +185,8 @@ pub struct Config {
     pub(crate) key_store: Option<Arc<KeyStore>>,
     /// Automatic data-key rotation of a live log (needs `key_store`). Default: off.
     pub(crate) rotation: RotationPolicy,
+    /// Directories of sealed files whose headers key retirement also reads. Default: none.
+    pub(crate) sealed_dirs: Vec<PathBuf>,
 }
 
 impl fmt::Debug for Config {
@@ -233,6 +236,7 @@ impl Config {
             recycle_segments: DEFAULT_RECYCLE_SEGMENTS,
             key_store: None,
             rotation: RotationPolicy::default(),
+            sealed_dirs: Vec::new(),
         }
     }
 
@@ -287,6 +291,17 @@ impl Config {
     pub fn key_store(mut self, store: Arc<KeyStore>) -> Config {
         self.keys = store.ring();
         self.key_store = Some(store);
+        self
+    }
+
+    /// Directories of sealed files ([`crate::SealedFiles`]) under this log's key store. When
+    /// `purge_before` retires the data keys that no remaining segment lists, it also reads the
+    /// headers of the files directly in these directories and keeps every key one of them is
+    /// sealed under. A directory that cannot be listed, or a file that starts like a sealed
+    /// file but whose header does not read, fails the retirement (nothing is retired; the
+    /// purge's removals stand). Default: none.
+    pub fn sealed_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Config {
+        self.sealed_dirs = dirs.into_iter().map(Into::into).collect();
         self
     }
 

@@ -127,6 +127,7 @@ pub mod inspect;
 mod keys;
 mod reader;
 mod recovery;
+mod sealed;
 pub mod storage;
 mod tail;
 mod writer;
@@ -138,7 +139,7 @@ pub use config::{
     DEFAULT_SEGMENT_SIZE, Mode, RecoveryMode, SyncMode,
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
-pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
+pub use error::{CorruptionKind, Error, PoisonCause, Position, Result, SealedFileProblem};
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
 pub use format::Geometry;
 pub use keys::{
@@ -147,6 +148,11 @@ pub use keys::{
     RotationPolicy, STORE_MAGIC, STORE_VERSION,
 };
 pub use reader::{Follower, Reader, Record, Records, Visibility};
+pub use sealed::{
+    CHUNK_TAG_LEN, DEFAULT_CHUNK_SIZE, FileKeys, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, SEALED_HEADER_LEN,
+    SEALED_MAGIC, SEALED_VERSION, SealedFiles, SealedReader, SealedWriter, open_file, seal_file,
+    sealed_key_id, sealed_key_ids,
+};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.
