@@ -105,6 +105,11 @@
 //! # }
 //! ```
 //!
+//! The engine's other files (snapshots, checkpoints, manifests) are sealed under the same keys
+//! with [`SealedFiles`], [`seal_file`] and [`open_file`]: AES-256-GCM in chunks, authenticated
+//! against truncation, reordering and splicing, written atomically; [`Config::sealed_dirs`]
+//! keeps their keys from being retired.
+//!
 //! The documents behind the API are in [`docs`]: the on-disk format
 //! ([`docs::on_disk_format`]), the IV and key argument ([`docs::security`]), the design of the
 //! write path and of recovery ([`docs::design`]), and the guarantees with their tests
