@@ -299,7 +299,8 @@ impl Config {
     /// headers of the files directly in these directories and keeps every key one of them is
     /// sealed under. A directory that cannot be listed, or a file that starts like a sealed
     /// file but whose header does not read, fails the retirement (nothing is retired; the
-    /// purge's removals stand). Default: none.
+    /// purge's removals stand). The temporary file of a replace that a crash interrupted
+    /// (`.<name>.<16 hex>.tmp`) counts as a sealed file until it is removed. Default: none.
     pub fn sealed_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Config {
         self.sealed_dirs = dirs.into_iter().map(Into::into).collect();
         self

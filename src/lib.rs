@@ -214,6 +214,9 @@ mod tests {
         shared::<super::KeyRing>();
         fn movable<T: Send>() {}
         movable::<super::Follower>();
+        movable::<super::SealedWriter>();
+        movable::<super::SealedReader>();
+        shared::<super::SealedFiles>();
     }
 
     #[test]
