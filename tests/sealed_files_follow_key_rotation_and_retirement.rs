@@ -127,3 +127,26 @@ fn retirement_retires_nothing_when_a_sealed_header_does_not_read() {
     assert_eq!(store.keys().len(), 2, "nothing retired on a guess");
     wal.close().unwrap();
 }
+
+#[test]
+fn a_file_whose_key_was_retired_while_it_was_written_fails_to_finish() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
+    let store = Arc::new(KeyStore::create(dir.path().join("keys"), kek).unwrap());
+    let path = dir.path().join("snapshot");
+    let mut writer = SealedFiles::new(&store).replace(&path).unwrap();
+    assert_eq!(writer.key_id(), 1);
+    writer.write_all(&[3u8; 1000]).unwrap();
+    // Meanwhile the key rotates and, with no segment or registered file listing it, retires.
+    store.rotate_data_key().unwrap();
+    assert_eq!(store.retire_unused(&[]).unwrap(), vec![1]);
+    let err = writer.finish().unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("key id 1 was retired"), "{text}");
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    // Sealed again, it is under the active key and opens.
+    seal_file(&path, &[3u8; 1000], &store).unwrap();
+    assert_eq!(sealed_key_id(&path).unwrap(), 2);
+    assert_eq!(open_file(&path, &store).unwrap(), vec![3u8; 1000]);
+}

@@ -83,7 +83,12 @@ impl SealedReader {
                 SealedFileProblem::ShortChunk { chunk, offset },
             ));
         }
-        let stored = header.chunk_size as usize + CHUNK_TAG_LEN;
+        // One stored chunk, but never more than the file holds: a hostile chunk size in a
+        // small file allocates nothing beyond the file's own length.
+        let stored = match plan.chunks {
+            1 => plan.last_len as usize,
+            _ => header.chunk_size as usize + CHUNK_TAG_LEN,
+        };
         Ok(SealedReader {
             file: read.file,
             path: path.to_path_buf(),
