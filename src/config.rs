@@ -1,6 +1,7 @@
 //! Configuration: the encryption mode, keys, sizes and durability.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -186,6 +187,8 @@ pub struct Config {
     pub(crate) rotation: RotationPolicy,
     /// How far a retention hold may fall behind the end of the log before it is given up.
     pub(crate) max_hold_bytes: u64,
+    /// Directories of sealed files whose headers key retirement also reads. Default: none.
+    pub(crate) sealed_dirs: Vec<PathBuf>,
 }
 
 impl fmt::Debug for Config {
@@ -239,6 +242,7 @@ impl Config {
             key_store: None,
             rotation: RotationPolicy::default(),
             max_hold_bytes: DEFAULT_MAX_HOLD_BYTES,
+            sealed_dirs: Vec::new(),
         }
     }
 
@@ -302,6 +306,18 @@ impl Config {
     pub fn key_store(mut self, store: Arc<KeyStore>) -> Config {
         self.keys = store.ring();
         self.key_store = Some(store);
+        self
+    }
+
+    /// Directories of sealed files ([`crate::SealedFiles`]) under this log's key store. When
+    /// `purge_before` retires the data keys that no remaining segment lists, it also reads the
+    /// headers of the files directly in these directories and keeps every key one of them is
+    /// sealed under. A directory that cannot be listed, or a file that starts like a sealed
+    /// file but whose header does not read, fails the retirement (nothing is retired; the
+    /// purge's removals stand). The temporary file of a replace that a crash interrupted
+    /// (`.<name>.<16 hex>.tmp`) counts as a sealed file until it is removed. Default: none.
+    pub fn sealed_dirs<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Config {
+        self.sealed_dirs = dirs.into_iter().map(Into::into).collect();
         self
     }
 

@@ -41,7 +41,7 @@ type Aes256CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 /// reveals a keystream block.
 const KCV_BLOCK: [u8; 16] = *b"walcrypt key kcv";
 
-fn check_value(aes: &Aes256) -> [u8; KCV_LEN] {
+pub(crate) fn check_value(aes: &Aes256) -> [u8; KCV_LEN] {
     use cipher::BlockCipherEncrypt;
     let mut block = KCV_BLOCK.into();
     aes.encrypt_block(&mut block);

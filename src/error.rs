@@ -128,6 +128,119 @@ impl fmt::Display for CorruptionKind {
     }
 }
 
+/// What is wrong with a sealed file (see [`Error::SealedFile`]). Chunks are numbered from 0;
+/// `offset` is the byte offset of the chunk in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SealedFileProblem {
+    /// The file does not start with the sealed-file magic.
+    NotSealed,
+    /// The file is shorter than a sealed file's header.
+    TruncatedHeader {
+        /// The file's length.
+        len: u64,
+    },
+    /// The header names a format version this build does not read.
+    UnsupportedVersion {
+        /// Version found in the file.
+        found: u32,
+        /// The only version this build reads and writes.
+        supported: u32,
+    },
+    /// A header field holds a value the format does not allow.
+    HeaderField(&'static str),
+    /// The file is sealed under a key id the key ring or store lacks.
+    MissingKey {
+        /// The key id the header names.
+        key_id: u32,
+    },
+    /// The key under the header's key id does not match the header's check value: another key
+    /// under that id, or a damaged header.
+    WrongKey {
+        /// The key id the header names.
+        key_id: u32,
+    },
+    /// The file ends after `chunks` chunks, none of them marked final: chunks were cut from
+    /// its end, or its writer never called `finish`.
+    Truncated {
+        /// Chunks present (the last of them authentic, but not final).
+        chunks: u64,
+        /// Where the file ends.
+        offset: u64,
+    },
+    /// The last chunk is shorter than its tag: the file was cut inside it.
+    ShortChunk {
+        /// The chunk's index.
+        chunk: u64,
+        /// Where it starts.
+        offset: u64,
+    },
+    /// A chunk failed its tag check: it was altered, moved, duplicated, taken from another
+    /// file, or the header was. Its bytes are never returned.
+    AuthenticationFailed {
+        /// The chunk's index.
+        chunk: u64,
+        /// Where it starts.
+        offset: u64,
+        /// The key id the header names.
+        key_id: u32,
+    },
+    /// The file would need more than 2^32 chunks.
+    TooLarge,
+    /// An earlier write or sync of this writer failed; it seals nothing more (sealing the
+    /// chunk again would reuse its nonce).
+    WriterFailed,
+}
+
+impl fmt::Display for SealedFileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotSealed => write!(f, "not a sealed file (bad magic)"),
+            Self::TruncatedHeader { len } => write!(
+                f,
+                "file of {len} bytes is shorter than a sealed file's header (cut short?)"
+            ),
+            Self::UnsupportedVersion { found, supported } => write!(
+                f,
+                "sealed-file format version {found} is not supported (this build reads version \
+                 {supported})"
+            ),
+            Self::HeaderField(what) => write!(f, "invalid header field: {what}"),
+            Self::MissingKey { key_id } => {
+                write!(f, "sealed under key id {key_id}, which the key ring lacks")
+            }
+            Self::WrongKey { key_id } => write!(
+                f,
+                "wrong key for key id {key_id}: it does not match the header's check value \
+                 (another key under that id, or a damaged header)"
+            ),
+            Self::Truncated { chunks, offset } => write!(
+                f,
+                "ends at offset {offset} after {chunks} chunks, none of them the final one \
+                 (cut short, or its writer never finished)"
+            ),
+            Self::ShortChunk { chunk, offset } => write!(
+                f,
+                "chunk {chunk} at offset {offset} is shorter than its tag (cut short)"
+            ),
+            Self::AuthenticationFailed {
+                chunk,
+                offset,
+                key_id,
+            } => write!(
+                f,
+                "chunk {chunk} at offset {offset} failed authentication under key id {key_id} \
+                 (altered, reordered, duplicated, cut, or from another file; contents withheld)"
+            ),
+            Self::TooLarge => write!(f, "file too large: more than 2^32 chunks"),
+            Self::WriterFailed => write!(
+                f,
+                "an earlier write of this sealed file failed; the writer seals nothing more"
+            ),
+        }
+    }
+}
+
 /// Why a log was poisoned: the I/O operation that failed, on which file, and how.
 ///
 /// Kept structured (rather than as a message) so an embedder can tell, for example, a full disk
@@ -333,6 +446,13 @@ pub enum Error {
     },
     /// The directory holds no walcrypt log.
     NoLog(PathBuf),
+    /// A sealed file (see `walcrypt::SealedFiles`) cannot be written or opened.
+    SealedFile {
+        /// The sealed file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: SealedFileProblem,
+    },
 }
 
 impl fmt::Display for Error {
@@ -425,6 +545,9 @@ impl fmt::Display for Error {
                 f,
                 "lsn {needed} was purged: the oldest segment left starts at {oldest}"
             ),
+            Self::SealedFile { path, problem } => {
+                write!(f, "sealed file {}: {problem}", path.display())
+            }
             Self::CheckpointBeyondEnd {
                 dir,
                 checkpoint,

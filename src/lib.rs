@@ -105,6 +105,11 @@
 //! # }
 //! ```
 //!
+//! The engine's other files (snapshots, checkpoints, manifests) are sealed under the same keys
+//! with [`SealedFiles`], [`seal_file`] and [`open_file`]: AES-256-GCM in chunks, authenticated
+//! against truncation, reordering and splicing, written atomically; [`Config::sealed_dirs`]
+//! keeps their keys from being retired.
+//!
 //! The documents behind the API are in [`docs`]: the on-disk format
 //! ([`docs::on_disk_format`]), the IV and key argument ([`docs::security`]), the design of the
 //! write path and of recovery ([`docs::design`]), and the guarantees with their tests
@@ -128,6 +133,7 @@ pub mod inspect;
 mod keys;
 mod reader;
 mod recovery;
+mod sealed;
 pub mod storage;
 mod tail;
 mod writer;
@@ -140,7 +146,7 @@ pub use config::{
 };
 pub use control::{CONTROL_FILE, Checkpoint, Hold, MAX_CHECKPOINT_META, MAX_HOLD_NAME, MAX_HOLDS};
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
-pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
+pub use error::{CorruptionKind, Error, PoisonCause, Position, Result, SealedFileProblem};
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
 pub use format::Geometry;
 pub use keys::{
@@ -149,6 +155,11 @@ pub use keys::{
     RotationPolicy, STORE_MAGIC, STORE_VERSION,
 };
 pub use reader::{Follower, Reader, Record, Records, Visibility};
+pub use sealed::{
+    CHUNK_TAG_LEN, DEFAULT_CHUNK_SIZE, FileKeys, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, SEALED_HEADER_LEN,
+    SEALED_MAGIC, SEALED_VERSION, SealedFiles, SealedReader, SealedWriter, open_file, seal_file,
+    sealed_key_id, sealed_key_ids,
+};
 pub use writer::{Wal, WalStats};
 
 /// A log sequence number: a byte position in the log, counting every segment and page header.
@@ -205,6 +216,9 @@ mod tests {
         shared::<super::KeyRing>();
         fn movable<T: Send>() {}
         movable::<super::Follower>();
+        movable::<super::SealedWriter>();
+        movable::<super::SealedReader>();
+        shared::<super::SealedFiles>();
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub(super) struct Rotation {
     /// Nanoseconds since `opened` at which the policy's age limit is reached.
     next_at_ns: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Directories of sealed files whose keys retirement keeps (`Config::sealed_dirs`).
+    sealed_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Rotation {
@@ -58,6 +60,7 @@ impl Rotation {
             opened: Instant::now(),
             next_at_ns: AtomicU64::new(NEVER),
             last_error: Mutex::new(None),
+            sealed_dirs: config.sealed_dirs.clone(),
         };
         rotation.restart(end);
         Ok(rotation)
@@ -229,6 +232,15 @@ impl Wal {
         for id in self.keys_of_free_files()? {
             if !in_use.contains(&id) {
                 in_use.push(id);
+            }
+        }
+        // Sealed files beside the log (snapshots, checkpoints) need their keys as long as they
+        // exist.
+        for dir in &self.rotation.sealed_dirs {
+            for id in crate::sealed::key_ids_in(self.storage.as_ref(), dir)? {
+                if !in_use.contains(&id) {
+                    in_use.push(id);
+                }
             }
         }
         // A segment being made may be a reused file whose old pages are not wiped yet, under
