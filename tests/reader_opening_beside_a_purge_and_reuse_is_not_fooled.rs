@@ -96,10 +96,17 @@ fn scenario(mode: Mode, follower: bool) {
     } else {
         let reader = Reader::open_with_storage(&dir, Some(keys.clone()), storage)
             .unwrap_or_else(|e| panic!("{what}: open: {e}"));
-        reader
-            .records_from(Lsn::default())
-            .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
-            .count()
+        let mut n = 0;
+        for r in reader.records_from(Lsn::default()) {
+            let r = r.unwrap_or_else(|e| panic!("{what}: read: {e}"));
+            assert!(
+                r.payload == [7; 200] || r.payload == [9; 150],
+                "{what}: record at {} altered",
+                r.lsn
+            );
+            n += 1;
+        }
+        n
     };
     assert!(
         *hooks.reused.lock().unwrap(),

@@ -17,9 +17,8 @@ use walcrypt::{KeyRing, Lsn, Mode, Wal};
 /// Returns (lsn, end, payload) for each record.
 fn build_log(dir: &std::path::Path, mode: Mode, keys: &KeyRing) -> Vec<(Lsn, Lsn, Vec<u8>)> {
     let wal = Wal::open(dir, small_config(mode, keys)).unwrap();
-    let mut last = Lsn::default();
     for i in 0..40u64 {
-        last = wal.append(1, &payload(i, (i as usize * 37) % 300)).unwrap();
+        let last = wal.append(1, &payload(i, (i as usize * 37) % 300)).unwrap();
         if i < 20 {
             wal.flush(last).unwrap();
         }
