@@ -416,6 +416,8 @@ pub enum Error {
     LsnNotAvailable(Lsn),
     /// The requested LSN lies inside the log but no record starts there.
     NotRecordStart(Lsn),
+    /// The log was shut down ([`crate::Wal::shutdown`]); it takes no more calls.
+    Closed(PathBuf),
     /// The control file (the engine's last checkpoint and the log's retention holds) is
     /// damaged, belongs to another log, or its checkpoint failed authentication.
     Control {
@@ -538,6 +540,7 @@ impl fmt::Display for Error {
             Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
             Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
+            Self::Closed(dir) => write!(f, "the log in {} was shut down", dir.display()),
             Self::Control { path, reason } => {
                 write!(f, "control file {}: {reason}", path.display())
             }

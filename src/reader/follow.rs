@@ -349,6 +349,9 @@ impl Follower {
             files.share_keys(self.shared_keys.clone())?;
         }
         self.pos = super::record_start(&files, self.from)?;
+        // `durable_lsn` is true from the start, not only once a record needed it.
+        let frontier = durable_frontier(&files, self.wal.as_ref(), Lsn(self.pos))?;
+        self.durable = self.durable.max(frontier);
         self.files = Some(files);
         Ok(true)
     }

@@ -580,6 +580,23 @@ impl Wal {
     /// The last page's header then carries a durable hint through the end, made durable too,
     /// so followers of the files (in any process, also after a restart) see every record.
     pub fn close(self) -> Result<()> {
+        self.finish()
+    }
+
+    /// [`Wal::close`] for a log shared by reference (an `Arc<Wal>` that other threads still
+    /// hold): makes everything appended durable as `close` does, then refuses every later
+    /// call with [`Error::Closed`]. The directory lock is released when the last reference is
+    /// dropped. A second `shutdown` returns `Error::Closed`.
+    pub fn shutdown(&self) -> Result<()> {
+        let result = self.finish();
+        if result.is_ok() {
+            self.closed.store(true, Ordering::Release);
+            self.poisoned.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    fn finish(&self) -> Result<()> {
         self.check_poison()?;
         let result = self.sync_all().and_then(|()| {
             let mut w = self.write.lock();

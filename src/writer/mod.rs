@@ -357,6 +357,9 @@ pub struct Wal {
     control: Mutex<crate::control::Control>,
     /// How far a hold may fall behind the end before a purge gives it up.
     max_hold_bytes: u64,
+    /// Set by [`Wal::shutdown`] (before `poisoned`, which then refuses every later call with
+    /// [`Error::Closed`] at no cost to the hot path's one check).
+    closed: AtomicBool,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -459,6 +462,7 @@ impl Wal {
             recycle: config.recycle_segments,
             control: Mutex::new(crate::control::Control::default()),
             max_hold_bytes: config.max_hold_bytes,
+            closed: AtomicBool::new(false),
             _dir_lock: dir_lock,
         })
     }
@@ -1026,6 +1030,9 @@ impl Wal {
 
     fn check_poison(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed(self.dir.clone()));
+            }
             // The cause is recorded before the flag is set, so it is always there.
             let cause = self.poison_reason.lock().clone();
             return Err(Error::Poisoned(cause.unwrap_or_else(|| PoisonCause {

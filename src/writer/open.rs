@@ -62,6 +62,34 @@ impl Wal {
     {
         open(dir.as_ref(), config, Some((from, &mut replay)))
     }
+
+    /// [`Wal::open_and_replay`] with a callback that returns the engine's own error type: an
+    /// error from `apply` aborts the open (nothing is truncated) and comes back as it was;
+    /// walcrypt's own errors come back converted with `From`.
+    pub fn open_and_apply<F, E>(
+        dir: impl AsRef<Path>,
+        config: Config,
+        from: Lsn,
+        mut apply: F,
+    ) -> std::result::Result<Wal, E>
+    where
+        F: FnMut(Record) -> std::result::Result<(), E>,
+        E: From<Error>,
+    {
+        let mut failed: Option<E> = None;
+        let opened = Wal::open_and_replay(dir, config, from, |record| {
+            apply(record).map_err(|e| {
+                failed = Some(e);
+                // Stops the replay; the engine's error is what the caller gets.
+                Error::Config("replay stopped by the engine's callback".into())
+            })
+        });
+        match (opened, failed) {
+            (_, Some(e)) => Err(e),
+            (Ok(wal), None) => Ok(wal),
+            (Err(e), None) => Err(E::from(e)),
+        }
+    }
 }
 
 /// Claims `dir`, then creates a new log there or has recovery find the end of the existing
