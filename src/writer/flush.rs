@@ -534,7 +534,35 @@ impl Wal {
         // the lock may have failed meanwhile), as on the Buffered path.
         self.check_poison()?;
         self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        self.debug_check_positions(w);
         Ok(())
+    }
+
+    /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as
+    /// far as the write lock (held by the caller, about to release it) can see it:
+    /// `synced_to <= flushed_to <= complete_to`, `flushed_to <= written_to <= reserved_to`.
+    /// Every test that writes a log checks them this way; release builds pay nothing.
+    pub(super) fn debug_check_positions(&self, w: &WriteState) {
+        if cfg!(debug_assertions) && !self.poisoned.load(Ordering::Acquire) {
+            let synced = self.synced_to.load(Ordering::Acquire);
+            let flushed = self.flushed_to.load(Ordering::Acquire);
+            let written = self.written_to.load(Ordering::Acquire);
+            let complete = self.complete_to.load(Ordering::Acquire);
+            debug_assert!(
+                synced <= flushed && flushed <= complete,
+                "positions out of order: synced {} flushed {} complete {}",
+                Lsn(synced),
+                Lsn(flushed),
+                Lsn(complete)
+            );
+            debug_assert!(
+                flushed <= written && written <= w.reserved_to,
+                "positions out of order: flushed {} written {} reserved {}",
+                Lsn(flushed),
+                Lsn(written),
+                Lsn(w.reserved_to)
+            );
+        }
     }
 
     /// Writes the durable hint an fdatasync just made true into the header of the last page

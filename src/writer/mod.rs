@@ -943,7 +943,9 @@ impl Wal {
             self.sync_locked(&mut w)?;
             self.synced_to.store(target, Ordering::Release);
             self.flushed_to.fetch_max(target, Ordering::AcqRel);
-            self.refresh_hint(&mut w)
+            self.refresh_hint(&mut w)?;
+            self.debug_check_positions(&w);
+            Ok(())
         });
         self.counters
             .write_lock_ns
