@@ -419,7 +419,7 @@ mod tests {
         assert_eq!(opened.ring().ids(), store.ring().ids());
         let wrong = PassphraseKek::for_store(&path, b"incorrect horse").unwrap();
         let err = crate::KeyStore::open(&path, std::sync::Arc::new(wrong)).unwrap_err();
-        assert!(err.to_string().contains("wrapped under KEK"), "{err}");
+        assert!(err.to_string().contains("wrong passphrase"), "{err}");
         assert!(!err.to_string().contains("horse"), "{err}");
     }
 

@@ -74,7 +74,7 @@ impl std::fmt::Debug for KeyStore {
         let inner = self.inner.lock();
         f.debug_struct("KeyStore")
             .field("path", &self.path)
-            .field("kek_id", &inner.kek_id)
+            .field("kek", &describe_kek_id(&inner.kek_id))
             .field(
                 "ids",
                 &inner.entries.iter().map(|e| e.info.id).collect::<Vec<_>>(),
@@ -571,11 +571,7 @@ fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>
     if mine != parsed.kek_id {
         return Err(store_error(
             path,
-            &format!(
-                "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
-                parsed.kek_id,
-                provider.name()
-            ),
+            &kek_mismatch(&parsed.kek_id, &mine, &provider.name()),
         ));
     }
     let auth = check_authentication(path, provider.as_ref(), &parsed)?;
@@ -676,6 +672,39 @@ fn auth_aad(kek_id: &str) -> Vec<u8> {
     aad.push(kek_id.len() as u8);
     aad.extend_from_slice(kek_id.as_bytes());
     aad
+}
+
+/// Why a provider's KEK is not the store's, without a fingerprint, salt or cost of either:
+/// those are derived from secrets (a passphrase's salt and KEK fingerprint together let anyone
+/// who reads the error test guesses offline). A KMS's key ids are named; a passphrase that
+/// derives another KEK under the store's own salt and cost is simply wrong.
+fn kek_mismatch(stored: &str, supplied: &str, provider: &str) -> String {
+    let same_derivation = match (stored.rsplit_once(':'), supplied.rsplit_once(':')) {
+        (Some((a, _)), Some((b, _))) => {
+            stored.starts_with("argon2id:") && a.strip_suffix(":sha256").is_some() && a == b
+        }
+        _ => false,
+    };
+    if same_derivation {
+        return "wrong passphrase: the KEK it derives is not the one the store is wrapped under"
+            .into();
+    }
+    let (stored, supplied) = (describe_kek_id(stored), describe_kek_id(supplied));
+    format!(
+        "the store is wrapped under another KEK ({stored}) than {provider} supplies ({supplied})"
+    )
+}
+
+/// A KEK id as errors show it: a KMS's key id as it is; a built-in KEK's fingerprint or a
+/// passphrase KEK's salt and cost never.
+pub(super) fn describe_kek_id(id: &str) -> String {
+    if id.starts_with("argon2id:") {
+        "a KEK derived from a passphrase".into()
+    } else if id.starts_with("sha256:") {
+        "a local KEK".into()
+    } else {
+        format!("KEK {id}")
+    }
 }
 
 /// `.<name>.lock` beside `path`: the lock a writer of the store holds.
