@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use layout::{KeyInfo, KeyState, STORE_MAGIC, STORE_VERSION};
 pub use provider::{
-    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KeyProvider, LOCAL_WRAP_LEN,
+    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KekFormat, KeyProvider, LOCAL_WRAP_LEN,
     PASSPHRASE_COST, PassphraseKek, ProviderSpec,
 };
 pub use ring::{Key, KeyRing};
