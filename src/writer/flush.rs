@@ -580,6 +580,8 @@ impl Wal {
     /// The last page's header then carries a durable hint through the end, made durable too,
     /// so followers of the files (in any process, also after a restart) see every record.
     pub fn close(self) -> Result<()> {
+        // In a forked child, before anything that may take a lock (the poison cause's).
+        self.check_process()?;
         self.check_poison()?;
         let result = self.sync_all().and_then(|()| {
             let mut w = self.write.lock();

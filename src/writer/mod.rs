@@ -1066,13 +1066,17 @@ fn check_len(payload: &[u8]) -> Result<()> {
 
 impl Drop for Wal {
     fn drop(&mut self) {
+        // A forked child takes no lock at all: any lock a thread of the parent held at the
+        // fork (the preparer's, the write lock, ...) stays locked forever in the child. It has
+        // no preparer thread of its own and may write nothing (`check_process`), so it leaves
+        // everything as it is; its memory and descriptors go when it exits or execs.
+        if std::process::id() != self.opener {
+            return;
+        }
         // The preparer finishes the segment it may be making before the directory lock goes.
         self.preparer.close();
         if let Some(thread) = self.preparer_thread.take() {
-            // A forked child has no preparer thread of its own: only the opener joins it.
-            if std::process::id() == self.opener {
-                let _ = thread.join();
-            }
+            let _ = thread.join();
         }
         if self.poisoned.load(Ordering::Acquire) {
             return;
