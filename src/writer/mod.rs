@@ -171,7 +171,6 @@ const SEAL_BUFFER_KEEP: usize = 256 << 10;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-    static COMPRESS_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
@@ -635,17 +634,9 @@ impl Wal {
         if flags & RECORD_FLAGS_CONTROL != 0 || payload.len() < min_len.max(1) {
             return self.seal_stored(kind, flags, payload, sealed);
         }
-        COMPRESS_BUFFER.with(|buffer| {
-            let mut packed = buffer.take();
-            let result = if compress::compress(payload, &mut packed) {
-                self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, &packed, sealed)
-            } else {
-                self.seal_stored(kind, flags, payload, sealed)
-            };
-            if packed.capacity() <= SEAL_BUFFER_KEEP {
-                buffer.set(packed);
-            }
-            result
+        compress::with_compressed(payload, |packed| match packed {
+            Some(packed) => self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, packed, sealed),
+            None => self.seal_stored(kind, flags, payload, sealed),
         })
     }
 
@@ -666,6 +657,9 @@ impl Wal {
         };
         let tag_len = if auth { TAG_LEN } else { 0 };
         sealed.clear();
+        // At its final size before any plaintext is in it: growing it later would leave a
+        // copy of the plaintext in the freed allocation.
+        sealed.reserve(hlen + payload.len() + tag_len);
         sealed.resize(hlen, 0);
         sealed.extend_from_slice(payload);
         sealed.resize(hlen + payload.len() + tag_len, 0);
