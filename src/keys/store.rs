@@ -18,16 +18,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use aes_gcm::aead::{AeadInOut, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use parking_lot::Mutex;
 
 use super::layout::{
-    AUTH_NONCE_LEN, AUTH_TAG_LEN, AuthHeader, Decoded, KeyInfo, KeyState, MAX_STORE_LEN,
-    MAX_WRAPPED_LEN, STORE_VERSION_1, decode, encode_body, finish,
+    AUTH_NONCE_LEN, AuthHeader, KeyInfo, KeyState, MAX_STORE_LEN, MAX_WRAPPED_LEN, STORE_VERSION_1,
+    decode, encode_body, finish,
 };
 use super::provider::KeyProvider;
 use super::ring::{Key, KeyRing, parent_dir, temp_name};
+use super::store_auth::{
+    AuthKey, check_authentication, describe_kek_id, kek_mismatch, new_auth_key, store_tag,
+};
 use crate::error::{Error, Result};
 use crate::storage::{FsStorage, Storage};
 
@@ -35,14 +36,6 @@ struct Entry {
     info: KeyInfo,
     wrapped: Vec<u8>,
     key: Key,
-}
-
-/// The store's authentication key: random, made with the store (and again at a KEK rotation),
-/// kept wrapped under the KEK in the file. Its tag covers every byte of the store before it.
-#[derive(Clone)]
-struct AuthKey {
-    key: Key,
-    wrapped: Vec<u8>,
 }
 
 struct Inner {
@@ -604,109 +597,6 @@ fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>
     })
 }
 
-/// Checks a version 2 store's tag with its authentication key, unwrapped under the KEK; returns
-/// that key, or `None` for a version 1 store (nothing to check).
-fn check_authentication(
-    path: &Path,
-    provider: &dyn KeyProvider,
-    parsed: &Decoded,
-) -> Result<Option<AuthKey>> {
-    let Some(auth) = &parsed.auth else {
-        return Ok(None);
-    };
-    let key = provider.unwrap(&auth.wrapped_key, &auth_aad(&parsed.kek_id))?;
-    let cipher = Aes256Gcm::new(key.bytes().into());
-    let mut nothing: [u8; 0] = [];
-    cipher
-        .decrypt_inout_detached(
-            &Nonce::from(auth.nonce),
-            &auth.covered,
-            nothing.as_mut_slice().into(),
-            &Tag::from(auth.tag),
-        )
-        .map_err(|_| {
-            store_error(
-                path,
-                "authentication failed: its key states, generation or entries were altered, or \
-                 it was assembled from pieces of other stores or generations",
-            )
-        })?;
-    Ok(Some(AuthKey {
-        key,
-        wrapped: auth.wrapped_key.clone(),
-    }))
-}
-
-/// The tag over a store's `body` (AES-256-GCM, no plaintext, the body as associated data).
-fn store_tag(key: &Key, nonce: &[u8; AUTH_NONCE_LEN], body: &[u8]) -> Option<[u8; AUTH_TAG_LEN]> {
-    let cipher = Aes256Gcm::new(key.bytes().into());
-    let mut nothing: [u8; 0] = [];
-    let tag = cipher
-        .encrypt_inout_detached(&Nonce::from(*nonce), body, nothing.as_mut_slice().into())
-        .ok()?;
-    let mut out = [0u8; AUTH_TAG_LEN];
-    out.copy_from_slice(&tag);
-    Some(out)
-}
-
-/// A fresh authentication key, wrapped under the provider's KEK.
-fn new_auth_key(provider: &dyn KeyProvider, kek_id: &str) -> Result<AuthKey> {
-    let key = Key::generate()?;
-    let wrapped = provider.wrap(&key, &auth_aad(kek_id))?;
-    if wrapped.is_empty() || wrapped.len() > MAX_WRAPPED_LEN {
-        return Err(Error::KeyProvider {
-            provider: provider.name(),
-            reason: format!(
-                "wrapped a key into {} bytes; the store takes 1 to {MAX_WRAPPED_LEN}",
-                wrapped.len()
-            ),
-        });
-    }
-    Ok(AuthKey { key, wrapped })
-}
-
-/// The associated data of the wrapped authentication key.
-fn auth_aad(kek_id: &str) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(64 + kek_id.len());
-    aad.extend_from_slice(b"walcrypt key store v2 authentication key");
-    aad.push(kek_id.len() as u8);
-    aad.extend_from_slice(kek_id.as_bytes());
-    aad
-}
-
-/// Why a provider's KEK is not the store's, without a fingerprint, salt or cost of either:
-/// those are derived from secrets (a passphrase's salt and KEK fingerprint together let anyone
-/// who reads the error test guesses offline). A KMS's key ids are named; a passphrase that
-/// derives another KEK under the store's own salt and cost is simply wrong.
-fn kek_mismatch(stored: &str, supplied: &str, provider: &str) -> String {
-    let same_derivation = match (stored.rsplit_once(':'), supplied.rsplit_once(':')) {
-        (Some((a, _)), Some((b, _))) => {
-            stored.starts_with("argon2id:") && a.strip_suffix(":sha256").is_some() && a == b
-        }
-        _ => false,
-    };
-    if same_derivation {
-        return "wrong passphrase: the KEK it derives is not the one the store is wrapped under"
-            .into();
-    }
-    let (stored, supplied) = (describe_kek_id(stored), describe_kek_id(supplied));
-    format!(
-        "the store is wrapped under another KEK ({stored}) than {provider} supplies ({supplied})"
-    )
-}
-
-/// A KEK id as errors show it: a KMS's key id as it is; a built-in KEK's fingerprint or a
-/// passphrase KEK's salt and cost never.
-pub(super) fn describe_kek_id(id: &str) -> String {
-    if id.starts_with("argon2id:") {
-        "a KEK derived from a passphrase".into()
-    } else if id.starts_with("sha256:") {
-        "a local KEK".into()
-    } else {
-        format!("KEK {id}")
-    }
-}
-
 /// `.<name>.lock` beside `path`: the lock a writer of the store holds.
 fn lock_name(path: &Path) -> Result<PathBuf> {
     let name = path
@@ -745,7 +635,7 @@ fn clone_entries(entries: &[Entry]) -> Vec<Entry> {
         .collect()
 }
 
-fn store_error(path: &Path, reason: &str) -> Error {
+pub(super) fn store_error(path: &Path, reason: &str) -> Error {
     Error::KeyStore {
         path: path.to_path_buf(),
         reason: reason.to_string(),
