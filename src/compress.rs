@@ -7,6 +7,10 @@
 //! when that is shorter than the payload itself, and marked with
 //! [`RECORD_FLAG_COMPRESSED`](crate::format::RECORD_FLAG_COMPRESSED).
 
+use std::cell::Cell;
+
+use zeroize::Zeroize;
+
 use crate::format::MAX_PAYLOAD;
 
 /// Bytes of the original-length prefix.
@@ -17,8 +21,49 @@ pub(crate) const LEN_PREFIX: usize = 4;
 /// allocation proportional to the bytes actually read.
 const MAX_RATIO: usize = 255;
 
+/// Compressed payloads of up to this size reuse a per-thread buffer.
+const BUFFER_KEEP: usize = 256 << 10;
+
+thread_local! {
+    /// Zeroized after every use: between records it holds no plaintext (compressed plaintext
+    /// is plaintext to anyone who can read memory).
+    static BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Compresses `payload` into this thread's buffer and calls `f` with the compressed form, or
+/// with `None` when compressing does not make it shorter. The buffer is zeroized before this
+/// returns, also when `f` fails.
+pub(crate) fn with_compressed<R>(payload: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+    BUFFER.with(|buffer| {
+        let mut packed = Wiped(buffer.take());
+        let result = if compress(payload, &mut packed.0) {
+            f(Some(&packed.0))
+        } else {
+            f(None)
+        };
+        let mut packed = std::mem::take(&mut packed.0);
+        // compress leaves zeros beyond the length it returns; only the length needs wiping.
+        // The length stays (the next compress clears it) so that a test can see the zeros.
+        packed.as_mut_slice().zeroize();
+        if packed.capacity() <= BUFFER_KEEP {
+            buffer.set(packed);
+        }
+        result
+    })
+}
+
+/// Zeroizes the whole buffer if `f` panics (the normal path wipes and keeps it).
+struct Wiped(Vec<u8>);
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
 /// Compresses `payload` into `out`. Returns false, with `out` unspecified, when the result
-/// would not be shorter than the payload.
+/// would not be shorter than the payload. On success every byte of `out` past its new length
+/// (up to its old one) is zero: nothing of the payload lies beyond the length.
 pub(crate) fn compress(payload: &[u8], out: &mut Vec<u8>) -> bool {
     let bound = lz4_flex::block::get_maximum_output_size(payload.len());
     out.clear();
@@ -26,6 +71,7 @@ pub(crate) fn compress(payload: &[u8], out: &mut Vec<u8>) -> bool {
     out[..LEN_PREFIX].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     match lz4_flex::block::compress_into(payload, &mut out[LEN_PREFIX..]) {
         Ok(n) if LEN_PREFIX + n < payload.len() => {
+            out[LEN_PREFIX + n..].zeroize();
             out.truncate(LEN_PREFIX + n);
             true
         }
@@ -57,6 +103,29 @@ pub(crate) fn decompress(stored: &[u8]) -> Result<Vec<u8>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_thread_buffer_holds_no_plaintext_after_use() {
+        let text: Vec<u8> = b"secret=swordfish; ".repeat(100);
+        let mut seen = Vec::new();
+        let out = with_compressed(&text, |packed| {
+            seen = packed.unwrap().to_vec();
+            7
+        });
+        assert_eq!(out, 7);
+        assert_eq!(decompress(&seen).unwrap(), text);
+        let kept = BUFFER.with(|b| b.take());
+        assert_eq!(kept.len(), seen.len(), "the buffer is kept for reuse");
+        assert!(
+            kept.iter().all(|&b| b == 0),
+            "the compressed plaintext was left"
+        );
+        BUFFER.with(|b| b.set(kept));
+        // A failure inside the callback wipes it too.
+        let failed: Result<(), ()> = with_compressed(&text, |_| Err(()));
+        assert!(failed.is_err());
+        assert!(BUFFER.with(|b| b.take()).iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn round_trips_and_keeps_only_what_saves_space() {

@@ -150,8 +150,8 @@ pub use error::{CorruptionKind, Error, PoisonCause, Position, Result, SealedFile
 pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
 pub use format::Geometry;
 pub use keys::{
-    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
-    KeyState, KeyStore, LOCAL_WRAP_LEN, PASSPHRASE_COST, PassphraseKek, ProviderSpec,
+    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KekFormat, Key, KeyInfo, KeyProvider,
+    KeyRing, KeyState, KeyStore, LOCAL_WRAP_LEN, PASSPHRASE_COST, PassphraseKek, ProviderSpec,
     RotationPolicy, STORE_MAGIC, STORE_VERSION,
 };
 pub use reader::{Follower, Reader, Record, Records, Visibility};

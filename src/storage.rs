@@ -51,7 +51,8 @@ pub trait Storage: Send + Sync {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Opens an existing file for reading (and writing when `write`).
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>>;
-    /// Creates a new file that must not exist yet, for writing.
+    /// Creates a new file that must not exist yet, for writing. The real file system makes it
+    /// readable and writable by its owner only (mode 0600), whatever the umask.
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
     /// Creates a new file readable by its owner only (mode 0600), for key files. The default
     /// calls [`Storage::create_new`]; the real file system sets the mode on the handle.
@@ -64,7 +65,8 @@ pub trait Storage: Send + Sync {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// Creates the directory (and parents) if missing.
+    /// Creates the directory (and parents) if missing. The real file system makes each new
+    /// directory accessible to its owner only (mode 0700), whatever the umask.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Whether `path` exists. The log asks before creating its directory, to learn which new
     /// directory entries it must make durable.
@@ -146,10 +148,13 @@ impl Storage for FsStorage {
         Ok(Box::new(FsFile(file)))
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // 0600 whatever the umask (which only removes bits): segments hold the log.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)?;
         Ok(Box::new(FsFile(file)))
     }
@@ -175,7 +180,12 @@ impl Storage for FsStorage {
         File::open(dir)?.sync_all()
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        fs::create_dir_all(dir)
+        use std::os::unix::fs::DirBuilderExt;
+        // 0700 whatever the umask, for every directory it creates (missing parents too).
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
     }
     fn rename_no_replace(&self, from: &Path, to: &Path) -> io::Result<()> {
         // link(2) never replaces an existing name; the old name is then dropped. A crash
@@ -196,11 +206,13 @@ impl Storage for FsStorage {
         Ok(Some(Box::new(file)))
     }
     fn lock_dir(&self, dir: &Path) -> io::Result<Option<Box<dyn Send + Sync>>> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(dir.join(LOCK_FILE))?;
         match file.try_lock() {
             Ok(()) => Ok(Some(Box::new(file))),

@@ -1,13 +1,17 @@
 //! The command KEK provider runs a program without a shell and takes the KEK it prints; a
 //! failing, hanging, missing or babbling program is an error that names the program and never
 //! repeats its output; the KEK it prints opens the same store as the KEK file it came from.
+//! The timeout bounds the whole exchange, also when a process the program started keeps its
+//! output open, and that process is killed with it. Only 64 hex digits or base64 of 32 bytes
+//! are a KEK, unless the caller chose raw output: 32 hex digits (a 128-bit key) or a
+//! 32-character passphrase are refused.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use walcrypt::{Error, KekCommand, KekFile, KeyProvider, KeyStore};
+use walcrypt::{Error, KekCommand, KekFile, KekFormat, KeyProvider, KeyStore};
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -98,4 +102,66 @@ fn kek_command_provider() {
     let short = script(dir, "short", &format!("echo {}", &hex[..62]));
     let (_, why) = provider_error(KekCommand::run(&short, &[], t));
     assert!(!why.contains(&hex[..16]), "{why}");
+
+    // A grandchild that keeps the output open: the call returns at the timeout, not when the
+    // grandchild ends, and the grandchild is killed with the program's process group.
+    let pid_file = dir.join("grandchild.pid");
+    let lingers = script(
+        dir,
+        "lingers",
+        &format!(
+            "cat '{}'\nsh -c 'echo $$ > {}; exec sleep 10' &\nexit 0",
+            kek_file.display(),
+            pid_file.display()
+        ),
+    );
+    let started = Instant::now();
+    let (_, why) = provider_error(KekCommand::run(&lingers, &[], Duration::from_millis(500)));
+    let took = started.elapsed();
+    assert!(why.contains("did not finish within 500 ms"), "{why}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "returned after {took:?}"
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let pid = pid.trim();
+    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // Killed but not yet reaped by whoever inherited it.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z')),
+    };
+    let waited = Instant::now();
+    while !gone() && waited.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone(), "the grandchild {pid} survived");
+
+    // Thirty-two characters are not a 256-bit KEK in the default format: a 128-bit key in hex,
+    // a passphrase. Neither is echoed.
+    for (name, text) in [
+        ("hex128", hex[..32].to_string()),
+        ("passphrase", "correct horse battery staple!!!!".to_string()),
+    ] {
+        assert_eq!(text.len(), 32);
+        let prints = script(dir, name, &format!("printf '%s' '{text}'"));
+        let (_, why) = provider_error(KekCommand::run(&prints, &[], t));
+        assert!(why.contains("unusable output"), "{name}: {why}");
+        assert!(!why.contains(&text[..8]), "{name}: {why}");
+        // Only the raw format, chosen explicitly, takes any 32 bytes.
+        assert!(KekCommand::run_with_format(&prints, &[], t, KekFormat::Raw).is_ok());
+    }
+
+    // Base64 of the 32 bytes is the same KEK as the hex.
+    let b64 = script(
+        dir,
+        "base64",
+        &format!("printf '%s' '{hex}' | xxd -r -p | base64"),
+    );
+    if std::process::Command::new("xxd").arg("-v").output().is_ok() {
+        let kek = KekCommand::run(&b64, &[], t).unwrap();
+        assert_eq!(kek.kek_id().unwrap(), store.kek_id());
+    }
 }

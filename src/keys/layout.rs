@@ -3,8 +3,16 @@
 
 /// First 8 bytes of a key store file.
 pub const STORE_MAGIC: [u8; 8] = *b"WCKEYSTR";
-/// Key store format version written by this build; others are refused.
-pub const STORE_VERSION: u32 = 1;
+/// Key store format version written by this build. Version 1 (no authentication of the
+/// listing) is still read, and rewritten as this version at the store's next write; others are
+/// refused.
+pub const STORE_VERSION: u32 = 2;
+/// The first version, read for compatibility.
+pub(super) const STORE_VERSION_1: u32 = 1;
+/// Nonce of the store's authentication tag.
+pub(super) const AUTH_NONCE_LEN: usize = 12;
+/// The store's authentication tag (AES-256-GCM over no plaintext, the body as associated data).
+pub(super) const AUTH_TAG_LEN: usize = 16;
 /// Fixed part of the header, before the KEK id.
 pub(super) const HEADER_FIXED: usize = 25;
 /// Fixed part of an entry, before the wrapped key.
@@ -61,10 +69,18 @@ pub struct KeyInfo {
     pub fingerprint: [u8; 8],
 }
 
-/// The stored form; layout in docs/FORMAT.md.
-pub(super) fn encode<'a>(
+/// What authenticates a version 2 store: the wrapped authentication key and the tag's nonce.
+pub(super) struct AuthHeader<'a> {
+    pub(super) wrapped_key: &'a [u8],
+    pub(super) nonce: [u8; AUTH_NONCE_LEN],
+}
+
+/// The stored form up to (not including) the authentication tag; layout in docs/FORMAT.md.
+/// [`finish`] appends the tag, computed over these bytes, and the checksum.
+pub(super) fn encode_body<'a>(
     kek_id: &str,
     generation: u64,
+    auth: &AuthHeader<'_>,
     entries: impl ExactSizeIterator<Item = (&'a KeyInfo, &'a [u8])>,
 ) -> Vec<u8> {
     let mut out = Vec::new();
@@ -74,6 +90,9 @@ pub(super) fn encode<'a>(
     out.extend_from_slice(&generation.to_le_bytes());
     out.push(kek_id.len() as u8);
     out.extend_from_slice(kek_id.as_bytes());
+    out.extend_from_slice(&(auth.wrapped_key.len() as u16).to_le_bytes());
+    out.extend_from_slice(auth.wrapped_key);
+    out.extend_from_slice(&auth.nonce);
     for (info, wrapped) in entries {
         out.extend_from_slice(&info.id.to_le_bytes());
         out.push(info.state.code());
@@ -83,15 +102,33 @@ pub(super) fn encode<'a>(
         out.extend_from_slice(&(wrapped.len() as u16).to_le_bytes());
         out.extend_from_slice(wrapped);
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
+/// Appends the authentication tag and the checksum over everything before it.
+pub(super) fn finish(mut body: Vec<u8>, tag: [u8; AUTH_TAG_LEN]) -> Vec<u8> {
+    body.extend_from_slice(&tag);
+    let crc = crc32c::crc32c(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
+}
+
+/// What authenticates a decoded version 2 store, to be checked with the KEK.
+pub(super) struct Authentication {
+    pub(super) wrapped_key: Vec<u8>,
+    pub(super) nonce: [u8; AUTH_NONCE_LEN],
+    pub(super) tag: [u8; AUTH_TAG_LEN],
+    /// The bytes the tag covers: every byte before it.
+    pub(super) covered: Vec<u8>,
+}
+
 pub(super) struct Decoded {
+    pub(super) version: u32,
     pub(super) kek_id: String,
     pub(super) generation: u64,
     pub(super) entries: Vec<(KeyInfo, Vec<u8>)>,
+    /// `None` for a version 1 store, which has no authentication of its own.
+    pub(super) auth: Option<Authentication>,
 }
 
 /// A little-endian cursor that reports a short read instead of panicking.
@@ -123,9 +160,10 @@ pub(super) fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     let mut c = Cursor(&body[8..]);
     let version = u32::from_le_bytes(c.array()?);
-    if version != STORE_VERSION {
+    if version != STORE_VERSION && version != STORE_VERSION_1 {
         return Err(format!(
-            "key store version {version} is not supported (this build reads version {STORE_VERSION})"
+            "key store version {version} is not supported (this build reads versions \
+             {STORE_VERSION_1} and {STORE_VERSION})"
         ));
     }
     let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
@@ -143,6 +181,30 @@ pub(super) fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
         .to_string();
     if kek_id.is_empty() {
         return Err("empty KEK id".into());
+    }
+    let mut auth = None;
+    if version == STORE_VERSION {
+        let alen = u16::from_le_bytes(c.array()?) as usize;
+        if alen == 0 || alen > MAX_WRAPPED_LEN {
+            return Err(format!(
+                "impossible wrapped authentication key length {alen}"
+            ));
+        }
+        let wrapped_key = c.take(alen)?.to_vec();
+        let nonce = c.array::<AUTH_NONCE_LEN>()?;
+        if c.0.len() < AUTH_TAG_LEN {
+            return Err("truncated".into());
+        }
+        let covered = body.len() - AUTH_TAG_LEN;
+        let mut tag = [0u8; AUTH_TAG_LEN];
+        tag.copy_from_slice(&body[covered..]);
+        c.0 = &c.0[..c.0.len() - AUTH_TAG_LEN];
+        auth = Some(Authentication {
+            wrapped_key,
+            nonce,
+            tag,
+            covered: body[..covered].to_vec(),
+        });
     }
     if count == 0 || count > body.len() / ENTRY_FIXED {
         return Err(format!("impossible key count {count}"));
@@ -187,8 +249,10 @@ pub(super) fn decode(bytes: &[u8]) -> std::result::Result<Decoded, String> {
         return Err(format!("{active} active keys; a store has exactly one"));
     }
     Ok(Decoded {
+        version,
         kek_id,
         generation,
         entries,
+        auth,
     })
 }

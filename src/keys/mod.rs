@@ -4,7 +4,7 @@
 //!   text file for embedders who manage data keys themselves.
 //! * `provider`: the [`KeyProvider`] trait and the built-in KEK sources.
 //! * `store`: the [`KeyStore`] file, data keys stored only wrapped under the KEK; `layout`
-//!   its byte layout.
+//!   its byte layout, `store_auth` its authentication.
 //!
 //! The keystream itself and the per-log working keys are in `crypto`.
 
@@ -12,12 +12,13 @@ mod layout;
 mod provider;
 mod ring;
 mod store;
+mod store_auth;
 
 use std::time::Duration;
 
 pub use layout::{KeyInfo, KeyState, STORE_MAGIC, STORE_VERSION};
 pub use provider::{
-    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KeyProvider, LOCAL_WRAP_LEN,
+    DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KekFormat, KeyProvider, LOCAL_WRAP_LEN,
     PASSPHRASE_COST, PassphraseKek, ProviderSpec,
 };
 pub use ring::{Key, KeyRing};

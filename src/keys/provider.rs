@@ -196,11 +196,26 @@ impl KekFile {
 /// A KEK printed by an external program (a KMS client, a secrets manager's CLI), the idea of
 /// PostgreSQL's proposed `cluster_key_command`.
 ///
-/// The program runs directly, without a shell, with no standard input and its standard error
-/// discarded; it must print the KEK (64 hex digits, or 32 raw bytes) and exit 0 within the
-/// timeout, or it is killed. Failure, a hang or output of the wrong form is an error naming the
-/// program; the output itself never appears in an error.
+/// The program runs directly, without a shell, in a process group of its own, with no standard
+/// input and its standard error discarded; it must print the KEK in the chosen [`KekFormat`]
+/// (by default 64 hex digits or base64 of 32 bytes) and exit 0 within the timeout. The timeout
+/// bounds the whole exchange, reading the output included: when it runs out, the program's
+/// whole process group (children it started included) is killed. Failure, a hang or output of
+/// the wrong form is an error naming the program; the output itself never appears in an error.
 pub struct KekCommand;
+
+/// How a KEK command prints the KEK.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KekFormat {
+    /// Text: exactly 64 hex digits, or standard base64 (with its `=` padding) of exactly 32
+    /// bytes, either optionally followed by one newline. Anything else is refused: a 128-bit
+    /// key in hex or a 32-character passphrase is not taken for a 256-bit KEK.
+    #[default]
+    Text,
+    /// Exactly 32 bytes, taken as the KEK as they are, with nothing after them. Choose it only
+    /// for a program that prints a binary key: then any 32 bytes of output are a KEK.
+    Raw,
+}
 
 /// Default time a KEK command may run.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -208,68 +223,181 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of output read from a KEK command.
 const MAX_COMMAND_OUTPUT: u64 = 4096;
 
+type Output = std::io::Result<Zeroizing<Vec<u8>>>;
+
 impl KekCommand {
-    /// Runs `program` with `args` and returns the KEK it printed.
+    /// Runs `program` with `args` and returns the KEK it printed as text ([`KekFormat::Text`]).
     pub fn run(program: impl AsRef<Path>, args: &[String], timeout: Duration) -> Result<Kek> {
+        Self::run_with_format(program, args, timeout, KekFormat::Text)
+    }
+
+    /// Runs `program` with `args` and returns the KEK it printed in `format`.
+    pub fn run_with_format(
+        program: impl AsRef<Path>,
+        args: &[String],
+        timeout: Duration,
+        format: KekFormat,
+    ) -> Result<Kek> {
+        use std::os::unix::process::CommandExt;
         let program = program.as_ref();
         let name = format!("command {}", program.display());
         let fail = |reason: String| Error::KeyProvider {
             provider: name.clone(),
             reason,
         };
+        let deadline = Instant::now() + timeout;
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .map_err(|e| fail(format!("cannot start it: {e}")))?;
         let Some(stdout) = child.stdout.take() else {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_all(&mut child);
             return Err(fail("its standard output could not be captured".into()));
         };
-        let reader = std::thread::spawn(move || {
+        // Read on a thread of its own, so that a process that keeps the output open (a
+        // program's child left running) cannot hold this call past the deadline.
+        let (sender, output) = std::sync::mpsc::sync_channel::<Output>(1);
+        std::thread::spawn(move || {
             let mut out = Zeroizing::new(Vec::with_capacity(MAX_COMMAND_OUTPUT as usize));
             let read = stdout.take(MAX_COMMAND_OUTPUT).read_to_end(&mut out);
-            read.map(|_| out)
+            let _ = sender.send(read.map(|_| out));
         });
-        let status = wait_with_timeout(&mut child, timeout)
-            .map_err(|e| fail(format!("waiting for it failed: {e}")))?;
-        let Some(status) = status else {
-            return Err(fail(format!(
-                "it did not finish within {} ms and was killed",
+        let killed = || {
+            fail(format!(
+                "it did not finish within {} ms and was killed with its process group",
                 timeout.as_millis()
-            )));
+            ))
         };
-        let output = reader
-            .join()
-            .map_err(|_| fail("reading its output failed".into()))?
-            .map_err(|e| fail(format!("reading its output failed: {e}")))?;
+        let status = match wait_until(&mut child, deadline) {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                kill_all(&mut child);
+                return Err(killed());
+            }
+            Err(e) => {
+                kill_all(&mut child);
+                return Err(fail(format!("waiting for it failed: {e}")));
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let output = match output.recv_timeout(left) {
+            Ok(read) => read.map_err(|e| fail(format!("reading its output failed: {e}")))?,
+            Err(_) => {
+                // The program exited, but something it started holds its output open: that
+                // process is alive, in the program's group, so the group id is still in use
+                // and names no one else.
+                kill_group(child.id());
+                return Err(killed());
+            }
+        };
         if !status.success() {
             return Err(fail(format!("it failed ({status})")));
         }
-        let key = parse_kek(&output).map_err(|why| fail(format!("unusable output: {why}")))?;
+        let key = parse_kek_output(&output, format)
+            .map_err(|why| fail(format!("unusable output: {why}")))?;
         Ok(Kek::new(key, name.clone()))
     }
 }
 
-/// Waits for `child` at most `timeout`; kills it (and reaps it) when the time is up.
-fn wait_with_timeout(
+/// Parses a KEK command's output in `format`. The reason never quotes the output.
+fn parse_kek_output(output: &[u8], format: KekFormat) -> std::result::Result<Key, String> {
+    if format == KekFormat::Raw {
+        return match output.len() {
+            KEY_LEN => Key::from_slice(output).ok_or_else(|| "impossible length".to_string()),
+            n => Err(format!("expected exactly 32 raw bytes, got {n} bytes")),
+        };
+    }
+    let text = output.strip_suffix(b"\n").unwrap_or(output);
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
+    let parsed = match text.len() {
+        64 => super::ring::decode_hex(text, &mut *bytes).is_ok(),
+        44 => decode_base64_key(text, &mut bytes),
+        _ => false,
+    };
+    if parsed {
+        return Ok(Key::from_mut_bytes(&mut bytes));
+    }
+    Err(format!(
+        "expected 64 hex digits or base64 of 32 bytes (and at most a newline), got {} bytes of \
+         something else",
+        output.len()
+    ))
+}
+
+/// Decodes standard base64 of exactly 32 bytes (43 symbols and one `=`; the unused low bits of
+/// the last symbol zero, so each key has one spelling). False for anything else.
+fn decode_base64_key(text: &[u8], out: &mut [u8; KEY_LEN]) -> bool {
+    fn value(c: u8) -> Option<u32> {
+        match c {
+            b'A'..=b'Z' => Some(u32::from(c - b'A')),
+            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
+            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
+            b'+' => Some(62),
+            b'/' => Some(63),
+            _ => None,
+        }
+    }
+    let Some((symbols, b"=")) = text.split_last_chunk::<1>() else {
+        return false;
+    };
+    if symbols.len() != 43 {
+        return false;
+    }
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    let mut at = 0;
+    for &c in symbols {
+        let Some(v) = value(c) else {
+            return false;
+        };
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out[at] = (acc >> bits) as u8;
+            at += 1;
+            acc &= (1 << bits) - 1;
+        }
+    }
+    at == KEY_LEN && acc == 0
+}
+
+/// Waits for `child` until `deadline`; `None` when it is still running then.
+fn wait_until(
     child: &mut std::process::Child,
-    timeout: Duration,
+    deadline: Instant,
 ) -> std::io::Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Some(status));
         }
         if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
             return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Kills a child that has not been reaped and its process group (while the child is
+/// unreaped its id, which is the group's, cannot be reused), then reaps it.
+fn kill_all(child: &mut std::process::Child) {
+    kill_group(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends SIGKILL to the process group `id` (a KEK command's, made with `process_group(0)`).
+fn kill_group(id: u32) {
+    let pid = i32::try_from(id)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
 
@@ -419,8 +547,39 @@ mod tests {
         assert_eq!(opened.ring().ids(), store.ring().ids());
         let wrong = PassphraseKek::for_store(&path, b"incorrect horse").unwrap();
         let err = crate::KeyStore::open(&path, std::sync::Arc::new(wrong)).unwrap_err();
-        assert!(err.to_string().contains("wrapped under KEK"), "{err}");
+        assert!(err.to_string().contains("wrong passphrase"), "{err}");
         assert!(!err.to_string().contains("horse"), "{err}");
+    }
+
+    #[test]
+    fn kek_command_output_forms() {
+        let hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+        let b64 = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let expected: Vec<u8> = (0..32).collect();
+        for text in [
+            hex.to_string(),
+            format!("{hex}\n"),
+            b64.to_string(),
+            format!("{b64}\n"),
+            format!("{b64}\r\n"),
+        ] {
+            let key = parse_kek_output(text.as_bytes(), KekFormat::Text).unwrap();
+            assert_eq!(key.bytes().as_slice(), expected.as_slice(), "{text:?}");
+        }
+        for bad in [
+            &hex[..32],                                     // 128 bits in hex
+            "correct horse battery staple!!!!",             // 32 characters
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9=", // unused bits set
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",  // no padding
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh*=", // not base64
+        ] {
+            let why = parse_kek_output(bad.as_bytes(), KekFormat::Text).unwrap_err();
+            assert!(!why.contains(&bad[..8]), "{why}");
+        }
+        assert!(parse_kek_output(format!("{hex}\n\n").as_bytes(), KekFormat::Text).is_err());
+        assert!(parse_kek_output(format!(" {hex}").as_bytes(), KekFormat::Text).is_err());
+        assert!(parse_kek_output(&[7u8; 32], KekFormat::Raw).is_ok());
+        assert!(parse_kek_output(&[7u8; 33], KekFormat::Raw).is_err());
     }
 
     #[test]

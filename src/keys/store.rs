@@ -20,9 +20,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use super::layout::{KeyInfo, KeyState, MAX_STORE_LEN, MAX_WRAPPED_LEN, decode, encode};
+use super::layout::{
+    AUTH_NONCE_LEN, AuthHeader, KeyInfo, KeyState, MAX_STORE_LEN, MAX_WRAPPED_LEN, STORE_VERSION_1,
+    decode, encode_body, finish,
+};
 use super::provider::KeyProvider;
 use super::ring::{Key, KeyRing, parent_dir, temp_name};
+use super::store_auth::{
+    AuthKey, check_authentication, describe_kek_id, kek_mismatch, new_auth_key, store_tag,
+};
 use crate::error::{Error, Result};
 use crate::storage::{FsStorage, Storage};
 
@@ -37,6 +43,9 @@ struct Inner {
     kek_id: String,
     generation: u64,
     entries: Vec<Entry>,
+    /// `None` for a store read in version 1: its next write makes an authentication key and
+    /// wraps every entry again under the version 2 associated data.
+    auth: Option<AuthKey>,
     /// Whether the directory entry of `generation` is known to survive a power cut: false
     /// after a directory sync failed behind a rename that succeeded, and for a store read from
     /// disk (its writer may have crashed between the rename and the directory sync).
@@ -58,7 +67,7 @@ impl std::fmt::Debug for KeyStore {
         let inner = self.inner.lock();
         f.debug_struct("KeyStore")
             .field("path", &self.path)
-            .field("kek_id", &inner.kek_id)
+            .field("kek", &describe_kek_id(&inner.kek_id))
             .field(
                 "ids",
                 &inner.entries.iter().map(|e| e.info.id).collect::<Vec<_>>(),
@@ -169,6 +178,7 @@ impl KeyStore {
             )?);
         }
         entries.sort_by_key(|e| e.info.id);
+        let auth = Some(new_auth_key(provider.as_ref(), &kek_id)?);
         let store = KeyStore {
             path,
             storage,
@@ -177,6 +187,7 @@ impl KeyStore {
                 kek_id,
                 generation: 0,
                 entries,
+                auth,
                 durable: false,
             }),
         };
@@ -220,7 +231,8 @@ impl KeyStore {
     }
 
     /// Reads what a store says about itself without unwrapping anything (no KEK needed):
-    /// its KEK id, generation and key listing. The file's checksum and layout are checked.
+    /// its KEK id, generation and key listing. The file's checksum and layout are checked, but
+    /// not its authentication, which needs the KEK: [`KeyStore::open`] checks that.
     pub fn inspect(path: impl AsRef<Path>) -> Result<(String, u64, Vec<KeyInfo>)> {
         let path = path.as_ref();
         let bytes = read_file(&FsStorage, path)?;
@@ -320,15 +332,17 @@ impl KeyStore {
                 key: e.key.clone(),
             });
         }
+        let auth = new_auth_key(provider.as_ref(), &kek_id)?;
         let old = (
             inner.provider.clone(),
             std::mem::replace(&mut inner.kek_id, kek_id),
+            inner.auth.replace(auth),
         );
         inner.provider = provider;
         let before = inner.generation;
         let committed = self.commit(&mut inner, entries);
         if committed.is_err() && inner.generation == before {
-            (inner.provider, inner.kek_id) = old;
+            (inner.provider, inner.kek_id, inner.auth) = old;
         }
         committed
     }
@@ -413,14 +427,30 @@ impl KeyStore {
             self.check_unchanged(inner.generation)?;
         }
         let generation = inner.generation + 1;
-        let bytes = encode(
+        let (auth, rewrapped) = self.auth_for_saving(inner)?;
+        let mut nonce = [0u8; AUTH_NONCE_LEN];
+        getrandom::fill(&mut nonce)
+            .map_err(|_| store_error(&self.path, "the OS random source failed"))?;
+        let wrapped = |i: usize| match &rewrapped {
+            Some(all) => all[i].as_slice(),
+            None => inner.entries[i].wrapped.as_slice(),
+        };
+        let body = encode_body(
             &inner.kek_id,
             generation,
+            &AuthHeader {
+                wrapped_key: &auth.wrapped,
+                nonce,
+            },
             inner
                 .entries
                 .iter()
-                .map(|e| (&e.info, e.wrapped.as_slice())),
+                .enumerate()
+                .map(|(i, e)| (&e.info, wrapped(i))),
         );
+        let tag = store_tag(&auth.key, &nonce, &body)
+            .ok_or_else(|| store_error(&self.path, "AES-GCM refused to authenticate the store"))?;
+        let bytes = finish(body, tag);
         let storage = self.storage.as_ref();
         let tmp = temp_name(&self.path)?;
         let dir = parent_dir(&self.path);
@@ -439,12 +469,36 @@ impl KeyStore {
             return Err(Error::io("write key store", &self.path, e));
         }
         inner.generation = generation;
+        if let Some(rewrapped) = rewrapped {
+            for (e, wrapped) in inner.entries.iter_mut().zip(rewrapped) {
+                e.wrapped = wrapped;
+            }
+        }
+        inner.auth = Some(auth);
         inner.durable = false;
         storage
             .sync_dir(&dir)
             .map_err(|e| Error::io("sync the directory of key store", &self.path, e))?;
         inner.durable = true;
         Ok(())
+    }
+}
+
+impl KeyStore {
+    /// The authentication key the next generation is written with and, for a store read in
+    /// version 1, every entry wrapped again under the version 2 associated data (the version 1
+    /// wraps could otherwise be put in a forged version 1 file with any states).
+    fn auth_for_saving(&self, inner: &Inner) -> Result<(AuthKey, Option<Vec<Vec<u8>>>)> {
+        if let Some(auth) = &inner.auth {
+            return Ok((auth.clone(), None));
+        }
+        let provider = inner.provider.as_ref();
+        let auth = new_auth_key(provider, &inner.kek_id)?;
+        let mut rewrapped = Vec::with_capacity(inner.entries.len());
+        for e in &inner.entries {
+            rewrapped.push(provider.wrap(&e.key, &entry_aad(&inner.kek_id, &e.info))?);
+        }
+        Ok((auth, Some(rewrapped)))
     }
 }
 
@@ -510,16 +564,16 @@ fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>
     if mine != parsed.kek_id {
         return Err(store_error(
             path,
-            &format!(
-                "the store is wrapped under KEK {}, but {} supplies KEK {mine}",
-                parsed.kek_id,
-                provider.name()
-            ),
+            &kek_mismatch(&parsed.kek_id, &mine, &provider.name()),
         ));
     }
+    let auth = check_authentication(path, provider.as_ref(), &parsed)?;
     let mut entries = Vec::with_capacity(parsed.entries.len());
     for (info, wrapped) in parsed.entries {
-        let aad = entry_aad(&parsed.kek_id, &info);
+        let aad = match parsed.version {
+            STORE_VERSION_1 => entry_aad_v1(&parsed.kek_id, &info),
+            _ => entry_aad(&parsed.kek_id, &info),
+        };
         let key = provider.unwrap(&wrapped, &aad)?;
         if key.fingerprint() != info.fingerprint {
             return Err(store_error(
@@ -537,6 +591,7 @@ fn read_inner(storage: &dyn Storage, path: &Path, provider: Arc<dyn KeyProvider>
         kek_id: parsed.kek_id,
         generation: parsed.generation,
         entries,
+        auth,
         // Its writer may have crashed between the rename and the directory sync.
         durable: false,
     })
@@ -580,7 +635,7 @@ fn clone_entries(entries: &[Entry]) -> Vec<Entry> {
         .collect()
 }
 
-fn store_error(path: &Path, reason: &str) -> Error {
+pub(super) fn store_error(path: &Path, reason: &str) -> Error {
     Error::KeyStore {
         path: path.to_path_buf(),
         reason: reason.to_string(),
@@ -630,10 +685,20 @@ fn wrap_entry(
 }
 
 /// The associated data bound to each wrapped key: a label, the KEK id, and the entry's id,
-/// creation time and fingerprint, so no wrapped key can be moved to another id or store.
+/// creation time and fingerprint, so no wrapped key can be moved to another id or store. The
+/// label names version 2, so no wrap of a version 2 store fits a forged version 1 file.
 fn entry_aad(kek_id: &str, info: &KeyInfo) -> Vec<u8> {
+    entry_aad_labelled(b"walcrypt key store v2", kek_id, info)
+}
+
+/// [`entry_aad`] as version 1 stores wrapped their keys.
+fn entry_aad_v1(kek_id: &str, info: &KeyInfo) -> Vec<u8> {
+    entry_aad_labelled(b"walcrypt key store v1", kek_id, info)
+}
+
+fn entry_aad_labelled(label: &[u8], kek_id: &str, info: &KeyInfo) -> Vec<u8> {
     let mut aad = Vec::with_capacity(64 + kek_id.len());
-    aad.extend_from_slice(b"walcrypt key store v1");
+    aad.extend_from_slice(label);
     aad.push(kek_id.len() as u8);
     aad.extend_from_slice(kek_id.as_bytes());
     aad.extend_from_slice(&info.id.to_le_bytes());

@@ -625,6 +625,8 @@ impl Wal {
     }
 
     fn finish(&self) -> Result<()> {
+        // In a forked child, before anything that may take a lock (the poison cause's).
+        self.check_process()?;
         self.check_poison()?;
         let result = self.sync_all().and_then(|()| {
             let mut w = self.write.lock();

@@ -172,7 +172,6 @@ const SEAL_BUFFER_KEEP: usize = 256 << 10;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-    static COMPRESS_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
@@ -647,17 +646,9 @@ impl Wal {
         if flags & RECORD_FLAGS_CONTROL != 0 || payload.len() < min_len.max(1) {
             return self.seal_stored(kind, flags, payload, sealed);
         }
-        COMPRESS_BUFFER.with(|buffer| {
-            let mut packed = buffer.take();
-            let result = if compress::compress(payload, &mut packed) {
-                self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, &packed, sealed)
-            } else {
-                self.seal_stored(kind, flags, payload, sealed)
-            };
-            if packed.capacity() <= SEAL_BUFFER_KEEP {
-                buffer.set(packed);
-            }
-            result
+        compress::with_compressed(payload, |packed| match packed {
+            Some(packed) => self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, packed, sealed),
+            None => self.seal_stored(kind, flags, payload, sealed),
         })
     }
 
@@ -678,6 +669,9 @@ impl Wal {
         };
         let tag_len = if auth { TAG_LEN } else { 0 };
         sealed.clear();
+        // At its final size before any plaintext is in it: growing it later would leave a
+        // copy of the plaintext in the freed allocation.
+        sealed.reserve(hlen + payload.len() + tag_len);
         sealed.resize(hlen, 0);
         sealed.extend_from_slice(payload);
         sealed.resize(hlen + payload.len() + tag_len, 0);
@@ -1085,13 +1079,17 @@ fn check_len(payload: &[u8]) -> Result<()> {
 
 impl Drop for Wal {
     fn drop(&mut self) {
+        // A forked child takes no lock at all: any lock a thread of the parent held at the
+        // fork (the preparer's, the write lock, ...) stays locked forever in the child. It has
+        // no preparer thread of its own and may write nothing (`check_process`), so it leaves
+        // everything as it is; its memory and descriptors go when it exits or execs.
+        if std::process::id() != self.opener {
+            return;
+        }
         // The preparer finishes the segment it may be making before the directory lock goes.
         self.preparer.close();
         if let Some(thread) = self.preparer_thread.take() {
-            // A forked child has no preparer thread of its own: only the opener joins it.
-            if std::process::id() == self.opener {
-                let _ = thread.join();
-            }
+            let _ = thread.join();
         }
         if self.poisoned.load(Ordering::Acquire) {
             return;

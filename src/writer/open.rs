@@ -151,6 +151,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
     config.check_existing(files.mode, files.geo)?;
+    refuse_rolled_back_store(&files, &config)?;
     check_every_listed_key(&files, &config)?;
     let keys = Arc::new(Keys::new(&config.keys, files.log_id));
     let Recovered {
@@ -223,6 +224,32 @@ fn refuse_checkpoint_without_log(
         checkpoint: from,
         end: None,
     })
+}
+
+/// Refuses a key store whose active key is older than the newest key id a segment lists: the
+/// store was replaced by an older generation (a backup) or a forged one, and writing on would
+/// put new records under a key the log had rotated away from. Key ids only grow, and a key
+/// goes into the store, active, before any segment lists it.
+fn refuse_rolled_back_store(files: &LogFiles, config: &Config) -> Result<()> {
+    let Some(store) = &config.key_store else {
+        return Ok(());
+    };
+    let newest = files
+        .segments
+        .iter()
+        .flat_map(|seg| seg.header.key_checks.iter().map(|(id, _)| *id))
+        .max();
+    match (config.keys.active_id(), newest) {
+        (Some(active), Some(newest)) if active < newest => Err(Error::KeyStore {
+            path: store.path().to_path_buf(),
+            reason: format!(
+                "its active key id {active} is older than key id {newest}, which the log's \
+                 segments list: the store was replaced by an older or altered copy (restore its \
+                 newest generation)"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses keys that lack an id some segment lists, in every encrypted mode: a writer must be

@@ -2,7 +2,7 @@
 //! payloads, small configurations, reading a log back, a storage that records what the log
 //! does ([`RecordingStorage`]), one that injects faults and builds crash images ([`faults`]),
 //! one that delays and reorders writes ([`delay`]),
-//! and tampering with stored records ([`tamper`]).
+//! tampering with stored records ([`tamper`]) and with key store files ([`store_bytes`]).
 #![allow(dead_code)]
 
 use std::fs;
@@ -15,6 +15,7 @@ pub mod faults;
 pub mod hooked;
 pub mod large;
 pub mod stepping;
+pub mod store_bytes;
 pub mod tamper;
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};

@@ -108,7 +108,7 @@ fn wal_key_manages_stores() {
     assert_fails(
         &wal_dump(&[&"--key-file", &store, &"--kek-file", &kek2, &log]),
         2,
-        "wrapped under KEK",
+        "wrapped under another KEK",
     );
 
     // KEK rotation re-wraps only: the log is untouched and reads with the new KEK alone.
@@ -132,7 +132,7 @@ fn wal_key_manages_stores() {
     assert_fails(
         &wal_key(&[&"verify", &store, &"--kek-file", &kek]),
         2,
-        "wrapped under KEK",
+        "wrapped under another KEK",
     );
     let v = run(&[&"verify", &store, &"--kek-file", &kek2, &"--log", &log]);
     assert!(v.contains("matching check value"), "{v}");
