@@ -78,6 +78,10 @@ pub(crate) struct Control {
     /// The key id the checkpoint's metadata is sealed under (0: stored in the clear).
     pub(crate) checkpoint_key: u32,
     pub(crate) holds: Vec<Hold>,
+    /// The oldest checkpoint position the file on disk may hold (not stored): a control file
+    /// write that failed after its rename may still become durable with the next directory
+    /// sync, so purges keep what that checkpoint needs too, until a write succeeds.
+    pub(crate) purge_floor: Option<Lsn>,
 }
 
 fn control_error(path: &Path, reason: impl Into<String>) -> Error {

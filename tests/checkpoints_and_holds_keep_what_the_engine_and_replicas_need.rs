@@ -169,6 +169,7 @@ fn a_hold_keeps_what_a_replica_needs_until_it_moves_or_is_released() {
             wal.hold("replica-2", replica_at),
             Err(Error::Purged { .. })
         ));
+
         wal.close().unwrap();
     }
 }
@@ -223,4 +224,25 @@ fn the_key_a_checkpoint_is_sealed_under_is_not_retired() {
     let config = config.key_store(store);
     let cp = Checkpoint::read(&dir, &config).unwrap().unwrap();
     assert_eq!(cp.meta.as_slice(), b"sealed under key 1");
+}
+
+#[test]
+fn a_checkpoint_at_a_purged_position_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let keys = KeyRing::generate().unwrap();
+    let wal = Wal::open(&dir, config(Mode::PerRecord, &keys, SyncMode::Durable)).unwrap();
+    let lsns = fill(&wal, 4 * SEGMENT, 150);
+    wal.flush(wal.end_lsn()).unwrap();
+    // Purged by hand, with no checkpoint recorded: a restart could not replay from there.
+    assert!(wal.purge_before(lsns[lsns.len() - 1]).unwrap() >= 2);
+    match wal.checkpoint(lsns[0], b"too old") {
+        Err(Error::Purged { needed, oldest }) => {
+            assert_eq!(needed, lsns[0]);
+            assert_eq!(u64::from(oldest), oldest_segment(&dir));
+        }
+        other => panic!("a checkpoint at a purged position: {other:?}"),
+    }
+    assert!(wal.last_checkpoint().is_none());
+    wal.close().unwrap();
 }

@@ -34,8 +34,9 @@ impl Wal {
     /// lie wholly before `lsn` and before every retention hold are purged. Returns how many
     /// segments were purged.
     ///
-    /// `lsn` may be any position up to [`Wal::end_lsn`] and must not be older than the last
-    /// checkpoint; `meta` is at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
+    /// `lsn` may be any position up to [`Wal::end_lsn`], in a segment not purged yet
+    /// ([`Error::Purged`] otherwise), and must not be older than the last checkpoint; `meta` is
+    /// at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
     /// `meta` names durable before calling this: a crash afterwards restarts from it.
     pub fn checkpoint(&self, lsn: Lsn, meta: &[u8]) -> Result<usize> {
         self.check_poison()?;
@@ -63,14 +64,29 @@ impl Wal {
                     last.lsn
                 )));
             }
+            // A restart could not replay from a position a purge already removed.
+            let oldest = self.oldest_segment()?;
+            if u64::from(lsn) < oldest {
+                return Err(Error::Purged {
+                    needed: lsn,
+                    oldest: Lsn(oldest),
+                });
+            }
             let checkpoint = Checkpoint {
                 lsn,
                 meta: Zeroizing::new(meta.to_vec()),
             };
             let before = control.checkpoint.replace(checkpoint);
-            if let Err(e) = self.save_control(&mut control) {
-                control.checkpoint = before;
-                return Err(e);
+            match self.save_control(&mut control) {
+                Ok(()) => control.purge_floor = Some(lsn),
+                Err(e) => {
+                    // The new file may have been renamed into place before the failure and
+                    // become durable with a later directory sync: until a write succeeds,
+                    // purges keep what either checkpoint needs.
+                    control.checkpoint = before;
+                    control.purge_floor = Some(control.purge_floor.map_or(lsn, |f| f.min(lsn)));
+                    return Err(e);
+                }
             }
         }
         self.purge_before(lsn)
@@ -169,11 +185,8 @@ impl Wal {
         if gave_up {
             self.save_control(&mut control)?;
         }
-        // A restart replays from the last checkpoint: what it needs stays too.
-        let checkpoint = control
-            .checkpoint
-            .as_ref()
-            .map_or(u64::MAX, |c| u64::from(c.lsn));
+        // A restart replays from the last checkpoint on disk: what it needs stays too.
+        let checkpoint = control.purge_floor.map_or(u64::MAX, u64::from);
         Ok(control
             .holds
             .iter()
@@ -193,8 +206,21 @@ impl Wal {
     /// Reads the control file at open (before the `Wal` is shared).
     pub(super) fn load_control(&self) -> Result<()> {
         let ring = self.data_keys();
-        let loaded = control::read(self.storage.as_ref(), &self.dir, self.log_id, ring.as_ref())?;
-        *self.control.lock() = loaded.unwrap_or_default();
+        let mut loaded =
+            control::read(self.storage.as_ref(), &self.dir, self.log_id, ring.as_ref())?
+                .unwrap_or_default();
+        loaded.purge_floor = loaded.checkpoint.as_ref().map(|c| c.lsn);
+        // A hold whose position was purged (its creation failed after the file reached the
+        // disk, or the log was cut by hand) keeps nothing: it is lost.
+        let oldest = self.oldest_segment()?;
+        for hold in loaded
+            .holds
+            .iter_mut()
+            .filter(|h| u64::from(h.lsn) < oldest)
+        {
+            hold.lost = true;
+        }
+        *self.control.lock() = loaded;
         Ok(())
     }
 
