@@ -139,7 +139,9 @@ pub use config::{
 };
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result};
-pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
+pub use events::{
+    EventListener, FlushRound, RecoveryProgress, RecoverySummary, Salvage, SegmentSwitch,
+};
 pub use format::Geometry;
 pub use keys::{
     DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, Key, KeyInfo, KeyProvider, KeyRing,
