@@ -55,7 +55,6 @@ fn follower_yields_only_durable_records() {
 
         // Buffered: flushed but never fdatasync'ed records are not yielded.
         let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Buffered)).unwrap();
-        let start = wal.end_lsn();
         let mut written = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
             .unwrap()
             .visibility(Visibility::Written);

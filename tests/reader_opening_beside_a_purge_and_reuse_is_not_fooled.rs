@@ -96,10 +96,12 @@ fn scenario(mode: Mode, follower: bool) {
     } else {
         let reader = Reader::open_with_storage(&dir, Some(keys.clone()), storage)
             .unwrap_or_else(|e| panic!("{what}: open: {e}"));
-        reader
-            .records_from(Lsn::default())
-            .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
-            .count()
+        let mut n = 0;
+        for record in reader.records_from(Lsn::default()) {
+            record.unwrap_or_else(|e| panic!("{what}: read: {e}"));
+            n += 1;
+        }
+        n
     };
     assert!(
         *hooks.reused.lock().unwrap(),
