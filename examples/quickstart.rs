@@ -1,6 +1,6 @@
 //! Writes a log in each mode, simulates a crash, recovers and prints what it found.
 //!
-//! Run with `cargo run --release --example quickstart`. With `-- --keep DIR` the three logs
+//! Run with `cargo run --release --example quickstart`. With `-- --keep DIR` the four logs
 //! and their key file (`DIR/keys`, mode 0600) stay in DIR for `wal-dump`.
 
 use std::time::Instant;

@@ -33,6 +33,30 @@ pub trait EventListener: Send + Sync {
 
     /// `Wal::open` finished recovery (or created a new log).
     fn on_recovery(&self, _summary: &RecoverySummary) {}
+
+    /// Recovery's scan of an existing log (in `Wal::open` and `Wal::open_and_replay`) has come
+    /// this far. Called on the opening thread at most once per 64 MiB of log scanned or per
+    /// 250 ms, whichever comes first (time is looked at once per MiB scanned), and once when
+    /// the scan ends (`done`), before [`EventListener::on_recovery`]; never for a log the open
+    /// creates. Within one open the counts never decrease.
+    fn on_recovery_progress(&self, _progress: &RecoveryProgress) {}
+}
+
+/// How far recovery's scan has come. Positions count bytes of log (headers included) from
+/// where the scan started ([`RecoverySummary::scanned_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryProgress {
+    /// Bytes scanned so far.
+    pub bytes_read: u64,
+    /// Bytes from where the scan started to the end of the last segment file. The scan stops
+    /// at the end of the valid log, at or before this; the last call (`done`) reports
+    /// `bytes_read == bytes_total`.
+    pub bytes_total: u64,
+    /// Records read so far, whether or not they were handed to a replay callback.
+    pub records_read: u64,
+    /// The scan has ended: this is the last call of this open.
+    pub done: bool,
 }
 
 /// The writer moved from one segment to a later one.

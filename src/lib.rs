@@ -147,7 +147,9 @@ pub use config::{
 pub use control::{CONTROL_FILE, Checkpoint, Hold, MAX_CHECKPOINT_META, MAX_HOLD_NAME, MAX_HOLDS};
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};
 pub use error::{CorruptionKind, Error, PoisonCause, Position, Result, SealedFileProblem};
-pub use events::{EventListener, FlushRound, RecoverySummary, Salvage, SegmentSwitch};
+pub use events::{
+    EventListener, FlushRound, RecoveryProgress, RecoverySummary, Salvage, SegmentSwitch,
+};
 pub use format::Geometry;
 pub use keys::{
     DEFAULT_COMMAND_TIMEOUT, Kek, KekCommand, KekFile, KekFormat, Key, KeyInfo, KeyProvider,

@@ -9,13 +9,15 @@
 //! than silently dropping acknowledged records (that rule, the proven start and the truncation
 //! are in `crate::tail`). Everything after the end is zeroed (the tail
 //! segment) or removed (later segments) before writing resumes, so stale bytes can never be
-//! read as part of the log again.
+//! read as part of the log again. The scan reports its progress to the listener (`Progress`).
+
+use std::time::{Duration, Instant};
 
 use crate::Lsn;
 use crate::config::RecoveryMode;
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
-use crate::events::Salvage;
+use crate::events::{EventListener, RecoveryProgress, Salvage};
 use crate::format::{self, Geometry};
 use crate::reader::ahead::{PageFeed, prefetch_pages};
 use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start};
@@ -40,12 +42,13 @@ pub(crate) struct Recovered {
 
 /// Finds the end of the valid log in `files`, hands every record from the replay's `from` on
 /// to its callback, and truncates everything after the end (`tail::truncate_after`). Nothing is
-/// truncated when the scan or the callback fails.
+/// truncated when the scan or the callback fails. The listener hears of the scan's progress.
 pub(crate) fn recover(
     files: &LogFiles,
     keys: &Keys,
     policy: RecoveryMode,
     replay: Replay<'_>,
+    listener: Option<&dyn EventListener>,
 ) -> Result<Recovered> {
     let proven = tail::proven_start(files)?;
     // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
@@ -58,13 +61,26 @@ pub(crate) fn recover(
         None => scan_base,
         Some(from) => replay_start(files, from, scan_base)?,
     };
+    let mut progress = Progress::new(listener, scan_from, files.end_of_files());
     let (scanned, replayed) = match replay {
         None => {
             let cursor = Cursor::reading_ahead(files, scan_from);
-            (read_to_end(cursor, files, policy, |_| Ok(()))?, 0)
+            let deliver = |_| Ok(());
+            (
+                read_to_end(cursor, files, policy, &mut progress, deliver)?,
+                0,
+            )
         }
-        Some((from, replay)) => replay_records(files, keys, scan_from, from, policy, replay)?,
+        Some((from, replay)) => {
+            let scan = Scan {
+                start: scan_from,
+                policy,
+                progress: &mut progress,
+            };
+            replay_records(files, keys, scan, from, replay)?
+        }
     };
+    progress.finish();
     let ScanEnd {
         end,
         tail_page,
@@ -107,10 +123,12 @@ fn read_to_end<E: From<Error>>(
     mut cursor: Cursor<'_>,
     files: &LogFiles,
     policy: RecoveryMode,
+    progress: &mut Progress<'_>,
     mut deliver: impl FnMut(Stored) -> std::result::Result<(), E>,
 ) -> std::result::Result<ScanEnd, E> {
     loop {
-        if let Some(end) = read_until(&mut cursor, files, policy, u64::MAX, &mut deliver)? {
+        let until = u64::MAX;
+        if let Some(end) = read_until(&mut cursor, files, policy, until, progress, &mut deliver)? {
             return Ok(end);
         }
     }
@@ -123,6 +141,7 @@ fn read_until<E: From<Error>>(
     files: &LogFiles,
     policy: RecoveryMode,
     until: u64,
+    progress: &mut Progress<'_>,
     deliver: &mut impl FnMut(Stored) -> std::result::Result<(), E>,
 ) -> std::result::Result<Option<ScanEnd>, E> {
     let mut salvaged = None;
@@ -131,7 +150,10 @@ fn read_until<E: From<Error>>(
             return Ok(None);
         }
         match cursor.next()? {
-            Step::Record(stored) => deliver(stored)?,
+            Step::Record(stored) => {
+                deliver(stored)?;
+                progress.record_read(cursor.position());
+            }
             Step::End(invalid) => {
                 if let Some(error) = tail::classify(files, invalid.clone())? {
                     salvaged = Some(salvage(files, policy, invalid.lsn, error)?);
@@ -166,7 +188,14 @@ fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> R
 /// Log bytes a replay reads on the caller's thread alone before it starts a second thread:
 /// small logs (tests, a short tail after a checkpoint) do not pay for a thread.
 const PIPELINE_AFTER_BYTES: u64 = 1 << 20;
-/// Hands every record from `from` on (reading from `start`) to `replay`, in LSN order, and
+/// Where a scan starts, what it does with damage, and whom it tells how far it has come.
+struct Scan<'a, 'l> {
+    start: u64,
+    policy: RecoveryMode,
+    progress: &'a mut Progress<'l>,
+}
+
+/// Hands every record from `from` on (reading from `scan.start`) to `replay`, in LSN order, and
 /// finds the end of the valid log. The first [`PIPELINE_AFTER_BYTES`] are read on the caller's
 /// thread; past them a second thread takes part ([`replay_prefetched`]).
 /// Every error, and every decision between a torn tail and damage, is made by the same cursor
@@ -174,11 +203,15 @@ const PIPELINE_AFTER_BYTES: u64 = 1 << 20;
 fn replay_records(
     files: &LogFiles,
     keys: &Keys,
-    start: u64,
+    scan: Scan<'_, '_>,
     from: Lsn,
-    policy: RecoveryMode,
     replay: &mut dyn FnMut(Record) -> Result<()>,
 ) -> Result<(ScanEnd, u64)> {
+    let Scan {
+        start,
+        policy,
+        progress,
+    } = scan;
     let mut replayed = 0;
     let mut deliver = |stored: Stored| -> Result<()> {
         if stored.lsn >= from {
@@ -191,10 +224,10 @@ fn replay_records(
     };
     let mut cursor = Cursor::reading_ahead(files, start);
     let until = start.saturating_add(PIPELINE_AFTER_BYTES);
-    if let Some(scanned) = read_until(&mut cursor, files, policy, until, &mut deliver)? {
+    if let Some(scanned) = read_until(&mut cursor, files, policy, until, progress, &mut deliver)? {
         return Ok((scanned, replayed));
     }
-    let scanned = replay_prefetched(cursor, files, policy, &mut deliver)?;
+    let scanned = replay_prefetched(cursor, files, policy, progress, &mut deliver)?;
     Ok((scanned, replayed))
 }
 
@@ -210,6 +243,7 @@ fn replay_prefetched(
     cursor: Cursor<'_>,
     files: &LogFiles,
     policy: RecoveryMode,
+    progress: &mut Progress<'_>,
     deliver: &mut impl FnMut(Stored) -> Result<()>,
 ) -> Result<ScanEnd> {
     let from = cursor.position();
@@ -219,7 +253,7 @@ fn replay_prefetched(
         // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
         // thread's next send fails and it returns: the join below (or the scope's own wait
         // when `deliver` panicked) cannot block on it.
-        let scanned = read_to_end(cursor.with_feed(feed), files, policy, deliver);
+        let scanned = read_to_end(cursor.with_feed(feed), files, policy, progress, deliver);
         if let Err(panic) = prefetcher.join() {
             std::panic::resume_unwind(panic);
         }
@@ -265,4 +299,77 @@ fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Optio
     Ok(cursor
         .loaded_page(page)
         .map(|(header, image)| (image[..(end - page) as usize].to_vec(), header.rem_len)))
+}
+
+/// Log bytes scanned between two progress reports at most.
+const PROGRESS_EVERY_BYTES: u64 = 64 << 20;
+/// Time between two progress reports at most (the clock is read once per
+/// [`PROGRESS_CLOCK_EVERY_BYTES`]).
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+/// Log bytes scanned between two looks at the clock: a record costs a comparison, not a clock
+/// read.
+const PROGRESS_CLOCK_EVERY_BYTES: u64 = 1 << 20;
+
+/// Counts what the scan read and tells the listener at a bounded rate
+/// ([`EventListener::on_recovery_progress`]), and once more at the end.
+struct Progress<'l> {
+    listener: Option<&'l dyn EventListener>,
+    /// Where the scan started.
+    from: u64,
+    /// Bytes from `from` to the end of the last segment file.
+    total_bytes: u64,
+    records: u64,
+    /// `bytes_read` of the last report.
+    reported_bytes: u64,
+    reported_at: Instant,
+    /// `bytes_read` at which to look at the clock next.
+    next_clock_bytes: u64,
+}
+
+impl<'l> Progress<'l> {
+    fn new(listener: Option<&'l dyn EventListener>, from: u64, end_of_files: u64) -> Self {
+        Progress {
+            listener,
+            from,
+            total_bytes: end_of_files.saturating_sub(from),
+            records: 0,
+            reported_bytes: 0,
+            reported_at: Instant::now(),
+            next_clock_bytes: PROGRESS_CLOCK_EVERY_BYTES,
+        }
+    }
+
+    /// A record was read; the scan is now at `position`.
+    fn record_read(&mut self, position: u64) {
+        self.records += 1;
+        let bytes = position.saturating_sub(self.from).min(self.total_bytes);
+        if self.listener.is_none() || bytes < self.next_clock_bytes {
+            return;
+        }
+        self.next_clock_bytes = bytes.saturating_add(PROGRESS_CLOCK_EVERY_BYTES);
+        if bytes - self.reported_bytes >= PROGRESS_EVERY_BYTES
+            || self.reported_at.elapsed() >= PROGRESS_EVERY
+        {
+            self.report(bytes, false);
+        }
+    }
+
+    /// The scan ended: the last report, at the total.
+    fn finish(&mut self) {
+        self.report(self.total_bytes, true);
+    }
+
+    fn report(&mut self, bytes_read: u64, done: bool) {
+        let Some(listener) = self.listener else {
+            return;
+        };
+        listener.on_recovery_progress(&RecoveryProgress {
+            bytes_read,
+            bytes_total: self.total_bytes,
+            records_read: self.records,
+            done,
+        });
+        self.reported_bytes = bytes_read;
+        self.reported_at = Instant::now();
+    }
 }

@@ -160,7 +160,13 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         tail_page,
         salvaged,
         replayed,
-    } = recovery::recover(&files, &keys, config.recovery, replay)?;
+    } = recovery::recover(
+        &files,
+        &keys,
+        config.recovery,
+        replay,
+        config.listener.as_deref(),
+    )?;
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
     let next_page = files.geo.page_start(end) + files.geo.page_size;

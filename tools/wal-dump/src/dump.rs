@@ -10,6 +10,7 @@ use walcrypt::inspect::{self, Geometry, PAGE_FLAG_ENCRYPTED, RawRecord};
 use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility};
 
 use crate::fail::{EXIT_OK, Fail};
+use crate::kinds::Selection;
 use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, open_target, position};
 use crate::{Args, OutputFormat, PayloadFormat};
 
@@ -18,8 +19,9 @@ use crate::{Args, OutputFormat, PayloadFormat};
 const POLL: Duration = Duration::from_millis(200);
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let selection = Selection::from_args(args)?;
     if args.follow && no_log_yet(&args.path) {
-        return follow_from_creation(args, out);
+        return follow_from_creation(args, selection, out);
     }
     let (keys, target, reader) = open_target(
         args.key_file.as_deref(),
@@ -49,6 +51,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let mut lister = Lister {
         args,
         keys: keys.as_ref(),
+        selection,
         shown: 0,
     };
     let begin = disk.boundary_before(from)?;
@@ -57,7 +60,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     }
     lister.list(&reader, &mut disk, begin, from, to, out)?;
     if lister.shown == 0 {
-        let note = nothing_shown(args, &target, &reader, &mut disk)?;
+        let filtered = lister.selection.filters();
+        let note = nothing_shown(args, filtered, &target, &reader, &mut disk)?;
         match args.format {
             OutputFormat::Text => writeln!(out, "# {note}")?,
             OutputFormat::Json => eprintln!("wal-dump: {note}"),
@@ -69,14 +73,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 /// Why a listing showed no record.
 fn nothing_shown(
     args: &Args,
+    selected: bool,
     target: &Target,
     reader: &Reader,
     disk: &mut Disk,
 ) -> Result<String, Fail> {
-    let filtered = args.start.is_some()
-        || args.end.is_some()
-        || !args.kinds.is_empty()
-        || args.limit == Some(0);
+    let filtered = args.start.is_some() || args.end.is_some() || selected || args.limit == Some(0);
     if let Some(seg) = target.segment {
         let name = inspect::segment_file_name(Lsn(seg));
         let first_page = seg + reader.geometry().page_size;
@@ -91,7 +93,7 @@ fn nothing_shown(
         }
     }
     Ok(if filtered {
-        "no records match --start, --end, --kind or --limit".into()
+        "no records match --start, --end, --kind, --key-id or --limit".into()
     } else {
         "no records: the log holds none yet".into()
     })
@@ -107,7 +109,11 @@ fn no_log_yet(path: &Path) -> bool {
 }
 
 /// `--follow` on a directory where no log exists yet: wait for the writer to create it.
-fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+fn follow_from_creation(
+    args: &Args,
+    selection: Selection,
+    out: &mut dyn Write,
+) -> Result<u8, Fail> {
     eprintln!(
         "wal-dump: no log in {} yet; waiting for one",
         args.path.display()
@@ -121,6 +127,7 @@ fn follow_from_creation(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let mut lister = Lister {
         args,
         keys: keys.as_ref(),
+        selection,
         shown: 0,
     };
     let from = args.start.map_or(0, u64::from);
@@ -138,6 +145,7 @@ enum Admit {
 struct Lister<'a> {
     args: &'a Args,
     keys: Option<&'a KeyRing>,
+    selection: Selection,
     shown: u64,
 }
 
@@ -156,7 +164,7 @@ impl Lister<'_> {
         let layout = (reader.mode(), reader.geometry());
         for item in reader.raw_records_from(begin) {
             let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, self.key_file()))?;
-            match self.admit(&rec, from, to) {
+            match self.admit(layout, disk, &rec, from, to)? {
                 Admit::Stop => break,
                 Admit::Skip => {}
                 Admit::Show => self.show(layout, disk, &rec, out)?,
@@ -211,7 +219,7 @@ impl Lister<'_> {
                 Some(d) if Disk::covers(d, follower.segments()) => d,
                 slot => slot.insert(Disk::over(geo, log_id, follower.segments())),
             };
-            match self.admit(&rec, from, to) {
+            match self.admit((mode, geo), disk, &rec, from, to)? {
                 Admit::Stop => return Ok(EXIT_OK),
                 Admit::Skip => {}
                 Admit::Show => self.show((mode, geo), disk, &rec, out)?,
@@ -222,18 +230,24 @@ impl Lister<'_> {
         }
     }
 
-    /// Whether `rec` is shown, skipped (outside `[from, to)` or of another kind), or ends the
-    /// listing (past `to`, or the limit reached).
-    fn admit(&self, rec: &RawRecord, from: u64, to: u64) -> Admit {
+    /// Whether `rec` is shown, skipped (outside `[from, to)`, of another kind or key id), or
+    /// ends the listing (past `to`, or the limit reached).
+    fn admit(
+        &self,
+        layout: (Mode, Geometry),
+        disk: &mut Disk,
+        rec: &RawRecord,
+        from: u64,
+        to: u64,
+    ) -> Result<Admit, Fail> {
         let lsn = u64::from(rec.lsn);
         if lsn >= to || self.args.limit.is_some_and(|l| self.shown >= l) {
-            return Admit::Stop;
+            return Ok(Admit::Stop);
         }
-        if lsn < from || !(self.args.kinds.is_empty() || self.args.kinds.contains(&rec.header.kind))
-        {
-            return Admit::Skip;
+        if lsn < from || !self.selection.admits(layout, disk, rec)? {
+            return Ok(Admit::Skip);
         }
-        Admit::Show
+        Ok(Admit::Show)
     }
 
     fn key_file(&self) -> Option<&Path> {
@@ -247,7 +261,14 @@ impl Lister<'_> {
         rec: &RawRecord,
         out: &mut dyn Write,
     ) -> Result<(), Fail> {
-        let view = RecordView::new(layout, disk, rec)?;
+        let mut view = RecordView::new(layout, disk, rec)?;
+        if let Some(names) = &self.selection.names {
+            view.kind_name = Some(names.name(rec.header.kind).map(str::to_string));
+            view.desc = rec
+                .payload
+                .as_ref()
+                .and_then(|p| names.describe(rec.header.kind, p));
+        }
         let payload = self.payload(layout, disk, rec, &view)?;
         self.shown += 1;
         match self.args.format {
@@ -319,6 +340,11 @@ pub struct RecordView {
     pub key_id: Option<u32>,
     pub iv: Option<[u8; walcrypt::IV_LEN]>,
     pub crc_ok: bool,
+    /// With `--kinds`: the kind's name, if the file gives one.
+    pub kind_name: Option<Option<String>>,
+    /// With `--kinds`: the payload described by the kind's payload format, when it has one
+    /// and the payload is readable.
+    pub desc: Option<String>,
 }
 
 impl RecordView {
@@ -350,6 +376,8 @@ impl RecordView {
             key_id,
             iv,
             crc_ok: crc_ok(rec),
+            kind_name: None,
+            desc: None,
         })
     }
 
@@ -368,12 +396,16 @@ impl RecordView {
             (None, "page") => "page".into(),
             _ => "-".into(),
         };
+        let kind = match &self.kind_name {
+            Some(Some(name)) => format!("{} ({name})", self.kind),
+            _ => self.kind.to_string(),
+        };
         write!(
             out,
             "lsn: {}  len: {}  kind: {}  key: {}  iv: {}  crc: {}",
             fmt_lsn(self.lsn),
             self.len,
-            self.kind,
+            kind,
             key,
             iv,
             if self.crc_ok { "ok" } else { "BAD" }
@@ -392,6 +424,9 @@ impl RecordView {
                     _ => writeln!(out, "{}", format!("  payload: {}", hex(bytes)).trim_end())?,
                 }
             }
+        }
+        if let Some(desc) = &self.desc {
+            writeln!(out, "  desc: {desc}")?;
         }
         Ok(())
     }
@@ -418,6 +453,7 @@ impl RecordView {
             end_lsn: self.end_lsn,
             end_lsn_text: fmt_lsn(self.end_lsn),
             kind: self.kind,
+            kind_name: self.kind_name.clone(),
             len: self.len,
             header_len: self.header_len,
             encrypted: self.encrypted,
@@ -427,6 +463,7 @@ impl RecordView {
             crc_ok: self.crc_ok,
             payload: hex_payload,
             payload_text: text_payload,
+            desc: self.desc.clone(),
         };
         serde_json::to_writer(&mut *out, &obj)
             .map_err(|e| Fail::trouble(format!("write output: {e}")))?;
@@ -442,6 +479,8 @@ struct JsonRecord {
     end_lsn: u64,
     end_lsn_text: String,
     kind: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind_name: Option<Option<String>>,
     len: u32,
     header_len: usize,
     encrypted: bool,
@@ -453,6 +492,8 @@ struct JsonRecord {
     payload: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_text: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    desc: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -538,7 +579,7 @@ fn list_pages(
 }
 
 /// Bytes as text: printable ASCII as is, everything else escaped.
-fn escape(bytes: &[u8]) -> String {
+pub fn escape(bytes: &[u8]) -> String {
     bytes.escape_ascii().to_string()
 }
 

@@ -11,6 +11,7 @@ mod cut;
 mod dump;
 mod fail;
 mod kek;
+mod kinds;
 mod offline;
 mod output;
 mod progress;
@@ -39,7 +40,9 @@ use crate::fail::{EXIT_OK, EXIT_TROUBLE, Fail};
                   problem (--verify: wrong key or missing key id); 3 --verify could check no \
                   record although the log has pages (pagelevel without its key). On a \
                   terminal, --verify, --stats and --repair show a progress line on stderr \
-                  once a pass has run for a second."
+                  once a pass has run for a second. Records are selected by LSN (--start, \
+                  --end), kind (--kind) and key id (--key-id); a log carries no time, so \
+                  there is no time filter."
 )]
 pub struct Args {
     /// Log directory, or one segment file of a log (then only its records are shown).
@@ -73,9 +76,22 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
 
-    /// Only records of this kind (repeatable).
+    /// Only records of this kind: a number (0 to 255, decimal or 0x hex) or a name from
+    /// --kinds (repeatable).
     #[arg(long = "kind", value_name = "K")]
-    pub kinds: Vec<u8>,
+    pub kinds: Vec<String>,
+
+    /// Names for record kinds, and how to describe their payloads: a file with lines
+    /// `<kind> <name> [utf8|hex|u64le]` (`#` starts a comment). Listings show the name beside
+    /// the kind and, for kinds with a payload format, a `desc:` line when the payload is
+    /// readable; --stats names the kinds in its table.
+    #[arg(long = "kinds", value_name = "FILE")]
+    pub kinds_file: Option<PathBuf>,
+
+    /// Only records encrypted under this key id: the record's own key (perrecord) or that of
+    /// the page where it starts (pagelevel); plaintext records have none (repeatable).
+    #[arg(long = "key-id", value_name = "N")]
+    pub key_ids: Vec<u32>,
 
     /// Output format: text, or json (JSON Lines, one object per record or page, for listings;
     /// one object for --stats, --verify, --repair, --truncate-to and --purge-before).

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::kinds::Selection;
 use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, open_target};
 use crate::{Args, OutputFormat};
@@ -38,6 +39,7 @@ struct Counted {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
+    let selection = Selection::from_args(args)?;
     let (keys, target, reader) = open_target(
         args.key_file.as_deref(),
         &args.kek,
@@ -71,7 +73,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         writeln!(out, "key ids in pages:   {}", join(&ids))?;
         return Ok(EXIT_OK);
     }
-    let counted = count(&reader, &mut disk, args, from, to)?;
+    let counted = count(&reader, &mut disk, args, &selection, (from, to))?;
     let Some(first) = counted.first else {
         if json {
             doc.insert("records".into(), json!(0));
@@ -99,8 +101,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
             .kinds
             .iter()
             .map(|(kind, k)| {
-                json!({"kind": kind, "count": k.count, "payload_bytes": k.payload,
-                    "header_bytes": k.header})
+                let mut item = json!({"kind": kind, "count": k.count,
+                    "payload_bytes": k.payload, "header_bytes": k.header});
+                if selection.names.is_some() {
+                    item["name"] = json!(selection.name(*kind));
+                }
+                item
             })
             .collect();
         doc.insert("kinds".into(), json!(kinds));
@@ -117,7 +123,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     writeln!(out, "key ids in use:     {}", join(&used_keys))?;
     writeln!(out, "records:            {}", counted.records)?;
     writeln!(out)?;
-    write_kind_table(&counted.kinds, total, out)?;
+    write_kind_table(&counted.kinds, total, &selection, out)?;
     writeln!(out)?;
     breakdown.write(out)?;
     write_damage(counted.damage.as_deref(), out)?;
@@ -139,9 +145,10 @@ fn count(
     reader: &Reader,
     disk: &mut Disk,
     args: &Args,
-    from: u64,
-    to: u64,
+    selection: &Selection,
+    (from, to): (u64, u64),
 ) -> Result<Counted, Fail> {
+    let layout = (reader.mode(), reader.geometry());
     let mut c = Counted::default();
     let begin = disk.boundary_before(from)?;
     let (first, last) = crate::progress::span(reader);
@@ -163,7 +170,7 @@ fn count(
         if lsn >= to || args.limit.is_some_and(|l| c.records >= l) {
             break;
         }
-        if lsn < from || !(args.kinds.is_empty() || args.kinds.contains(&rec.header.kind)) {
+        if lsn < from || !selection.admits(layout, disk, &rec)? {
             continue;
         }
         let k = c.kinds.entry(rec.header.kind).or_default();
@@ -306,22 +313,39 @@ fn totals(kinds: &BTreeMap<u8, KindStats>) -> KindStats {
     total
 }
 
+/// The table of kinds; with `--kinds`, a column of names after the numbers.
 fn write_kind_table(
     kinds: &BTreeMap<u8, KindStats>,
     total: KindStats,
+    selection: &Selection,
     out: &mut dyn Write,
 ) -> Result<(), Fail> {
     let all = (total.payload + total.header).max(1) as f64;
+    let width = selection.names.as_ref().map(|_| {
+        kinds
+            .keys()
+            .map(|k| selection.name(*k).map_or(1, str::len))
+            .chain([4])
+            .max()
+            .unwrap_or(4)
+    });
+    let name_cell = |name: &str| width.map_or(String::new(), |w| format!(" {name:<w$}"));
     writeln!(
         out,
-        "{:>5} {:>10} {:>14} {:>12} {:>8}",
-        "kind", "count", "payload B", "header B", "share"
+        "{:>5}{} {:>10} {:>14} {:>12} {:>8}",
+        "kind",
+        name_cell("name"),
+        "count",
+        "payload B",
+        "header B",
+        "share"
     )?;
     for (kind, k) in kinds {
         writeln!(
             out,
-            "{:>5} {:>10} {:>14} {:>12} {:>7.2}%",
+            "{:>5}{} {:>10} {:>14} {:>12} {:>7.2}%",
             kind,
+            name_cell(selection.name(*kind).unwrap_or("-")),
             k.count,
             k.payload,
             k.header,
@@ -330,8 +354,13 @@ fn write_kind_table(
     }
     writeln!(
         out,
-        "{:>5} {:>10} {:>14} {:>12} {:>7.2}%",
-        "total", total.count, total.payload, total.header, 100.0
+        "{:>5}{} {:>10} {:>14} {:>12} {:>7.2}%",
+        "total",
+        name_cell(""),
+        total.count,
+        total.payload,
+        total.header,
+        100.0
     )?;
     Ok(())
 }

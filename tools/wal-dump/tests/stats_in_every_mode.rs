@@ -1,5 +1,6 @@
 //! `--stats` summarizes a log in each mode (run with --nocapture to see the output), as text or
-//! JSON, and on a damaged log counts what lies before the damage and says where it is.
+//! JSON, and on a damaged log counts what lies before the damage and says where it is; with
+//! --kinds its table names the kinds.
 
 mod support;
 
@@ -159,4 +160,45 @@ fn stats_on_a_damaged_log_counts_what_lies_before_the_damage_and_names_where_it_
         stats["damage"].as_str().unwrap().contains(segment),
         "{stats}"
     );
+}
+
+#[test]
+fn stats_name_the_kinds_a_kinds_file_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _, _) = make_log(tmp.path(), Mode::Plaintext, 40);
+    let kinds = tmp.path().join("kinds");
+    std::fs::write(&kinds, "1 insert utf8\n2 commit\n").unwrap();
+    let o = wal_dump(&[&"--stats", &"--kinds", &kinds, &log]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let row = |kind: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(kind))
+            .unwrap_or_else(|| panic!("no row for kind {kind}: {text}"))
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(row("kind"), "name", "{text}");
+    assert_eq!(row("1"), "insert", "{text}");
+    assert_eq!(row("2"), "commit", "{text}");
+    assert_eq!(row("3"), "-", "{text}");
+
+    let o = wal_dump(&[
+        &"--stats",
+        &"--format",
+        &"json",
+        &"--kinds",
+        &kinds,
+        &"--kind",
+        &"commit",
+        &log,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let stats: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
+    assert_eq!(stats["kinds"].as_array().unwrap().len(), 1, "{stats}");
+    assert_eq!(stats["kinds"][0]["kind"], 2, "{stats}");
+    assert_eq!(stats["kinds"][0]["name"], "commit", "{stats}");
+    assert_eq!(stats["records"], 10, "{stats}");
 }

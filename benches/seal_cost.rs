@@ -4,11 +4,11 @@
 //! per record size, the median nanoseconds per append, the ratio to perrecord, the insert-lock
 //! hold per append, and the stored bytes per record.
 //!
-//! Run with `cargo run --release --example seal_cost`.
+//! Run with `cargo bench -p walcrypt-benches --bench seal_cost` (a plain program, not a
+//! criterion bench; `cargo bench` alone leaves it out).
 
 use std::time::Instant;
 
-#[path = "../benches/common/mod.rs"]
 mod common;
 
 use walcrypt::{Compression, Config, KeyRing, Mode, SyncMode, Wal};
