@@ -2,12 +2,15 @@
 //! its own key ring: writes are committed, the leader is stopped, a new leader is elected and
 //! writes continue; the stopped node is then restarted from its log and catches up (each store
 //! caches only the newest 32 entries, so the entries it missed are read back from the new
-//! leader's log), and all three take more writes. At the end it shows what walcrypt's reader (the library under `wal-dump`)
+//! leader's log), and all three take more writes. Then one node builds a snapshot, sealed into
+//! its snapshot directory under its own keys, purges its log through it, takes more writes, is
+//! stopped and restarted: it rebuilds its state from the sealed snapshot plus the entries after
+//! it in its log. At the end it shows what walcrypt's reader (the library under `wal-dump`)
 //! sees of each node's log, without the key and with it, and checks that no value written
-//! appears in plaintext in any log file.
+//! appears in plaintext in any log or snapshot file.
 //!
 //! Run: `cargo run -p walcrypt-openraft --example cluster [-- --keep DIR]`. With `--keep DIR`
-//! the logs and key files stay in DIR, for `wal-dump DIR/node-1/raft-log --key-file
+//! the logs, snapshots and key files stay in DIR, for `wal-dump DIR/node-1/raft-log --key-file
 //! DIR/node-1/keys`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft, ServerState};
-use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode};
+use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SealedFiles, SyncMode};
 use walcrypt_openraft::kv::{KvStateMachine, NodeId, Request, Router, TypeConfig};
 use walcrypt_openraft::record::{self, KIND_ENTRY, LogRecord};
 use walcrypt_openraft::{StoreOptions, WalLogStore};
@@ -33,6 +36,7 @@ struct Node {
     id: NodeId,
     mode: Mode,
     log_dir: PathBuf,
+    snapshot_dir: PathBuf,
     key_file: PathBuf,
     raft: Raft<TypeConfig>,
     sm: KvStateMachine,
@@ -42,7 +46,7 @@ struct Node {
 /// restarted node reads entries back from the leader's log.
 const CACHE_ENTRIES: usize = 32;
 
-/// Starts node `id`, or restarts it from its log and key file when they exist.
+/// Starts node `id`, or restarts it from its snapshot, log and key file when they exist.
 async fn start_node(base: &Path, id: NodeId, mode: Mode, router: &Router) -> Res<Node> {
     let dir = base.join(format!("node-{id}"));
     std::fs::create_dir_all(&dir)?;
@@ -56,10 +60,18 @@ async fn start_node(base: &Path, id: NodeId, mode: Mode, router: &Router) -> Res
         keys
     };
     let log_dir = dir.join("raft-log");
-    let config = Config::new(mode).keys(keys).sync(SyncMode::Durable);
+    let snapshot_dir = dir.join("snapshots");
+    // Snapshots are sealed under the log's keys; key retirement keeps the keys they use.
+    let files = SealedFiles::new(&keys);
+    let config = Config::new(mode)
+        .keys(keys)
+        .sync(SyncMode::Durable)
+        .sealed_dirs([&snapshot_dir]);
     let options = StoreOptions::default().cache_entries(CACHE_ENTRIES);
     let store = WalLogStore::<TypeConfig>::open_with(&log_dir, config, options)?;
-    let sm = KvStateMachine::default();
+    // Starts from the sealed snapshot in `snapshot_dir`, if any; openraft then applies the
+    // committed entries after it from the log.
+    let sm = KvStateMachine::open(&snapshot_dir, files)?;
     let raft_config = openraft::Config {
         heartbeat_interval: 100,
         election_timeout_min: 400,
@@ -73,6 +85,7 @@ async fn start_node(base: &Path, id: NodeId, mode: Mode, router: &Router) -> Res
         id,
         mode,
         log_dir,
+        snapshot_dir,
         key_file,
         raft,
         sm,
@@ -216,21 +229,47 @@ fn show_log(node: &Node) -> Res<()> {
     Ok(())
 }
 
-/// Fails if any file of the log holds a written value in plaintext.
+/// Fails if any file of the log or of the snapshot directory holds a written value in
+/// plaintext.
 fn check_no_plaintext(node: &Node, writes: u64) -> Res<()> {
     let needle = b"PLAINTEXT-MARKER";
-    for file in std::fs::read_dir(&node.log_dir)? {
-        let path = file?.path();
-        let bytes = std::fs::read(&path)?;
-        if bytes.windows(needle.len()).any(|w| w == needle) {
-            return Err(format!("{} holds plaintext", path.display()).into());
+    for dir in [&node.log_dir, &node.snapshot_dir] {
+        for file in std::fs::read_dir(dir)? {
+            let path = file?.path();
+            let bytes = std::fs::read(&path)?;
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                return Err(format!("{} holds plaintext", path.display()).into());
+            }
         }
     }
     println!(
-        "  no plaintext: none of the {writes} values appears in {}",
-        node.log_dir.display()
+        "  no plaintext: none of the {writes} values appears in {} or {}",
+        node.log_dir.display(),
+        node.snapshot_dir.display()
     );
     Ok(())
+}
+
+/// Has `node` build a snapshot of everything it applied and purge its log through it; returns
+/// the snapshot's last log index.
+async fn snapshot_and_purge(node: &Node) -> Res<u64> {
+    let wait = Some(Duration::from_secs(10));
+    node.raft.trigger().snapshot().await?;
+    let metrics = node
+        .raft
+        .wait(wait)
+        .metrics(
+            |m| m.snapshot.is_some() && m.snapshot == m.last_applied,
+            "a snapshot of everything applied",
+        )
+        .await?;
+    let snapshot = metrics.snapshot.ok_or("no snapshot built")?;
+    node.raft.trigger().purge_log(snapshot.index).await?;
+    node.raft
+        .wait(wait)
+        .purged(Some(snapshot), "the log purged through the snapshot")
+        .await?;
+    Ok(snapshot.index)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -296,6 +335,44 @@ async fn main() -> Res<()> {
     println!("50 more writes committed through node {last_leader}, with all three nodes up");
     wait_applied(&all, 250).await?;
     println!("all three nodes applied all 250 writes");
+
+    // A follower snapshots and purges its log through the snapshot, takes 50 more writes (in
+    // its log only), and is restarted: the first 250 writes can come back only from its sealed
+    // snapshot.
+    let index = nodes
+        .iter()
+        .position(|n| n.id != last_leader)
+        .ok_or("no follower")?;
+    let follower = nodes[index].id;
+    let snapshot_index = snapshot_and_purge(all[index]).await?;
+    println!(
+        "node {follower} sealed a snapshot through index {snapshot_index} into {} and purged its log through it",
+        all[index].snapshot_dir.display()
+    );
+    let last_leader = write(&all, last_leader, 250..300).await?;
+    wait_applied(&all, 300).await?;
+    println!("50 more writes committed through node {last_leader}; all three nodes applied 300");
+    router.remove(follower);
+    all[index].raft.shutdown().await?;
+    drop(all);
+    let stopped = nodes.remove(index);
+    let mode = stopped.mode;
+    drop(stopped);
+    let restarted = start_node(&base, follower, mode, &router).await?;
+    // Raft::new has rebuilt the state: the snapshot, then the committed entries after it.
+    let rebuilt = restarted.sm.len();
+    let from_snapshot = restarted.sm.snapshot_last_log_id().map(|l| l.index);
+    if from_snapshot != Some(snapshot_index) || restarted.sm.get("account-00000") != Some(value(0))
+    {
+        return Err(format!("node {follower} did not start from its sealed snapshot").into());
+    }
+    println!(
+        "node {follower} restarted: {rebuilt} writes rebuilt from its snapshot (through index {snapshot_index}) and its log"
+    );
+    nodes.insert(index, restarted);
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_applied(&all, 300).await?;
+    println!("node {follower} holds all 300 writes");
     for node in &all {
         node.raft.shutdown().await?;
     }
@@ -305,7 +382,7 @@ async fn main() -> Res<()> {
     println!("what walcrypt's reader shows of each log:");
     for node in &nodes {
         show_log(node)?;
-        check_no_plaintext(node, 250)?;
+        check_no_plaintext(node, 300)?;
     }
     // Each node generated its own ring: the key check values in the segment headers differ.
     let mut checks = BTreeSet::new();

@@ -1,12 +1,14 @@
-//! Errors of opening a log store. Everything after open reports openraft's `StorageError`.
+//! Errors of opening a log store or the demo state machine. Everything after open reports
+//! openraft's `StorageError`.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use walcrypt::Lsn;
 
 use crate::record::DecodeError;
 
-/// Why a log store could not be opened.
+/// Why a log store, or the key-value state machine's snapshot directory, could not be opened.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -36,6 +38,14 @@ pub enum Error {
     /// The newest entries could not be read back from the log into the cache (after
     /// truncations replayed at open left it short).
     ReadBack(String),
+    /// The key-value state machine's snapshot directory or its snapshot file could not be
+    /// created, opened, authenticated or decoded.
+    Snapshot {
+        /// The directory or file.
+        path: PathBuf,
+        /// What went wrong.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -54,6 +64,7 @@ impl fmt::Display for Error {
             ),
             Error::Thread(e) => write!(f, "starting the flush thread: {e}"),
             Error::ReadBack(why) => write!(f, "reading the newest entries back: {why}"),
+            Error::Snapshot { path, source } => write!(f, "snapshot {}: {source}", path.display()),
         }
     }
 }
@@ -64,6 +75,7 @@ impl std::error::Error for Error {
             Error::Wal(e) => Some(e),
             Error::Decode { source, .. } => Some(source),
             Error::Thread(e) => Some(e),
+            Error::Snapshot { source, .. } => Some(source.as_ref()),
             Error::Config(_) | Error::Hole { .. } | Error::ReadBack(_) => None,
         }
     }

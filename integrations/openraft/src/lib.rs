@@ -7,15 +7,20 @@
 //!
 //! ```no_run
 //! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
-//! use walcrypt::{Config, KeyRing, Mode, SyncMode};
+//! use walcrypt::{Config, KeyRing, Mode, SealedFiles, SyncMode};
 //! use walcrypt_openraft::WalLogStore;
 //! use walcrypt_openraft::kv::{KvStateMachine, Router, TypeConfig};
 //!
 //! let keys = KeyRing::load("/var/lib/node-1/keys")?; // this node's ring, no other node's
-//! let config = Config::new(Mode::PerRecord).keys(keys).sync(SyncMode::Durable);
+//! // Snapshots sealed under the same keys; key retirement keeps the keys they use.
+//! let sm = KvStateMachine::open("/var/lib/node-1/snapshots", SealedFiles::new(&keys))?;
+//! let config = Config::new(Mode::PerRecord)
+//!     .keys(keys)
+//!     .sync(SyncMode::Durable)
+//!     .sealed_dirs(["/var/lib/node-1/snapshots"]);
 //! let log = WalLogStore::<TypeConfig>::open("/var/lib/node-1/raft-log", config)?;
 //! let raft_config = std::sync::Arc::new(openraft::Config::default().validate()?);
-//! let raft = openraft::Raft::new(1, raft_config, Router::default(), log, KvStateMachine::default()).await?;
+//! let raft = openraft::Raft::new(1, raft_config, Router::default(), log, sm).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -84,21 +89,37 @@
 //! from the cache, appends, votes and committed log ids stay on the calling task. Outside a
 //! tokio runtime the work runs in place.
 //!
+//! The state machine in [`kv`] seals its snapshot file on a blocking thread the same way, and
+//! its two locks (the snapshot file, then its data) come after the store's in the same order.
+//!
 //! The record kinds are in [`record`].
+//!
+//! # Snapshots
+//!
+//! A node restarted after openraft purged its log past a snapshot needs that snapshot to
+//! rebuild its state. [`kv::KvStateMachine::open`] keeps the demo state machine's snapshot in
+//! a directory of the node, sealed with walcrypt's `SealedFiles` (encrypted and authenticated)
+//! under the node's own keys, and written before openraft may purge the log it covers; at open
+//! it loads that snapshot and openraft applies the committed entries after it from the log.
+//! Pass the directory to the log's `Config::sealed_dirs` so that key retirement never retires
+//! a key the snapshot is sealed under. A state machine of your own can do the same with
+//! `SealedFiles`.
 //!
 //! # Keys in a cluster
 //!
 //! Each node opens its log with its own key ring: replicas share the raft log, not keys, so a
 //! stolen disk of one node says nothing about another's data keys. Entries travel between
-//! nodes in plaintext as far as walcrypt is concerned: securing the network (TLS) and the
-//! state machine's snapshots is the embedder's job.
+//! nodes in plaintext as far as walcrypt is concerned, snapshots sent to a follower included:
+//! securing the network (TLS) is the embedder's job.
 //!
 //! Rotating a node's key: stop the node, run `wal-key rotate` on its key file (or
 //! `KeyRing::rotate` and save), start it again; new records are written under the new key id,
 //! older segments stay readable with the older keys in the ring. Do one node at a time; raft
 //! keeps serving with one node of three down. Keep an old key in the ring until every segment
-//! written under it has been purged (after a snapshot): `wal-dump` shows the key id in every
-//! record header (perrecord) or page header (pagelevel).
+//! written under it has been purged (after a snapshot) and no sealed snapshot uses it (a new
+//! snapshot is sealed under the active key): `wal-dump` shows the key id in every record
+//! header (perrecord) or page header (pagelevel), `walcrypt::sealed_key_ids` those of the
+//! snapshot directory.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,4 +1,4 @@
-//! The store's mutexes, each with a fixed level, and the one order they are taken in.
+//! The crate's mutexes, each with a fixed level, and the one order they are taken in.
 //!
 //! # Lock order
 //!
@@ -6,6 +6,14 @@
 //!    whole read from the log, and by a purge while it removes segment files.
 //! 2. [`STATE`]: the in-memory state (`Inner::state`). Held for short steps: an append or a
 //!    truncation with its record, a look at the index or the cache.
+//! 3. [`SNAPSHOT_FILE`]: the key-value state machine's snapshot file (`kv::SnapshotDir`).
+//!    Held, on a blocking thread, while a snapshot is sealed into the file, so that snapshots
+//!    are written one at a time and an older one never replaces a newer one.
+//! 4. [`MACHINE`]: the key-value state machine's data and current snapshot. Held for short
+//!    steps, never across an `.await`.
+//!
+//! The store's locks and the state machine's are never held together today; their levels
+//! still put them in one order.
 //!
 //! A thread holding a lock takes only locks of a higher level: `STATE` may be taken while
 //! `READER` is held, never `READER` while `STATE` is held. So a truncation that must read
@@ -26,6 +34,10 @@ use parking_lot::{Mutex, MutexGuard};
 pub(crate) const READER: u8 = 0;
 /// The level of the state lock: taken after [`READER`], never before it.
 pub(crate) const STATE: u8 = 1;
+/// The level of the state machine's snapshot file lock: taken before [`MACHINE`].
+pub(crate) const SNAPSHOT_FILE: u8 = 2;
+/// The level of the state machine's data lock: taken last.
+pub(crate) const MACHINE: u8 = 3;
 
 /// A mutex at level `LEVEL` of the lock order.
 pub(crate) struct OrderedMutex<T, const LEVEL: u8> {
@@ -92,7 +104,7 @@ mod held {
             debug_assert!(
                 mask & same_or_higher == 0,
                 "lock order broken: taking the lock of level {level} while holding levels \
-                 {mask:#b} (see lock_order.rs: the reader's lock before the state lock)"
+                 {mask:#b} (see lock_order.rs: reader, state, snapshot file, machine)"
             );
             held.set(mask | 1 << level);
         });

@@ -451,7 +451,7 @@ where
 
 /// Runs blocking work off the async workers: on tokio's blocking threads when called inside a
 /// tokio runtime (a panic in `work` is resumed here), in place otherwise.
-async fn run_blocking<T: Send + 'static>(
+pub(crate) async fn run_blocking<T: Send + 'static>(
     what: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {

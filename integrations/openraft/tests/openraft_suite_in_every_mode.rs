@@ -1,12 +1,12 @@
 //! openraft's own storage test suite (`openraft::testing::Suite::test_all`) against the log
 //! store, once per walcrypt mode, each test on a fresh log with its own key ring: with the
 //! default cache, and with a cache of one entry, where every read but the last entry's goes
-//! to the log.
+//! to the log. The state machine seals its snapshots into a directory beside the log.
 
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
 use tempfile::TempDir;
-use walcrypt::{Config, KeyRing, Mode, SyncMode};
+use walcrypt::{Config, KeyRing, Mode, SealedFiles, SyncMode};
 use walcrypt_openraft::kv::{KvStateMachine, NodeId, TypeConfig};
 use walcrypt_openraft::{StoreOptions, WalLogStore};
 
@@ -21,14 +21,18 @@ impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> 
     ) -> Result<(TempDir, WalLogStore<TypeConfig>, KvStateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let keys = KeyRing::generate().expect("key ring");
+        let snapshots = dir.path().join("snapshots");
+        let sm = KvStateMachine::open(&snapshots, SealedFiles::new(&keys))
+            .expect("open the state machine");
         let config = Config::new(self.mode)
             .keys(keys)
             .sync(SyncMode::Durable)
             .page_size(4096)
-            .segment_size(64 * 1024);
-        let store = WalLogStore::open_with(dir.path(), config, self.options.clone())
+            .segment_size(64 * 1024)
+            .sealed_dirs([snapshots]);
+        let store = WalLogStore::open_with(dir.path().join("log"), config, self.options.clone())
             .expect("open the log store");
-        Ok((dir, store, KvStateMachine::default()))
+        Ok((dir, store, sm))
     }
 }
 
