@@ -413,6 +413,7 @@ mod tests {
                 lsn: Lsn(0x1000),
                 lost: false,
             }],
+            purge_floor: None,
         }
     }
 
