@@ -13,6 +13,7 @@ use crate::storage::{FsStorage, Storage};
 /// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
 /// so readers and tools never need to be told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Mode {
     /// No encryption: the baseline.
     #[default]

@@ -35,6 +35,7 @@ fn lists_every_record_with_the_key() {
                 }
                 Mode::PageLevel => assert!(line.contains("key: 1  iv: page"), "{line}"),
                 Mode::Plaintext => assert!(line.contains("key: -  iv: -"), "{line}"),
+                other => panic!("a mode this test does not know: {other}"),
             }
         }
         let payloads: Vec<&str> = text

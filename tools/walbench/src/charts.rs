@@ -18,6 +18,8 @@ fn mode_color(mode: Mode) -> RGBColor {
         Mode::PerRecord => RGBColor(31, 119, 180),
         Mode::PageLevel => RGBColor(214, 39, 40),
         Mode::PerRecordGcm => RGBColor(44, 160, 44),
+        // A mode added later: grey until it gets a colour of its own.
+        _ => RGBColor(127, 127, 127),
     }
 }
 
