@@ -20,6 +20,16 @@ pub mod tamper;
 
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Record, SyncMode, Wal};
 
+/// Held by each test of the own-process binary (`tests/proc/`) for its whole run, so that no two
+/// run at once there: they count threads, fork or spawn children. A test that panicked while
+/// holding it does not stop the others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Seeds and randomness
 

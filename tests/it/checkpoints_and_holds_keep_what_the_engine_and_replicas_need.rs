@@ -1,0 +1,246 @@
+//! Checkpoints as the library keeps them: `Wal::checkpoint` records the engine's position and
+//! metadata durably (sealed in the encrypted modes) and purges what no one needs;
+//! `open_from_checkpoint` restores from it after a restart without the engine storing the LSN
+//! itself. Retention holds keep what a replica still needs, across reopens, until they are
+//! released or fall too far behind; a follower left behind a purge gets `Error::Purged`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use walcrypt::{
+    CONTROL_FILE, Checkpoint, Config, Error, Follower, Kek, KeyProvider, KeyRing, KeyStore, Lsn,
+    Mode, Reader, SyncMode, Wal,
+};
+
+const SEGMENT: u64 = 4096;
+
+fn config(mode: Mode, keys: &KeyRing, sync: SyncMode) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(sync)
+        .page_size(512)
+        .segment_size(SEGMENT)
+        .prepare_segments(false)
+}
+
+/// Appends records of `len` bytes until the log has passed `to`; returns their LSNs.
+fn fill(wal: &Wal, to: u64, len: usize) -> Vec<Lsn> {
+    let mut lsns = Vec::new();
+    while u64::from(wal.end_lsn()) < to {
+        lsns.push(wal.append(1, &vec![lsns.len() as u8; len]).unwrap());
+    }
+    lsns
+}
+
+fn oldest_segment(dir: &std::path::Path) -> u64 {
+    Reader::open(dir, None).unwrap().segments()[0]
+        .header
+        .start
+        .into()
+}
+
+#[test]
+fn a_checkpoint_restores_the_engine_after_a_restart_in_every_mode() {
+    for mode in Mode::ALL {
+        for sync in [SyncMode::Durable, SyncMode::Buffered] {
+            let what = format!("{mode} {sync:?}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("wal");
+            let keys = KeyRing::generate().unwrap();
+            let wal = Wal::open(&dir, config(mode, &keys, sync)).unwrap();
+            assert!(wal.last_checkpoint().is_none());
+            let lsns = fill(&wal, 4 * SEGMENT, 150);
+            let at = lsns[lsns.len() / 2];
+            let purged = wal.checkpoint(at, b"snapshot-0001").unwrap();
+            assert!(purged >= 1, "{what}: the checkpoint purged nothing");
+            assert!(oldest_segment(&dir) <= u64::from(at), "{what}");
+            let after = fill(&wal, 5 * SEGMENT, 150);
+            // Never backwards.
+            assert!(matches!(
+                wal.checkpoint(lsns[0], b"older"),
+                Err(Error::Config(_))
+            ));
+            assert!(matches!(
+                wal.checkpoint(Lsn(u64::from(wal.end_lsn()) + 1), b"beyond"),
+                Err(Error::LsnNotAvailable(_))
+            ));
+            // Dropped, not closed: the checkpoint was durable when it returned, the records
+            // after it are what the log kept.
+            wal.sync().unwrap();
+            drop(wal);
+
+            let control = std::fs::read(dir.join(CONTROL_FILE)).unwrap();
+            let in_clear = control.windows(13).any(|w| w == b"snapshot-0001");
+            assert_eq!(
+                in_clear,
+                mode == Mode::Plaintext,
+                "{what}: the metadata is sealed in the encrypted modes only"
+            );
+
+            let cp = Checkpoint::read(&dir, &config(mode, &keys, sync))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{what}: no checkpoint read back"));
+            assert_eq!((cp.lsn, cp.meta.as_slice()), (at, &b"snapshot-0001"[..]));
+            let mut restored = None;
+            let mut replayed = Vec::new();
+            let wal = Wal::open_from_checkpoint(
+                &dir,
+                config(mode, &keys, sync),
+                |cp| {
+                    restored = cp.map(|c| c.meta.to_vec());
+                    Ok(())
+                },
+                |r| {
+                    replayed.push(r.lsn);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(restored.as_deref(), Some(&b"snapshot-0001"[..]), "{what}");
+            let expected: Vec<Lsn> = lsns
+                .iter()
+                .chain(after.iter())
+                .copied()
+                .filter(|l| *l >= at)
+                .collect();
+            assert_eq!(replayed, expected, "{what}: replay from the checkpoint");
+            assert_eq!(wal.last_checkpoint().map(|c| c.lsn), Some(at));
+            wal.close().unwrap();
+
+            // Without the key the metadata stays sealed.
+            if mode.is_encrypted() {
+                let other = KeyRing::generate().unwrap();
+                assert!(Checkpoint::read(&dir, &config(mode, &other, sync)).is_err());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hold_keeps_what_a_replica_needs_until_it_moves_or_is_released() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(&dir, config(mode, &keys, SyncMode::Durable)).unwrap();
+        let lsns = fill(&wal, 2 * SEGMENT, 150);
+        let replica_at = lsns[3];
+        wal.hold("replica-1", replica_at).unwrap();
+        assert!(matches!(
+            wal.hold("bad name!", replica_at),
+            Err(Error::Config(_))
+        ));
+        let more = fill(&wal, 6 * SEGMENT, 150);
+        let late = more[more.len() - 2];
+        wal.checkpoint(late, b"snap").unwrap();
+        assert!(
+            oldest_segment(&dir) <= u64::from(replica_at),
+            "{mode}: the checkpoint purged what the hold keeps"
+        );
+        // The hold survives a reopen.
+        wal.close().unwrap();
+        let wal = Wal::open(&dir, config(mode, &keys, SyncMode::Durable)).unwrap();
+        assert_eq!(wal.holds().len(), 1);
+        assert_eq!(wal.holds()[0].lsn, replica_at);
+        let mut follower = Follower::open(&dir, Some(keys.clone()), replica_at).unwrap();
+        let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(first.map(|r| r.lsn), Some(replica_at), "{mode}");
+        // Moved on, the hold lets the next purge go further; released, it keeps nothing.
+        wal.hold("replica-1", more[0]).unwrap();
+        wal.purge_before(late).unwrap();
+        assert!(oldest_segment(&dir) <= u64::from(more[0]));
+        assert!(oldest_segment(&dir) > u64::from(replica_at), "{mode}");
+        assert!(wal.release_hold("replica-1").unwrap());
+        assert!(!wal.release_hold("replica-1").unwrap());
+        wal.purge_before(late).unwrap();
+        assert!(oldest_segment(&dir) > u64::from(more[0]), "{mode}");
+        // A replica starting where the hold was is told what it needed and what is left.
+        drop(follower);
+        match Follower::open(&dir, Some(keys.clone()), replica_at) {
+            Err(Error::Purged { needed, oldest }) => {
+                assert_eq!(needed, replica_at);
+                assert_eq!(u64::from(oldest), oldest_segment(&dir));
+            }
+            other => panic!("{mode}: a follower behind the purge got {other:?}"),
+        }
+        assert!(matches!(
+            wal.hold("replica-2", replica_at),
+            Err(Error::Purged { .. })
+        ));
+
+        wal.close().unwrap();
+    }
+}
+
+#[test]
+fn a_hold_too_far_behind_is_given_up_so_the_disk_does_not_fill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let keys = KeyRing::generate().unwrap();
+    let config = config(Mode::PerRecord, &keys, SyncMode::Durable).max_hold_bytes(3 * SEGMENT);
+    let wal = Wal::open(&dir, config.clone()).unwrap();
+    let lsns = fill(&wal, SEGMENT, 150);
+    wal.hold("dead-replica", lsns[0]).unwrap();
+    let more = fill(&wal, 8 * SEGMENT, 150);
+    wal.checkpoint(more[more.len() - 1], b"snap").unwrap();
+    assert!(
+        oldest_segment(&dir) > u64::from(lsns[0]),
+        "the dead replica's hold still keeps the log"
+    );
+    let holds = wal.holds();
+    assert!(holds[0].lost, "the hold is marked lost: {holds:?}");
+    wal.close().unwrap();
+    // Lost stays lost across a reopen, until the holder sets it again.
+    let wal = Wal::open(&dir, config).unwrap();
+    assert!(wal.holds()[0].lost);
+    wal.hold("dead-replica", wal.end_lsn()).unwrap();
+    assert!(!wal.holds()[0].lost);
+    wal.close().unwrap();
+}
+
+#[test]
+fn the_key_a_checkpoint_is_sealed_under_is_not_retired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
+    let store = Arc::new(KeyStore::create(tmp.path().join("keys"), kek.clone()).unwrap());
+    let config = Config::new(Mode::PerRecord)
+        .key_store(store.clone())
+        .sync(SyncMode::Durable)
+        .page_size(512)
+        .segment_size(SEGMENT)
+        .prepare_segments(false);
+    let wal = Wal::open(&dir, config.clone()).unwrap();
+    let lsns = fill(&wal, 2 * SEGMENT, 150);
+    wal.checkpoint(lsns[2], b"sealed under key 1").unwrap();
+    wal.rotate_data_key().unwrap();
+    fill(&wal, 6 * SEGMENT, 150);
+    // A purge by hand removes every segment of key 1; the checkpoint still needs it.
+    wal.purge_before(wal.end_lsn()).unwrap();
+    wal.close().unwrap();
+    let store = Arc::new(KeyStore::open(tmp.path().join("keys"), kek).unwrap());
+    let config = config.key_store(store);
+    let cp = Checkpoint::read(&dir, &config).unwrap().unwrap();
+    assert_eq!(cp.meta.as_slice(), b"sealed under key 1");
+}
+
+#[test]
+fn a_checkpoint_at_a_purged_position_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let keys = KeyRing::generate().unwrap();
+    let wal = Wal::open(&dir, config(Mode::PerRecord, &keys, SyncMode::Durable)).unwrap();
+    let lsns = fill(&wal, 4 * SEGMENT, 150);
+    wal.flush(wal.end_lsn()).unwrap();
+    // Purged by hand, with no checkpoint recorded: a restart could not replay from there.
+    assert!(wal.purge_before(lsns[lsns.len() - 1]).unwrap() >= 2);
+    match wal.checkpoint(lsns[0], b"too old") {
+        Err(Error::Purged { needed, oldest }) => {
+            assert_eq!(needed, lsns[0]);
+            assert_eq!(u64::from(oldest), oldest_segment(&dir));
+        }
+        other => panic!("a checkpoint at a purged position: {other:?}"),
+    }
+    assert!(wal.last_checkpoint().is_none());
+    wal.close().unwrap();
+}
