@@ -480,15 +480,20 @@ impl fmt::Display for Error {
             ),
             Self::WrongKey { key_id, segment } => write!(
                 f,
-                "wrong key for key id {key_id}: it does not match the check value in segment {}",
+                "wrong key for key id {key_id}: it does not match the key the log in segment {} \
+                 was written with (the log's check value for that id differs); check that the \
+                 key file or store is this log's",
                 crate::format::segment_file_name(*segment)
             ),
-            Self::MissingKey(id) => {
-                write!(f, "the log needs key id {id}, which the key ring lacks")
-            }
+            Self::MissingKey(id) => write!(
+                f,
+                "the log needs key id {id}, which the key ring lacks; give the key file or \
+                 store that holds it"
+            ),
             Self::MissingSegmentKey { key_id, segment } => write!(
                 f,
-                "segment {} lists key id {key_id}, which the key ring lacks",
+                "segment {} lists key id {key_id}, which the key ring lacks; give the key file \
+                 or store that holds it",
                 crate::format::segment_file_name(*segment)
             ),
             Self::KeyFile { path, line, reason } => {

@@ -152,6 +152,13 @@ fn wrong_key_is_reported_as_a_wrong_key() {
             "{mode}: {err:?}"
         );
         assert!(err.to_string().contains("wrong key"), "{err}");
+        // The message says what to do, and names the segment whose check value differs.
+        for needle in [
+            "segment 0000000000000000.wal",
+            "check that the key file or store is this log's",
+        ] {
+            assert!(err.to_string().contains(needle), "{needle}: {err}");
+        }
         let err = Reader::open(dir.path(), Some(wrong)).unwrap_err();
         assert!(
             matches!(err, Error::WrongKey { key_id: 1, .. }),

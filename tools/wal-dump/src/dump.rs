@@ -163,7 +163,7 @@ impl Lister<'_> {
     ) -> Result<(), Fail> {
         let layout = (reader.mode(), reader.geometry());
         for item in reader.raw_records_from(begin) {
-            let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, self.key_file()))?;
+            let rec = item.map_err(|e| Fail::from_wal_with_keys(&e, &self.key_context()))?;
             match self.admit(layout, disk, &rec, from, to)? {
                 Admit::Stop => break,
                 Admit::Skip => {}
@@ -190,7 +190,8 @@ impl Lister<'_> {
         } else {
             Visibility::Written
         };
-        let fail = |e: walcrypt::Error| Fail::from_wal_with_keys(&e, self.args.key_file.as_deref());
+        let keys = target.key_context(self.args.key_file.as_deref(), self.keys);
+        let fail = |e: walcrypt::Error| Fail::from_wal_with_keys(&e, &keys);
         let mut follower = Follower::open(&target.dir, self.keys.cloned(), begin)
             .map_err(fail)?
             .visibility(visibility);
@@ -254,6 +255,15 @@ impl Lister<'_> {
         self.args.key_file.as_deref()
     }
 
+    /// The log, key file and keys, to name in key errors.
+    fn key_context(&self) -> crate::fail::KeyContext<'_> {
+        crate::fail::KeyContext {
+            log: Some(&self.args.path),
+            key_file: self.key_file(),
+            ring: self.keys,
+        }
+    }
+
     fn show(
         &mut self,
         layout: (Mode, Geometry),
@@ -311,8 +321,9 @@ impl Lister<'_> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
                 Err(Fail::trouble(format!(
-                    "key file {file}: the log needs key id {id}, which the key ring lacks \
-                     (record at {})",
+                    "log {}, key file {file}: the log needs key id {id}, which the key ring \
+                     lacks (record at {}); give the key file or store that holds it",
+                    self.args.path.display(),
                     position(geo, view.lsn)
                 )))
             }

@@ -1,6 +1,9 @@
 //! The tool's failure type: one line of text and the exit code it maps to.
 
 use std::fmt;
+use std::path::Path;
+
+use walcrypt::{Key, KeyRing};
 
 /// Exit code: the log (or every check asked for) is fine.
 pub const EXIT_OK: u8 = 0;
@@ -49,18 +52,11 @@ impl Fail {
         }
     }
 
-    /// Like [`Fail::from_wal`], with the key file named in key errors.
-    pub fn from_wal_with_keys(e: &walcrypt::Error, key_file: Option<&std::path::Path>) -> Fail {
+    /// Like [`Fail::from_wal`], with the log, the key file and the key named in key errors.
+    pub fn from_wal_with_keys(e: &walcrypt::Error, keys: &KeyContext<'_>) -> Fail {
         let mut fail = Fail::from_wal(e);
-        if let Some(path) = key_file
-            && matches!(
-                e,
-                walcrypt::Error::WrongKey { .. }
-                    | walcrypt::Error::MissingKey(_)
-                    | walcrypt::Error::MissingSegmentKey { .. }
-            )
-        {
-            fail.message = format!("key file {}: {}", path.display(), fail.message);
+        if let Some(context) = keys.describe(e) {
+            fail.message = format!("{context}: {}", fail.message);
         }
         fail
     }
@@ -81,6 +77,58 @@ impl From<walcrypt::Error> for Fail {
     fn from(e: walcrypt::Error) -> Fail {
         Fail::from_wal(&e)
     }
+}
+
+/// What a tool knows about the keys it gave the library, to name them in key errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyContext<'a> {
+    /// The log directory (or the segment file the user named).
+    pub log: Option<&'a Path>,
+    /// The key file or key store given with `--key-file`.
+    pub key_file: Option<&'a Path>,
+    /// The keys loaded from it, for the fingerprint of the key that did not match.
+    pub ring: Option<&'a KeyRing>,
+}
+
+impl KeyContext<'_> {
+    /// "log DIR, key file FILE (key id N, fingerprint F)" for a key error, or `None` for
+    /// every other error. Only a data key's fingerprint is shown: data keys are random, so it
+    /// names the key without revealing it.
+    pub fn describe(&self, e: &walcrypt::Error) -> Option<String> {
+        let key_id = match e {
+            walcrypt::Error::WrongKey { key_id, .. }
+            | walcrypt::Error::MissingSegmentKey { key_id, .. } => *key_id,
+            walcrypt::Error::MissingKey(key_id) => *key_id,
+            _ => return None,
+        };
+        let mut parts = Vec::new();
+        if let Some(log) = self.log {
+            parts.push(format!("log {}", log.display()));
+        }
+        match self.key_file {
+            Some(file) => parts.push(format!("key file {}", file.display())),
+            None => parts.push("no --key-file".to_string()),
+        }
+        let mut text = parts.join(", ");
+        if let Some(key) = self.ring.and_then(|r| r.get(key_id)) {
+            text.push_str(&format!(" ({})", key_identity(key_id, key)));
+        }
+        Some(text)
+    }
+}
+
+/// A data key's identity as every tool shows it: its id and its fingerprint (the one
+/// `wal-key list` shows).
+pub fn key_identity(key_id: u32, key: &Key) -> String {
+    format!("key id {key_id}, fingerprint {}", fingerprint(key))
+}
+
+/// A data key's fingerprint in hex.
+pub fn fingerprint(key: &Key) -> String {
+    key.fingerprint()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Output errors: a closed pipe ends the output quietly, anything else is trouble.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use walcrypt::inspect;
 use walcrypt::{Config, Error, Lsn, Mode, Reader, Wal};
 
-use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail, KeyContext};
 use crate::output::write_json;
 use crate::repair::back_up;
 use crate::source::{self, Disk, Target, fmt_lsn};
@@ -203,7 +203,12 @@ fn cut_after(reader: &Reader, lsn: u64, args: &Args) -> Result<After, Fail> {
                 return Ok(after);
             }
             Err(e) => {
-                let mut fail = Fail::from_wal_with_keys(&e, key_file);
+                let keys = KeyContext {
+                    log: Some(&args.path),
+                    key_file,
+                    ring: None,
+                };
+                let mut fail = Fail::from_wal_with_keys(&e, &keys);
                 if fail.code == EXIT_DAMAGE {
                     fail.message = format!(
                         "damage before {}: {} (--repair cuts there)",
@@ -296,12 +301,13 @@ pub fn purge(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
     let mut config = Config::new(mode)
         .recycle_segments(0)
         .prepare_segments(false);
-    if let Some(keys) = keys {
+    if let Some(keys) = keys.clone() {
         config = config.keys(keys);
     }
     let key_file = args.key_file.as_deref();
     let wal = Wal::open(&target.dir, config).map_err(|e| {
-        let mut fail = Fail::from_wal_with_keys(&e, key_file);
+        let context = target.key_context(key_file, keys.as_ref());
+        let mut fail = Fail::from_wal_with_keys(&e, &context);
         fail.message = format!("cannot purge: {}", fail.message);
         fail
     })?;

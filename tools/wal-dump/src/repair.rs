@@ -45,7 +45,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
             target.dir.display()
         )));
     }
-    let found = survey::survey(&reader).map_err(|e| survey::fail(&e, key_file))?;
+    let found = survey::survey(&reader)
+        .map_err(|e| survey::fail(&e, &target.key_context(key_file, keys.as_ref())))?;
     let geo = reader.geometry();
     let log_id = reader.log_id();
     drop(reader);
@@ -112,11 +113,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         }
         keys => {
             let mut config = Config::new(mode).recovery(RecoveryMode::TruncateAtDamage);
-            if let Some(keys) = keys {
+            if let Some(keys) = keys.clone() {
                 config = config.keys(keys);
             }
             let wal = Wal::open(&target.dir, config).map_err(|e| {
-                let mut fail = Fail::from_wal_with_keys(&e, key_file);
+                let context = target.key_context(key_file, keys.as_ref());
+                let mut fail = Fail::from_wal_with_keys(&e, &context);
                 fail.message = format!("cannot repair: {}", fail.message);
                 fail
             })?;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
 use walcrypt::{KeyRing, KeyStore, Lsn, Mode, Reader};
 
-use crate::fail::Fail;
+use crate::fail::{Fail, KeyContext};
 use crate::kek::{KekArgs, is_key_store};
 
 /// Loads the key ring named by `--key-file`, warning when others can read it.
@@ -99,10 +99,23 @@ impl Target {
         })
     }
 
+    /// The log, key file and keys, to name in key errors.
+    pub fn key_context<'a>(
+        &'a self,
+        key_file: Option<&'a Path>,
+        ring: Option<&'a KeyRing>,
+    ) -> KeyContext<'a> {
+        KeyContext {
+            log: Some(&self.dir),
+            key_file,
+            ring,
+        }
+    }
+
     /// Opens a reader over the log with `keys`.
     pub fn open(&self, keys: Option<&KeyRing>, key_file: Option<&Path>) -> Result<Reader, Fail> {
         let mut reader = Reader::open(&self.dir, keys.cloned())
-            .map_err(|e| Fail::from_wal_with_keys(&e, key_file))?;
+            .map_err(|e| Fail::from_wal_with_keys(&e, &self.key_context(key_file, keys)))?;
         if let Some(mode) = self.require_mode {
             reader = reader.require_mode(mode).map_err(|e| Fail::from_wal(&e))?;
         }

@@ -11,7 +11,7 @@ use walcrypt::{Lsn, Mode, Reader};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail, fingerprint, key_identity};
 use crate::kinds::Selection;
 use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, open_target};
@@ -98,6 +98,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         doc.insert("end_lsn".into(), json!(counted.last_end));
         doc.insert("end_lsn_text".into(), json!(fmt_lsn(counted.last_end)));
         doc.insert("key_ids_in_use".into(), json!(used_keys));
+        if let Some(ring) = keys.as_ref() {
+            let identities: Vec<Value> = used_keys
+                .iter()
+                .map(|id| json!({"id": id, "fingerprint": ring.get(*id).map(fingerprint)}))
+                .collect();
+            doc.insert("keys_in_use".into(), json!(identities));
+        }
         let kinds: Vec<Value> = counted
             .kinds
             .iter()
@@ -122,6 +129,16 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         fmt_lsn(counted.last_end)
     )?;
     writeln!(out, "key ids in use:     {}", join(&used_keys))?;
+    if let Some(ring) = keys.as_ref() {
+        let identities: Vec<String> = used_keys
+            .iter()
+            .map(|id| match ring.get(*id) {
+                Some(key) => key_identity(*id, key),
+                None => format!("key id {id}, not in the key file"),
+            })
+            .collect();
+        writeln!(out, "keys in use:        {}", identities.join("; "))?;
+    }
     writeln!(out, "records:            {}", counted.records)?;
     writeln!(out)?;
     write_kind_table(&counted.kinds, total, &selection, out)?;
@@ -158,7 +175,12 @@ fn count(
         let rec = match item {
             Ok(rec) => rec,
             Err(e) => {
-                let fail = Fail::from_wal_with_keys(&e, args.key_file.as_deref());
+                let keys = crate::fail::KeyContext {
+                    log: Some(&args.path),
+                    key_file: args.key_file.as_deref(),
+                    ring: None,
+                };
+                let fail = Fail::from_wal_with_keys(&e, &keys);
                 if fail.code != EXIT_DAMAGE {
                     return Err(fail);
                 }

@@ -186,6 +186,6 @@ fn after_damaged_record(reader: &Reader, start: u64) -> Option<u64> {
 }
 
 /// Maps a survey's library error to the tool's failure.
-pub fn fail(e: &Error, key_file: Option<&std::path::Path>) -> Fail {
-    Fail::from_wal_with_keys(e, key_file)
+pub fn fail(e: &Error, keys: &crate::fail::KeyContext<'_>) -> Fail {
+    Fail::from_wal_with_keys(e, keys)
 }

@@ -16,7 +16,9 @@ use walcrypt::{CorruptionKind, IV_LEN, KeyRing, Lsn, Mode, Reader};
 use serde::Serialize;
 
 use crate::dump::crc_ok;
-use crate::fail::{EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, one_line};
+use crate::fail::{
+    EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, fingerprint, key_identity, one_line,
+};
 use crate::output::write_json;
 use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
 use crate::{Args, OutputFormat};
@@ -42,6 +44,8 @@ impl IvUse {
 struct Findings {
     damage: Vec<String>,
     keys: Vec<String>,
+    /// Each key of the key file that a segment lists, and whether it matched everywhere.
+    checked_keys: Vec<CheckedKey>,
     notes: Vec<String>,
     /// What could not be checked, and why.
     unchecked: Vec<String>,
@@ -79,6 +83,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
                     records: 0,
                     damage: &damage,
                     key_problems: &[],
+                    keys_checked: &[],
                     not_checked: &["the log could not be opened".to_string()],
                     notes: &[],
                 };
@@ -132,6 +137,7 @@ impl Verify<'_> {
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         let mut ok = true;
+        let mut checked: std::collections::BTreeMap<u32, bool> = Default::default();
         for seg in self.reader.segments() {
             for (i, (id, kcv)) in seg.header.key_checks.iter().enumerate() {
                 let name = inspect::segment_file_name(seg.header.start);
@@ -139,20 +145,38 @@ impl Verify<'_> {
                 match ring.get(*id) {
                     Some(key) if key.log_check_value(seg.header.log_id, *id) != *kcv => {
                         ok = false;
+                        checked.insert(*id, false);
                         self.found.keys.push(format!(
-                            "segment {name} offset {offset}: key id {id} has check value {} \
-                             but key file {file} holds a key with check value {} (wrong key)",
+                            "segment {name} offset {offset}: {} in key file {file} is the \
+                             wrong key: it does not match the key the log {} was written with \
+                             (the log's check value there is {}, this key's would be {}); check \
+                             that the key file or store is this log's",
+                            key_identity(*id, key),
+                            args.path.display(),
                             hex(kcv),
                             hex(&key.log_check_value(seg.header.log_id, *id))
                         ));
                     }
-                    Some(_) => {}
+                    Some(_) => {
+                        checked.entry(*id).or_insert(true);
+                    }
                     None => self.found.notes.push(format!(
                         "segment {name} lists key id {id}, which key file {file} lacks"
                     )),
                 }
             }
         }
+        self.found.checked_keys = checked
+            .into_iter()
+            .filter_map(|(id, matched)| {
+                let key = ring.get(id)?;
+                Some(CheckedKey {
+                    id,
+                    fingerprint: fingerprint(key),
+                    result: if matched { "match" } else { "wrong_key" },
+                })
+            })
+            .collect();
         ok
     }
 
@@ -341,7 +365,8 @@ impl Verify<'_> {
                     }
                     Err(e @ walcrypt::Error::Io { .. }) => return Err(Fail::from_wal(&e)),
                     Err(e) => {
-                        let f = Fail::from_wal_with_keys(&e, args.key_file.as_deref());
+                        let keys = target.key_context(args.key_file.as_deref(), usable);
+                        let f = Fail::from_wal_with_keys(&e, &keys);
                         self.found.keys.push(f.message);
                         return Ok(());
                     }
@@ -553,12 +578,25 @@ impl Verify<'_> {
                 records: f.records,
                 damage: &f.damage,
                 key_problems: &f.keys,
+                keys_checked: &f.checked_keys,
                 not_checked: &f.unchecked,
                 notes: &f.notes,
             };
             write_json(out, &report)?;
         } else {
             writeln!(out, "mode: {}", self.reader.mode())?;
+            for k in &f.checked_keys {
+                let result = if k.result == "match" {
+                    "matches the log's check values"
+                } else {
+                    "does not match the log (wrong key)"
+                };
+                writeln!(
+                    out,
+                    "key checked: key id {}, fingerprint {}: {result}",
+                    k.id, k.fingerprint
+                )?;
+            }
             for d in &f.damage {
                 writeln!(out, "damage: {d}")?;
             }
@@ -611,6 +649,17 @@ struct JsonReport<'a> {
     records: u64,
     damage: &'a [String],
     key_problems: &'a [String],
+    keys_checked: &'a [CheckedKey],
     not_checked: &'a [String],
     notes: &'a [String],
+}
+
+/// A key of the key file that a segment lists: its identity, and whether it matched the log's
+/// check value in every segment that lists it.
+#[derive(Serialize)]
+struct CheckedKey {
+    id: u32,
+    fingerprint: String,
+    /// `match` or `wrong_key`.
+    result: &'static str,
 }

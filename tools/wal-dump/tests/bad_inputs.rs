@@ -86,6 +86,48 @@ fn absurd_length_fields() {
 }
 
 #[test]
+fn wrong_key_error_names_the_log_directory_the_key_file_and_the_fingerprint() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, _, _, _) = make_log(tmp.path(), mode, 30);
+        let other = tmp.path().join("other-keys");
+        let wrong = KeyRing::generate().unwrap();
+        wrong.save(&other).unwrap();
+        let fp = hex(&wrong.get(1).unwrap().fingerprint());
+        let needles = [
+            format!("log {}", log.display()),
+            format!("key file {}", other.display()),
+            format!("key id 1, fingerprint {fp}"),
+            "check that the key file or store is this log's".to_string(),
+        ];
+        for args in [
+            vec![&"--key-file" as &dyn AsRef<std::ffi::OsStr>, &other, &log],
+            vec![&"--stats", &"--key-file", &other, &log],
+            vec![&"--verify", &"--key-file", &other, &log],
+        ] {
+            let o = wal_dump(&args);
+            assert_fails(&o, 2, "wrong key");
+            for needle in &needles {
+                assert!(
+                    stderr(&o).contains(needle.as_str()),
+                    "{needle}: {}",
+                    stderr(&o)
+                );
+            }
+        }
+        let o = wal_key(&[&"verify", &other, &"--log", &log]);
+        assert_fails(&o, 2, "wrong key for key id 1");
+        for needle in &needles {
+            assert!(
+                stderr(&o).contains(needle.as_str()),
+                "{needle}: {}",
+                stderr(&o)
+            );
+        }
+    }
+}
+
+#[test]
 fn wrong_key() {
     for mode in [Mode::PerRecord, Mode::PageLevel] {
         let tmp = tempfile::tempdir().unwrap();
@@ -130,6 +172,12 @@ fn missing_key_id() {
         let o = wal_dump(&[&"--key-file", &key_file, &"--payload", &"hex", &log]);
         assert_fails(&o, 2, "key id 2");
         assert!(stderr(&o).contains("lacks"), "{}", stderr(&o));
+        for needle in [
+            format!("log {}", log.display()),
+            format!("key file {}", key_file.display()),
+        ] {
+            assert!(stderr(&o).contains(&needle), "{needle}: {}", stderr(&o));
+        }
     }
 }
 

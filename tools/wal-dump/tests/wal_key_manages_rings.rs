@@ -183,3 +183,70 @@ fn wal_key_verify_against_a_plaintext_log_says_nothing_was_checked() {
     assert_eq!(v["result"], "nothing_checked", "{v}");
     assert_eq!(v["log_mode"], "plaintext", "{v}");
 }
+
+#[test]
+fn wal_key_list_wal_key_verify_and_wal_dump_show_the_same_fingerprint_for_the_same_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, key_file, keys, _) = make_log(tmp.path(), Mode::PerRecord, 20);
+    let fp = hex(&keys.get(1).unwrap().fingerprint());
+    let listed = json(&[&"list", &key_file]);
+    assert_eq!(listed["keys"][0]["fingerprint"], fp.as_str(), "{listed}");
+    let o = wal_key(&[&"list", &key_file]);
+    assert!(stdout(&o).contains(&fp), "{}", stdout(&o));
+
+    let verified = json(&[&"verify", &key_file, &"--log", &log]);
+    assert_eq!(
+        verified["keys"][0]["fingerprint"],
+        fp.as_str(),
+        "{verified}"
+    );
+    assert_eq!(verified["log_keys"][0]["id"], 1, "{verified}");
+    assert_eq!(
+        verified["log_keys"][0]["fingerprint"],
+        fp.as_str(),
+        "{verified}"
+    );
+    let o = wal_key(&[&"verify", &key_file, &"--log", &log]);
+    assert!(
+        stdout(&o).contains(&format!("uses key id 1, fingerprint {fp}")),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("key checked: key id 1, fingerprint {fp}: matches")),
+        "{}",
+        stdout(&o)
+    );
+    let o = wal_dump(&[
+        &"--verify",
+        &"--format",
+        &"json",
+        &"--key-file",
+        &key_file,
+        &log,
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["keys_checked"][0]["id"], 1, "{v}");
+    assert_eq!(v["keys_checked"][0]["fingerprint"], fp.as_str(), "{v}");
+    assert_eq!(v["keys_checked"][0]["result"], "match", "{v}");
+
+    let o = wal_dump(&[&"--stats", &"--key-file", &key_file, &log]);
+    assert!(
+        stdout(&o).contains(&format!("keys in use:        key id 1, fingerprint {fp}")),
+        "{}",
+        stdout(&o)
+    );
+    let o = wal_dump(&[
+        &"--stats",
+        &"--format",
+        &"json",
+        &"--key-file",
+        &key_file,
+        &log,
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["keys_in_use"][0]["fingerprint"], fp.as_str(), "{v}");
+}

@@ -315,9 +315,10 @@ fn run(command: Command) -> Result<Out, String> {
                 o.set("key_count", ring.len());
                 ring
             };
+            print_identities(&mut o, &ring);
             o.set("result", "ok");
             if let Some(dir) = log {
-                verify_log(&mut o, &dir, &ring)?;
+                verify_log(&mut o, &dir, &file, &ring)?;
             }
         }
         Command::New { file } => {
@@ -354,24 +355,45 @@ fn count(n: usize, noun: &str) -> String {
 /// Every key id a segment of the log lists is in `ring`, with the check value the segment
 /// records (the reader compares them when it opens). A log that lists no key (plaintext)
 /// proves nothing about the keys: that is reported, with its own exit code.
-fn verify_log(o: &mut Out, dir: &Path, ring: &KeyRing) -> Result<(), String> {
-    let reader = Reader::open(dir, Some(ring.clone())).map_err(|e| e.to_string())?;
+fn verify_log(o: &mut Out, dir: &Path, file: &Path, ring: &KeyRing) -> Result<(), String> {
+    let reader = Reader::open(dir, Some(ring.clone())).map_err(|e| {
+        let key = match &e {
+            walcrypt::Error::WrongKey { key_id, .. } => ring
+                .get(*key_id)
+                .map(|k| format!(" (key id {key_id}, fingerprint {})", hex(&k.fingerprint()))),
+            _ => None,
+        };
+        format!(
+            "log {}, key file {}{}: {e}",
+            dir.display(),
+            file.display(),
+            key.unwrap_or_default()
+        )
+    })?;
     let mut missing = Vec::new();
+    let mut used = Vec::new();
     let mut listed = 0usize;
     for seg in reader.segments() {
         for (id, _) in &seg.header.key_checks {
             listed += 1;
-            if ring.get(*id).is_none() && !missing.contains(id) {
-                missing.push(*id);
+            if ring.get(*id).is_none() {
+                if !missing.contains(id) {
+                    missing.push(*id);
+                }
+            } else if !used.contains(id) {
+                used.push(*id);
             }
         }
     }
     if !missing.is_empty() {
         return Err(format!(
-            "log {} needs key ids {missing:?}, which the keys lack",
-            dir.display()
+            "log {} needs key ids {missing:?}, which key file {} lacks; give the key file or \
+             store that holds them",
+            dir.display(),
+            file.display()
         ));
     }
+    used.sort_unstable();
     let segments = reader.segments().len();
     o.set("log", dir.display().to_string());
     o.set("log_mode", reader.mode().to_string());
@@ -392,6 +414,18 @@ fn verify_log(o: &mut Out, dir: &Path, ring: &KeyRing) -> Result<(), String> {
         dir.display(),
         count(segments, "segment")
     ));
+    let mut keys = Vec::new();
+    for id in used {
+        if let Some(key) = ring.get(id) {
+            let fp = hex(&key.fingerprint());
+            o.line(format!(
+                "log {}: uses key id {id}, fingerprint {fp}",
+                dir.display()
+            ));
+            keys.push(json!({"id": id, "fingerprint": fp}));
+        }
+    }
+    o.set("log_keys", keys);
     Ok(())
 }
 
@@ -420,6 +454,19 @@ fn load_ring(file: &Path) -> Result<KeyRing, String> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Each key's id and fingerprint, the identity every tool shows for a data key.
+fn print_identities(o: &mut Out, ring: &KeyRing) {
+    let mut keys = Vec::new();
+    for id in ring.ids() {
+        if let Some(key) = ring.get(id) {
+            let fp = hex(&key.fingerprint());
+            o.line(format!("  key id {id}, fingerprint {fp}"));
+            keys.push(json!({"id": id, "fingerprint": fp}));
+        }
+    }
+    o.set("keys", keys);
 }
 
 /// Ids and fingerprints only: a fingerprint names a key without revealing it.
