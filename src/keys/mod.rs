@@ -22,6 +22,7 @@ pub use provider::{
     PASSPHRASE_COST, PassphraseKek, ProviderSpec,
 };
 pub use ring::{Key, KeyRing};
+pub(crate) use ring::{parent_dir, temp_name};
 pub use store::KeyStore;
 
 /// When a live log rotates its data key by itself (see [`crate::Config::rotation`]).

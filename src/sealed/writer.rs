@@ -19,6 +19,8 @@ use super::stream::FileCipher;
 use super::{SealedFiles, sealed_error};
 use crate::error::{Error, Result, SealedFileProblem};
 use crate::keys::KeyStore;
+// The key files' own helpers: the same temporary names and directory as every key file.
+use crate::keys::{parent_dir, temp_name};
 use crate::storage::{Storage, StorageFile};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -283,23 +285,4 @@ pub(super) fn into_io(e: Error) -> io::Error {
         _ => io::ErrorKind::InvalidData,
     };
     io::Error::new(kind, e)
-}
-
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// `.<name>.<16 random hex>.tmp` beside `path`.
-fn temp_name(path: &Path) -> Result<PathBuf> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
-    let nonce = crate::crypto::random_u64("a temporary file name")?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".{nonce:016x}.tmp"));
-    Ok(parent_dir(path).join(tmp))
 }

@@ -5,17 +5,11 @@
 
 use std::io::{Read, Write};
 
+use crate::support::sealed_problem as problem;
 use walcrypt::{CHUNK_TAG_LEN, Error, KeyRing, SEALED_HEADER_LEN, SealedFileProblem, SealedFiles};
 
 const CHUNK: usize = 64;
 const STORED: usize = CHUNK + CHUNK_TAG_LEN;
-
-fn problem(err: Error) -> SealedFileProblem {
-    match err {
-        Error::SealedFile { problem, .. } => problem,
-        other => panic!("not a sealed-file error: {other}"),
-    }
-}
 
 #[test]
 fn cut_at_every_length_fails_to_open() {

@@ -2,19 +2,11 @@
 //! sealed under another key with the same id: each is detected (authentication failure at the
 //! first chunk, or the wrong key named by its id), never decrypted into garbage.
 
-use walcrypt::{
-    CHUNK_TAG_LEN, Error, Key, KeyRing, SEALED_HEADER_LEN, SealedFileProblem, SealedFiles,
-};
+use crate::support::sealed_problem as problem;
+use walcrypt::{CHUNK_TAG_LEN, Key, KeyRing, SEALED_HEADER_LEN, SealedFileProblem, SealedFiles};
 
 const CHUNK: usize = 64;
 const STORED: usize = CHUNK + CHUNK_TAG_LEN;
-
-fn problem(err: Error) -> SealedFileProblem {
-    match err {
-        Error::SealedFile { problem, .. } => problem,
-        other => panic!("not a sealed-file error: {other}"),
-    }
-}
 
 #[test]
 fn headers_swapped_between_files_fail_authentication() {

@@ -276,3 +276,11 @@ impl hooked::Hooks for Recorder {
 /// The real file system, watched by a [`Recorder`]: `RecordingStorage(recorder)`.
 #[allow(unused_imports)] // not every test uses it
 pub use hooked::Hooked as RecordingStorage;
+
+/// The problem of a sealed-file error; panics on any other error.
+pub fn sealed_problem(err: walcrypt::Error) -> walcrypt::SealedFileProblem {
+    match err {
+        walcrypt::Error::SealedFile { problem, .. } => problem,
+        other => panic!("not a sealed-file error: {other}"),
+    }
+}
