@@ -27,10 +27,14 @@ fn documents() -> Option<(String, String)> {
 }
 
 /// Inline mentions of a command, not commands to run: each is shown in full elsewhere.
-const MENTIONS: [&str; 5] = [
+const MENTIONS: [&str; 9] = [
     "wal-dump --repair --backup DIR",
+    "wal-dump --stats",
+    "wal-dump --verify",
     "wal-key rotate-kek",
     "wal-key new",
+    "wal-key list",
+    "wal-key verify",
     "wal-key wrap",
     "wal-key rotate",
 ];
