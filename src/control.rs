@@ -111,10 +111,7 @@ fn control_cipher(key: &Key, log_id: u64, key_id: u32) -> Aes256Gcm {
     let mut info = [0u8; 12];
     info[..8].copy_from_slice(&log_id.to_le_bytes());
     info[8..].copy_from_slice(&key_id.to_le_bytes());
-    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(CONTROL_KEY_SALT), key.bytes());
-    let mut okm = Zeroizing::new([0u8; 32]);
-    // 32 bytes is far below HKDF-SHA256's limit: expand cannot fail.
-    let _ = hk.expand(&info, okm.as_mut());
+    let okm = crate::crypto::derive_key(CONTROL_KEY_SALT, key, &info);
     Aes256Gcm::new((&*okm).into())
 }
 

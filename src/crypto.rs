@@ -78,10 +78,16 @@ fn working_key(key: &Key, log_id: u64, key_id: u32) -> Zeroizing<[u8; KEY_LEN]> 
     let mut info = [0u8; 12];
     info[..8].copy_from_slice(&log_id.to_le_bytes());
     info[8..].copy_from_slice(&key_id.to_le_bytes());
-    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(WORKING_KEY_SALT), key.bytes());
+    derive_key(WORKING_KEY_SALT, key, &info)
+}
+
+/// HKDF-SHA256(salt, ikm = `key`, info) to one AES-256 key: the one derivation behind the log's
+/// working keys, the control file's key and sealed files' keys, each with a salt of its own.
+pub(crate) fn derive_key(salt: &[u8], key: &Key, info: &[u8]) -> Zeroizing<[u8; KEY_LEN]> {
+    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(salt), key.bytes());
     let mut okm = Zeroizing::new([0u8; KEY_LEN]);
     // 32 bytes is far below HKDF-SHA256's limit of 255 * 32: expand cannot fail.
-    let _ = hk.expand(&info, okm.as_mut());
+    let _ = hk.expand(info, okm.as_mut());
     okm
 }
 

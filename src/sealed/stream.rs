@@ -32,11 +32,7 @@ fn file_key(key: &Key, key_id: u32, file_id: &[u8; FILE_ID_LEN]) -> Zeroizing<[u
     info[..FILE_KEY_INFO.len()].copy_from_slice(FILE_KEY_INFO);
     info[FILE_KEY_INFO.len()..FILE_KEY_INFO.len() + 4].copy_from_slice(&key_id.to_le_bytes());
     info[FILE_KEY_INFO.len() + 4..].copy_from_slice(file_id);
-    let hk = hkdf::Hkdf::<sha2::Sha256>::new(Some(FILE_KEY_SALT), key.bytes());
-    let mut okm = Zeroizing::new([0u8; KEY_LEN]);
-    // 32 bytes is far below HKDF-SHA256's limit of 255 * 32: expand cannot fail.
-    let _ = hk.expand(&info, okm.as_mut());
-    okm
+    crate::crypto::derive_key(FILE_KEY_SALT, key, &info)
 }
 
 /// One file's sealing state: its AES-256-GCM key (zeroized on drop by the crates' `zeroize`
