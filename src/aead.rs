@@ -98,6 +98,20 @@ impl GcmKey {
         Some((tag.into(), self.binder(blocks)))
     }
 
+    /// Encrypts `data` in place under `nonce` and returns the tag over `aad` (with the
+    /// record's LSN in it): plain AES-GCM, for a record whose LSN is known when it is sealed.
+    pub(crate) fn seal_bound(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8; AAD_LEN],
+        data: &mut [u8],
+    ) -> Option<[u8; TAG_LEN]> {
+        self.aead
+            .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
+            .ok()
+            .map(Into::into)
+    }
+
     /// Checks `tag` over `aad` and the ciphertext, then decrypts `data` in place. On failure
     /// `data` is left as ciphertext and `false` returned.
     pub(crate) fn open(

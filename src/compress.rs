@@ -61,6 +61,31 @@ impl Drop for Wiped {
     }
 }
 
+/// The compressed payloads of a batch, each in an allocation of its own (made at its final
+/// size before any byte goes in), wiped when dropped.
+#[derive(Default)]
+pub(crate) struct Packed {
+    pieces: Vec<zeroize::Zeroizing<Vec<u8>>>,
+}
+
+impl Packed {
+    /// Compresses `payload` and keeps it; returns its index, or `None` when compressing does
+    /// not make it shorter (what was tried is wiped).
+    pub(crate) fn push(&mut self, payload: &[u8]) -> Option<usize> {
+        let mut piece = zeroize::Zeroizing::new(Vec::new());
+        if !compress(payload, &mut piece) {
+            return None;
+        }
+        self.pieces.push(piece);
+        Some(self.pieces.len() - 1)
+    }
+
+    /// The compressed payload `push` returned `index` for.
+    pub(crate) fn piece(&self, index: usize) -> &[u8] {
+        self.pieces.get(index).map_or(&[], |piece| piece.as_slice())
+    }
+}
+
 /// Compresses `payload` into `out`. Returns false, with `out` unspecified, when the result
 /// would not be shorter than the payload. On success every byte of `out` past its new length
 /// (up to its old one) is zero: nothing of the payload lies beyond the length.

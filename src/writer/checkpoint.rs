@@ -47,7 +47,7 @@ impl Wal {
                 meta.len()
             )));
         }
-        if u64::from(lsn) > self.complete_to.load(Ordering::Acquire) {
+        if u64::from(lsn) > self.insert_end.load(Ordering::Acquire) {
             return Err(Error::LsnNotAvailable(lsn));
         }
         match self.sync {
@@ -111,7 +111,7 @@ impl Wal {
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
-        if u64::from(lsn) > self.complete_to.load(Ordering::Acquire) {
+        if u64::from(lsn) > self.insert_end.load(Ordering::Acquire) {
             return Err(Error::LsnNotAvailable(lsn));
         }
         let mut control = self.control.lock();
@@ -173,7 +173,7 @@ impl Wal {
     /// hold still in force. Holds that fell more than `max_hold_bytes` behind the end are given
     /// up first (saved).
     pub(super) fn purge_limit(&self, lsn: u64) -> Result<u64> {
-        let end = self.complete_to.load(Ordering::Acquire);
+        let end = self.insert_end.load(Ordering::Acquire);
         let mut control = self.control.lock();
         let mut gave_up = false;
         for hold in control.holds.iter_mut().filter(|h| !h.lost) {

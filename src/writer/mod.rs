@@ -3,14 +3,29 @@
 //! switch and purge (`segments`); segment creation, also ahead of time (`prepare`); key
 //! rotation (`rotate`). docs/DESIGN.md walks through the whole write path.
 //!
+//! An append runs in three steps: before any lock, it compresses the payload and draws its
+//! IV; under the insert lock it only reserves its bytes (a few lines of arithmetic, which give
+//! it its LSN); after the lock, on an **insertion lane** of its own (insertions.rs), it seals
+//! the record at that LSN (encryption, GCM tag and checksum, all covering the LSN) and copies
+//! it into the buffer's page slots. A write-out takes only bytes below the lowest insertion
+//! still in progress (`inserted_to`); a flush waits, with no lock held, for the insertions
+//! below its record (`inserted_through`). The segment switch, a key rotation and the open's
+//! resume hold the insert lock and wait until no insertion is in progress.
+//!
 //! Locks, always taken in this order, never the other way (a lock may be skipped, never
 //! taken after one that comes later in the list):
 //!
 //! 0. the **group-commit lock** (`group`, with the condition variable `group_done`): whether
 //!    a flush round is under way. Taken only with no other lock of the log held, and released
 //!    before the round's leader takes the write lock: it orders flushers, never data.
-//! 1. the **insert lock** (`insert`): reserves the LSN and copies already-sealed bytes into the
-//!    WAL buffer. Nothing else happens inside it: sealing (encryption and CRC) is done before.
+//! 1. the **insert lock** (`insert`): reserves bytes at the insert position and publishes the
+//!    reservation's start in the appender's lane. Nothing else happens inside it. The
+//!    exclusive paths (switch, rotation, resume) hold it while they wait for the insertions in
+//!    progress to finish, which never take it again, and then copy their control record.
+//!    An **insertion lane** (`insertions`) is claimed before it and held until the copy ends;
+//!    waiting for a lane's insertion (`Insertions::wait_finished`) is done with no lock held
+//!    but the insert lock (exclusive paths), and only for insertions that began earlier in the
+//!    log than the waiter's own, so those waits never form a cycle.
 //! 2. the **write lock** (`write`): reserves the next range of the log for writing
 //!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
 //!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
@@ -18,7 +33,8 @@
 //!    range after releasing it. Durable rounds, pagelevel flushes, `sync`, `close`, the
 //!    segment switch and the open write (and wait for every range in flight to land), and
 //!    fdatasync where they must, under it. Flushers take it without the
-//!    insert lock; an appender takes it only when the buffer is full and it must make room,
+//!    insert lock, after waiting for the insertions they flush; an appender takes it (with
+//!    no other lock held) only when the buffer is full and it must make room,
 //!    and the open takes it under the insert lock when it moves the log on past a segment
 //!    switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
 //! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
@@ -44,16 +60,19 @@
 //! The event listener is called with none of these held.
 //!
 //! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
-//! `WriteState::reserved_to`) say how far the log has come. Whenever neither the insert nor
-//! the write lock is held, and the log is not poisoned, they satisfy
+//! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
+//! Whenever neither the insert nor the write lock is held, and the log is not poisoned, they
+//! satisfy
 //!
 //! ```text
-//! synced_to <= flushed_to <= complete_to <= insert.pos
-//!              flushed_to <= written_to  <= reserved_to <= insert.pos
+//! synced_to <= flushed_to <= inserted_to() <= insert_end == insert.pos
+//!              flushed_to <= written_to    <= reserved_to <= insert_end
 //! ```
 //!
-//! - `complete_to`: end of the last record (or batch) copied in full; stored under the insert
-//!   lock. A record boundary. `end_lsn` returns it.
+//! - `insert_end`: end of the last record (or batch) whose bytes are reserved; stored under
+//!   the insert lock. A record boundary. `end_lsn` returns it.
+//! - `inserted_to()`: `insert_end`, or the start of the lowest insertion still in progress
+//!   if that is lower. Everything before it is in the buffer. A record boundary; not stored.
 //! - `reserved_to` (in `WriteState`, under the write lock): everything before it belongs to a
 //!   range reserved for writing, landed or in flight. Ranges are reserved in order, each
 //!   starting where the last ended, so they never overlap in the log; on disk a pagelevel page
@@ -64,9 +83,8 @@
 //! - `written_to`: everything before it has landed in the files (`InFlight::landed_to`, stored
 //!   under the in-flight lock when a range lands and every range before it has). Not a record
 //!   boundary: an appender making room writes out whole pages before the page it enters, so
-//!   while it still holds the insert lock with a record (or batch) partly copied,
-//!   `written_to` and `reserved_to` may run ahead of `complete_to` (and of `insert.pos`, which
-//!   moves per record) into that unfinished record. On disk that is a torn record, which
+//!   while its record (or batch) is partly copied, `written_to` and `reserved_to` may run
+//!   ahead of `inserted_to()` into that unfinished record. On disk that is a torn record, which
 //!   recovery cuts; it is never acknowledged. A range that failed never lands (the log is
 //!   poisoned), so `written_to` stops below it for good.
 //! - `flushed_to`: the record boundary through which `flush` guarantees hold (written for
@@ -84,27 +102,29 @@
 //! All only grow (`restamp_tail` moves back only `reserved_to`, to rewrite the tail page at
 //! open). At open, before the `Wal` is shared, they jump over the part of the log left unused:
 //! `switch_segment` moves all of them to the next segment's start, `resume_on_fresh_page`
-//! moves `reserved_to`, `written_to` and `complete_to` past the rest of the tail page, with
+//! moves `reserved_to`, `written_to` and `insert_end` past the rest of the tail page, with
 //! nothing in flight.
 //!
 //! Group commit sits in front of the write lock: one flusher at a time leads a round (write
 //! and fdatasync everything appended so far); the others wait for the round to end and then
 //! either find their record durable or lead the next round for everyone still waiting.
 //!
-//! The buffer is a ring of page slots. A slot is reused only after the page it held has
-//! landed completely (`written_to` past its end), so memory stays bounded and appenders wait
-//! (by writing) when it is full.
+//! The buffer is a ring of page slots. A slot is claimed for a page by the first appender
+//! copying into that page, only once the page one ring length earlier has landed completely
+//! (`written_to` past its end; `claim_slot`), so memory stays bounded and appenders wait (by
+//! writing) when it is full. Appenders copying into one page claim its slot in any order.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use parking_lot::{Condvar, Mutex};
+use crossbeam::utils::CachePadded;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::Lsn;
-use crate::aead::{LsnBinder, NONCE_LEN};
+use crate::aead::NONCE_LEN;
 use crate::compress;
 use crate::config::{Compression, Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
@@ -120,6 +140,7 @@ use crate::storage::{Storage, StorageFile};
 mod checkpoint;
 mod flush;
 mod inflight;
+mod insertions;
 mod open;
 mod prepare;
 mod recycle;
@@ -136,35 +157,50 @@ const NO_PAGE: u64 = u64::MAX;
 #[derive(Clone, Copy)]
 struct SameProcess(());
 
-/// The part of sealing a record that needs its LSN, done inside the insert lock: for an
-/// authenticated record, bind the LSN into the tag (one GF(2^128) multiplication) and extend
-/// the checksum over the 16 tag bytes; for every record, end the checksum with the LSN's low
-/// 32 bits (format version 3, [`format::bind_crc_to_lsn`]) and store it. `crc` is the checksum
-/// of the header and the stored bytes before the tag.
-#[must_use = "a record is unreadable until its LSN is bound"]
-pub(crate) struct LateBind {
-    crc: u32,
-    binder: Option<LsnBinder>,
+/// A record about to be placed: its kind, flags and payload as stored (compressed or not).
+pub(super) struct Pending<'a> {
+    pub(super) kind: u8,
+    pub(super) flags: u8,
+    pub(super) stored: &'a [u8],
 }
 
-impl LateBind {
-    /// Finishes `sealed` (a record about to start at `lsn`, in a segment of format `version`):
-    /// its tag and checksum fields.
-    fn finish(mut self, lsn: u64, version: u32, sealed: &mut [u8]) {
-        if let Some(binder) = self.binder.take() {
-            let tag_at = sealed.len() - TAG_LEN;
-            binder.bind(lsn, &mut sealed[tag_at..]);
-            self.crc = crc32c::crc32c_append(self.crc, &sealed[tag_at..]);
-        }
-        self.finish_untagged(lsn, version, sealed);
-    }
+/// An insertion under way: bytes reserved in the log, on `lane`, not yet all copied. Dropped
+/// before it is `finished` (an error or a panic between the reservation and the end of the
+/// copy), it poisons the log before the lane goes idle: the reserved bytes are a hole, and no
+/// write-out or flush may pass it as if it held records.
+struct Inserting<'a> {
+    wal: &'a Wal,
+    lane: insertions::InLane<'a>,
+    finished: bool,
+}
 
-    /// [`LateBind::finish`] of a record without a tag (control records are never encrypted),
-    /// which may be called again to place the same record at another LSN.
-    fn finish_untagged(&self, lsn: u64, version: u32, sealed: &mut [u8]) {
-        let crc = format::bind_crc_to_lsn(version, self.crc, lsn);
-        sealed[..4].copy_from_slice(&crc.to_le_bytes());
+impl Drop for Inserting<'_> {
+    fn drop(&mut self) {
+        if !self.finished && !self.wal.poisoned.load(Ordering::Acquire) {
+            let at = self.wal.insert_end.load(Ordering::Acquire);
+            let error = self.wal.broken_invariant(
+                "append",
+                at,
+                "an insertion ended before its record was copied".into(),
+            );
+            let _ = self.wal.poison_error(error);
+        }
     }
+}
+
+/// A number per thread, so a thread keeps trying the same insertion lane first.
+fn lane_hint() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    HINT.with(|hint| *hint)
+}
+
+/// Insertion lanes for this machine: twice its parallelism, at least 8, at most 64.
+fn lane_count() -> usize {
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+    (2 * cores).clamp(8, 64)
 }
 
 /// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
@@ -226,9 +262,9 @@ impl Counter {
     }
 }
 
-/// The counters behind [`Wal::stats`], one per field.
+/// One shard of the counters behind [`Wal::stats`], one counter per field.
 #[derive(Default)]
-pub(super) struct Counters {
+pub(super) struct Shard {
     appends: Counter,
     payload_bytes: Counter,
     record_bytes: Counter,
@@ -240,6 +276,32 @@ pub(super) struct Counters {
     pub(super) fsync_ns: Counter,
     pub(super) fsyncs: Counter,
     pub(super) pages_written: Counter,
+}
+
+/// Shards of the counters, each on cache lines of its own: a thread adds to the shard of its
+/// lane hint, so appenders on different threads write no statistics line in common, and
+/// [`Wal::stats`] sums the shards.
+pub(super) struct Counters(Box<[CachePadded<Shard>]>);
+
+/// Shards of [`Counters`]: enough that up to this many appending threads never share one.
+const COUNTER_SHARDS: usize = 16;
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters((0..COUNTER_SHARDS).map(|_| Default::default()).collect())
+    }
+}
+
+impl Counters {
+    /// This thread's shard.
+    pub(super) fn here(&self) -> &Shard {
+        &self.0[lane_hint() % self.0.len()]
+    }
+
+    /// The sum of one counter over the shards.
+    fn sum(&self, counter: impl Fn(&Shard) -> &Counter) -> u64 {
+        self.0.iter().map(|shard| counter(shard).get()).sum()
+    }
 }
 
 struct Slot {
@@ -298,32 +360,33 @@ pub struct Wal {
     compression: Compression,
     /// The working keys; replaced whole (never edited) when a data key is rotated or retired.
     keys: Arc<arc_swap::ArcSwap<Keys>>,
-    /// Bumped (inside the insert lock) when the active key changes: a record sealed under an
-    /// older epoch is sealed again, so no record lands in a segment that does not list its key.
-    key_epoch: AtomicU64,
     rotation: rotate::Rotation,
     /// The process that opened the log: another (a forked child) must not write with it,
     /// since it would repeat this process's IVs.
     opener: u32,
-    ivs: IvSource,
-    insert: Mutex<InsertState>,
+    ivs: CachePadded<IvSource>,
+    insert: CachePadded<Mutex<InsertState>>,
+    /// Insertions in progress: reserved under the insert lock, sealed and copied after it.
+    insertions: insertions::Insertions,
     slots: Box<[Mutex<Slot>]>,
-    /// End of the last record completely copied into the buffer (a record boundary).
-    complete_to: AtomicU64,
+    /// The insert position as the appenders' reservations left it: the end of the last record
+    /// whose bytes are reserved (a record boundary), stored under the insert lock. Records
+    /// below it may still be being copied (`insertions`); `inserted_to` says how far they are.
+    insert_end: CachePadded<AtomicU64>,
     /// Everything before this position has been written to the files.
-    written_to: AtomicU64,
+    written_to: CachePadded<AtomicU64>,
     /// Record boundary through which `flush` guarantees hold (written for `Buffered`,
     /// fdatasync'ed for `Durable`).
-    flushed_to: AtomicU64,
+    flushed_to: CachePadded<AtomicU64>,
     /// Record boundary through which the log is fdatasync'ed. Stamped into page headers as the
     /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
     /// unsynced records durable would turn their loss in a machine crash into corruption.
-    synced_to: AtomicU64,
-    write: Mutex<WriteState>,
+    synced_to: CachePadded<AtomicU64>,
+    write: CachePadded<Mutex<WriteState>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
     /// Group commit: whether a flush round is under way, and a count of finished rounds.
-    group: Mutex<GroupCommit>,
+    group: CachePadded<Mutex<GroupCommit>>,
     /// Signalled when a flush round ends.
     group_done: Condvar,
     poisoned: AtomicBool,
@@ -368,7 +431,7 @@ impl std::fmt::Debug for Wal {
             .field("dir", &self.dir)
             .field("mode", &self.mode)
             .field("sync", &self.sync)
-            .field("end", &Lsn(self.complete_to.load(Ordering::Relaxed)))
+            .field("end", &Lsn(self.insert_end.load(Ordering::Relaxed)))
             .finish_non_exhaustive()
     }
 }
@@ -428,25 +491,25 @@ impl Wal {
             compression: config.compression,
             rotation: rotate::Rotation::new(config, end)?,
             keys,
-            key_epoch: AtomicU64::new(0),
             opener: std::process::id(),
-            ivs: IvSource::new()?,
-            insert: Mutex::new(InsertState { pos: end }),
+            ivs: CachePadded::new(IvSource::new()?),
+            insert: CachePadded::new(Mutex::new(InsertState { pos: end })),
+            insertions: insertions::Insertions::new(lane_count()),
             slots,
-            complete_to: AtomicU64::new(end),
-            written_to: AtomicU64::new(end),
+            insert_end: CachePadded::new(AtomicU64::new(end)),
+            written_to: CachePadded::new(AtomicU64::new(end)),
             inflight: inflight::InFlight::new(end),
-            flushed_to: AtomicU64::new(end),
-            synced_to: AtomicU64::new(end),
-            write: Mutex::new(WriteState {
+            flushed_to: CachePadded::new(AtomicU64::new(end)),
+            synced_to: CachePadded::new(AtomicU64::new(end)),
+            write: CachePadded::new(Mutex::new(WriteState {
                 reserved_to: end,
                 segment_key: None,
                 files: Vec::new(),
                 dirty: Vec::new(),
                 imaged: (NO_PAGE, 0),
                 hint_unsynced: None,
-            }),
-            group: Mutex::new(GroupCommit::default()),
+            })),
+            group: CachePadded::new(Mutex::new(GroupCommit::default())),
             group_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
@@ -484,7 +547,7 @@ impl Wal {
     /// The position after the last appended record: where the next record will start (or
     /// just before it, if page headers come first).
     pub fn end_lsn(&self) -> Lsn {
-        Lsn(self.complete_to.load(Ordering::Acquire))
+        Lsn(self.insert_end.load(Ordering::Acquire))
     }
 
     /// The record boundary through which `flush` has completed.
@@ -505,33 +568,17 @@ impl Wal {
 
     /// Appends one record and returns its LSN. Safe to call from many threads at once.
     ///
-    /// The record is sealed (encrypted in perrecord mode, checksummed in every mode) before the
-    /// insert lock is taken; inside it the LSN is reserved and the sealed bytes are copied into
-    /// the WAL buffer. The record is durable once [`Wal::flush`] with this LSN returns Ok.
+    /// The record is compressed (when configured) and its IV drawn first; then the appender
+    /// reserves its bytes under the insert lock (a few lines of arithmetic, which give it its
+    /// LSN) and, with no lock of the log held, seals it at that LSN (encrypts in perrecord
+    /// modes, checksums in every mode) and copies it into the WAL buffer. The record is
+    /// durable once [`Wal::flush`] with this LSN returns Ok.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
         self.check_poison()?;
         check_len(payload)?;
-        let result = SEAL_BUFFER.with(|buffer| {
-            let mut sealed = buffer.take();
-            let result = loop {
-                // A rotation between sealing and inserting makes the record seal again.
-                let inserted =
-                    self.seal(kind, 0, payload, &mut sealed)
-                        .and_then(|(late, epoch)| {
-                            let ends = [sealed.len()];
-                            let lates = std::iter::once(late);
-                            self.insert_sealed(&mut sealed, &ends, lates, epoch, payload.len())
-                        });
-                match inserted {
-                    Ok(None) => continue,
-                    Ok(Some(lsns)) => break Ok(lsns),
-                    Err(e) => break Err(e),
-                }
-            };
-            if sealed.capacity() <= SEAL_BUFFER_KEEP {
-                buffer.set(sealed);
-            }
-            result
+        let result = self.with_stored(payload, |flags, stored| {
+            let record = Pending { kind, flags, stored };
+            self.insert(std::slice::from_ref(&record), payload.len())
         });
         self.deliver_events();
         self.rotate_if_due(result.is_ok());
@@ -541,10 +588,10 @@ impl Wal {
     /// Appends several records as one unit of work and returns their LSNs, in order. Safe to
     /// call from many threads at once.
     ///
-    /// Every record is sealed before the insert lock is taken; the lock is then taken once and
-    /// the records get consecutive places in the log, with no other thread's record between
-    /// them. Make them durable with [`Wal::flush`] of the last LSN. An empty batch returns an
-    /// empty list and appends nothing.
+    /// The records get consecutive places in the log, reserved in one hold of the insert
+    /// lock, with no other thread's record between them. Make them durable with
+    /// [`Wal::flush`] of the last LSN. An empty batch returns an empty list and appends
+    /// nothing.
     ///
     /// A batch is not atomic across a crash: like records appended one by one, a crash before
     /// `flush` returns may keep any prefix of the batch. An engine that needs all-or-nothing
@@ -570,96 +617,74 @@ impl Wal {
             return Ok(Vec::new());
         }
         let payload_bytes = records.iter().map(|(_, p)| p.len()).sum();
-        let mut sealed = Vec::new();
-        let mut ends = Vec::with_capacity(records.len());
-        let mut lates = Vec::with_capacity(records.len());
-        let mut record = Vec::new();
-        let result = loop {
-            sealed.clear();
-            ends.clear();
-            lates.clear();
-            // Every record of the batch is sealed in one key epoch, or all are sealed again.
-            let mut epoch = None;
-            let mut same_epoch = true;
-            for (kind, payload) in &records {
-                let (late, sealed_in) = self.seal(*kind, 0, payload, &mut record)?;
-                same_epoch &= *epoch.get_or_insert(sealed_in) == sealed_in;
-                lates.push(late);
-                sealed.extend_from_slice(&record);
-                ends.push(sealed.len());
-            }
-            let Some(epoch) = epoch.filter(|_| same_epoch) else {
-                continue;
-            };
-            let lates = std::mem::take(&mut lates);
-            match self.insert_sealed(&mut sealed, &ends, lates, epoch, payload_bytes) {
-                Ok(None) => continue,
-                // `insert_sealed` lists every LSN only for two records or more.
-                Ok(Some((first, lsns))) if lsns.is_empty() => break Ok(vec![first]),
-                Ok(Some((_, lsns))) => break Ok(lsns),
-                Err(e) => break Err(e),
-            }
-        };
+        // Compressed payloads (when configured and worth it), wiped when dropped.
+        let mut packed = compress::Packed::default();
+        let forms: Vec<Option<usize>> = records
+            .iter()
+            .map(|(_, payload)| match self.compresses(0, payload) {
+                true => packed.push(payload),
+                false => None,
+            })
+            .collect();
+        let pending: Vec<Pending<'_>> = records
+            .iter()
+            .zip(&forms)
+            .map(|((kind, payload), form)| match form {
+                Some(piece) => Pending {
+                    kind: *kind,
+                    flags: RECORD_FLAG_COMPRESSED,
+                    stored: packed.piece(*piece),
+                },
+                None => Pending {
+                    kind: *kind,
+                    flags: 0,
+                    stored: payload,
+                },
+            })
+            .collect();
+        let result = self.insert(&pending, payload_bytes);
+        drop(pending);
+        drop(packed);
         self.deliver_events();
         self.rotate_if_due(result.is_ok());
-        result
+        result.map(|(first, lsns)| if lsns.is_empty() { vec![first] } else { lsns })
     }
 
     /// Rotates the data key when the rotation policy says it is due (after an append).
     fn rotate_if_due(&self, appended: bool) {
-        if appended && self.rotation.due(self.complete_to.load(Ordering::Relaxed)) {
+        if appended && self.rotation.due(self.insert_end.load(Ordering::Relaxed)) {
             self.rotate_by_policy();
         }
     }
 
-    /// Compresses (when configured and worth it), encrypts (perrecord modes) and checksums a
-    /// record into its stored form in `sealed`.
-    ///
-    /// The checksum (and, for an authenticated record, the tag) is left one step short: the
-    /// returned [`LateBind`] finishes it inside the insert lock, once the LSN is known. Also
-    /// returns the key epoch the record was sealed in.
-    fn seal(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<(LateBind, u64)> {
-        // The epoch is read before the keys: a rotation stores the keys first, so a record
-        // whose epoch is current was sealed under the current active key.
-        let epoch = self.key_epoch.load(Ordering::Acquire);
-        self.seal_compressed(kind, flags, payload, sealed)
-            .map(|late| (late, epoch))
+    /// Whether a record with these flags and payload is stored compressed.
+    fn compresses(&self, flags: u8, payload: &[u8]) -> bool {
+        let Compression::Lz4 { min_len } = self.compression else {
+            return false;
+        };
+        flags & RECORD_FLAGS_CONTROL == 0 && payload.len() >= min_len.max(1)
     }
 
-    /// [`Wal::seal`] after compression, when configured and worth it.
-    fn seal_compressed(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<LateBind> {
-        let Compression::Lz4 { min_len } = self.compression else {
-            return self.seal_stored(kind, flags, payload, sealed);
-        };
-        if flags & RECORD_FLAGS_CONTROL != 0 || payload.len() < min_len.max(1) {
-            return self.seal_stored(kind, flags, payload, sealed);
+    /// Calls `f` with a data record's flags and stored payload: compressed when configured and
+    /// worth it, the payload itself otherwise.
+    fn with_stored<R>(&self, payload: &[u8], f: impl FnOnce(u8, &[u8]) -> Result<R>) -> Result<R> {
+        if !self.compresses(0, payload) {
+            return f(0, payload);
         }
         compress::with_compressed(payload, |packed| match packed {
-            Some(packed) => self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, packed, sealed),
-            None => self.seal_stored(kind, flags, payload, sealed),
+            Some(packed) => f(RECORD_FLAG_COMPRESSED, packed),
+            None => f(0, payload),
         })
     }
 
-    /// [`Wal::seal`] of the payload as it will be stored (compressed or not).
-    fn seal_stored(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<LateBind> {
+    /// The length of a record's stored form in the log: header, stored payload, tag.
+    fn record_len(&self, record: &Pending<'_>) -> usize {
+        let (hlen, tag_len) = self.record_form(record.flags);
+        hlen + record.stored.len() + tag_len
+    }
+
+    /// Header length and tag length of a record with these flags in this log's mode.
+    fn record_form(&self, flags: u8) -> (usize, usize) {
         let encrypt = self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0;
         let auth = encrypt && self.mode.is_authenticated();
         let hlen = if encrypt {
@@ -667,131 +692,162 @@ impl Wal {
         } else {
             RECORD_HEADER_PLAIN
         };
-        let tag_len = if auth { TAG_LEN } else { 0 };
+        (hlen, if auth { TAG_LEN } else { 0 })
+    }
+
+    /// Places records (one, or a batch) in the log: reserves their bytes in one short hold of
+    /// the insert lock, then seals each at its LSN and copies it into the buffer with no lock
+    /// of the log held but a slot's, for a memcpy. Returns the first LSN and, for more than
+    /// one record, every LSN.
+    ///
+    /// The IVs are drawn before the reservation, so nothing that can fail for want of
+    /// randomness comes after it. Once bytes are reserved, any failure (or a panic) poisons
+    /// the log ([`Inserting`]): the reserved bytes stay a hole that nothing may write out as
+    /// if it were a record, and no flush may pass it.
+    fn insert(&self, records: &[Pending<'_>], payload_bytes: usize) -> Result<(Lsn, Vec<Lsn>)> {
+        let lens: Vec<usize> = records.iter().map(|r| self.record_len(r)).collect();
+        let total: usize = lens.iter().sum();
+        let ivs = records
+            .iter()
+            .map(|r| self.needs_iv(r.flags).then(|| self.ivs.next_iv()).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        // Allocated before the lock: the lock only does arithmetic.
+        let mut lsns = Vec::with_capacity(records.len());
+        let lane = self.insertions.claim(lane_hint());
+        let (mut ins, held_since) = flush::timed_lock(&self.insert);
+        let start = ins.pos;
+        let mut pos = start;
+        for &len in &lens {
+            let lsn = self.geo.skip_headers(pos);
+            lsns.push(lsn);
+            pos = self.end_of(lsn, len);
+        }
+        ins.pos = pos;
+        lane.begin(start);
+        self.insert_end.store(pos, Ordering::SeqCst);
+        let held = held_since.elapsed().as_nanos() as u64;
+        drop(ins);
+        self.counters.here().insert_lock_ns.add(held);
+        let mut inserting = Inserting {
+            wal: self,
+            lane,
+            finished: false,
+        };
+        SEAL_BUFFER.with(|buffer| {
+            let mut sealed = buffer.take();
+            let result = self.seal_and_copy(records, &ivs, &lsns, total, &inserting, &mut sealed);
+            if sealed.capacity() <= SEAL_BUFFER_KEEP {
+                buffer.set(sealed);
+            }
+            result
+        })
+        .map_err(|e| match self.poisoned.load(Ordering::Acquire) {
+            true => e,
+            false => self.poison_error(e),
+        })?;
+        inserting.finished = true;
+        drop(inserting);
+        self.counters.here().appends.add(records.len() as u64);
+        self.counters.here().payload_bytes.add(payload_bytes as u64);
+        self.counters.here().record_bytes.add(total as u64);
+        let first = Lsn(lsns[0]);
+        if lsns.len() == 1 {
+            return Ok((first, Vec::new()));
+        }
+        Ok((first, lsns.into_iter().map(Lsn).collect()))
+    }
+
+    /// Seals `records` at their LSNs into `sealed` and copies each into the buffer.
+    fn seal_and_copy(
+        &self,
+        records: &[Pending<'_>],
+        ivs: &[Option<[u8; IV_LEN]>],
+        lsns: &[u64],
+        total: usize,
+        inserting: &Inserting<'_>,
+        sealed: &mut Vec<u8>,
+    ) -> Result<()> {
         sealed.clear();
         // At its final size before any plaintext is in it: growing it later would leave a
         // copy of the plaintext in the freed allocation.
-        sealed.reserve(hlen + payload.len() + tag_len);
-        sealed.resize(hlen, 0);
-        sealed.extend_from_slice(payload);
-        sealed.resize(hlen + payload.len() + tag_len, 0);
-        let body_end = sealed.len() - tag_len;
+        sealed.reserve(total);
+        // Loaded after the reservation: a rotation installs a new key only with no insertion
+        // in progress (`switch_segment_installing`), so these are the keys of the segment the
+        // records land in.
+        let keys = self.keys.load();
+        for ((record, iv), &lsn) in records.iter().zip(ivs).zip(lsns) {
+            self.seal_at(&keys, lsn, *iv, record, sealed)?;
+        }
+        let own = Some(inserting.lane.index());
+        let mut begin = 0;
+        for (record, &lsn) in records.iter().zip(lsns) {
+            let len = self.record_len(record);
+            self.copy_at(lsn, &sealed[begin..begin + len], own)?;
+            begin += len;
+        }
+        Ok(())
+    }
+
+    /// Whether a record with these flags is encrypted per record (and so needs an IV).
+    fn needs_iv(&self, flags: u8) -> bool {
+        self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0
+    }
+
+    /// Appends to `out` the stored form of `record` placed at `lsn`: header, payload
+    /// (encrypted in perrecord modes, under `iv`), GCM tag (perrecord-gcm, with the LSN in its
+    /// associated data) and the checksum bound to the LSN.
+    fn seal_at(
+        &self,
+        keys: &Keys,
+        lsn: u64,
+        iv: Option<[u8; IV_LEN]>,
+        record: &Pending<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (hlen, tag_len) = self.record_form(record.flags);
+        let at = out.len();
+        out.resize(at + hlen, 0);
+        out.extend_from_slice(record.stored);
+        out.resize(at + hlen + record.stored.len() + tag_len, 0);
+        let sealed = &mut out[at..];
         let mut header = RecordHeader {
             crc: 0,
-            len: (payload.len() + tag_len) as u32,
-            kind,
-            flags,
+            len: (record.stored.len() + tag_len) as u32,
+            kind: record.kind,
+            flags: record.flags,
             encryption: None,
         };
-        let mut binder = None;
-        if encrypt {
-            let keys = self.keys.load();
+        let version = self.version_at(lsn);
+        if let Some(iv) = iv {
             let key_id = keys.active().unwrap_or(0);
-            let iv = self.ivs.next_iv()?;
             header.flags |= RECORD_FLAG_ENCRYPTED;
             header.encryption = Some((key_id, iv));
-            if auth {
+            if tag_len > 0 {
                 header.flags |= RECORD_FLAG_AUTHENTICATED;
-                let stored = &mut sealed[hlen..];
-                binder = Some(self.seal_gcm(&keys, &header, (key_id, iv), stored)?);
+                let aad = format::auth_aad(version, self.log_id, &header, lsn);
+                let mut nonce = [0u8; NONCE_LEN];
+                nonce.copy_from_slice(&iv[..NONCE_LEN]);
+                let (body, tag_room) = sealed[hlen..].split_at_mut(record.stored.len());
+                let tag = keys.gcm(key_id)?.seal_bound(&nonce, &aad, body).ok_or(
+                    Error::RecordTooLarge {
+                        len: body.len(),
+                        max: format::MAX_PAYLOAD,
+                    },
+                )?;
+                tag_room.copy_from_slice(&tag);
             } else {
                 keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
             }
         }
         header.encode(&mut sealed[..hlen]);
-        let crc = format::record_crc_whole(&sealed[..body_end]);
-        Ok(LateBind { crc, binder })
+        let crc = format::bind_crc_to_lsn(version, format::record_crc_whole(sealed), lsn);
+        sealed[..4].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
     }
 
-    /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
-    /// LSN left zero for [`LateBind`] to fill in with the returned binder.
-    fn seal_gcm(
-        &self,
-        keys: &Keys,
-        header: &RecordHeader,
-        (key_id, iv): (u32, [u8; IV_LEN]),
-        stored: &mut [u8],
-    ) -> Result<LsnBinder> {
-        // Data records land only in segments of the current version: a writer leaves a tail
-        // segment of an older one with a switch record at open.
-        let aad = format::auth_aad(format::FORMAT_VERSION, self.log_id, header, 0);
-        let mut nonce = [0u8; NONCE_LEN];
-        nonce.copy_from_slice(&iv[..NONCE_LEN]);
-        let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
-        let (tag, binder) =
-            keys.gcm(key_id)?
-                .seal(&nonce, &aad, body)
-                .ok_or(Error::RecordTooLarge {
-                    len: body.len(),
-                    max: format::MAX_PAYLOAD,
-                })?;
-        tag_room.copy_from_slice(&tag);
-        Ok(binder)
-    }
-
-    /// Places sealed records (the one or more records of `sealed`, record `i` ending at
-    /// `ends[i]`) at the insert position, under one hold of the insert lock. Returns the first
-    /// LSN and, for a batch of more than one record, every LSN; `None` (nothing placed) when
-    /// the active key changed since they were sealed in `epoch`: the caller seals them again.
-    ///
-    /// A failure once copying has begun (a write-out to make room failed) poisons the log: the
-    /// buffer may hold part of the records, and the log must not resume from that.
-    ///
-    /// `lates` finishes each record's checksum (and an authenticated record's tag) once its
-    /// LSN is known.
-    fn insert_sealed(
-        &self,
-        sealed: &mut [u8],
-        ends: &[usize],
-        lates: impl IntoIterator<Item = LateBind>,
-        epoch: u64,
-        payload_bytes: usize,
-    ) -> Result<Option<(Lsn, Vec<Lsn>)>> {
-        // Allocated before the lock: the lock only ever copies.
-        let mut lsns = Vec::with_capacity(if ends.len() > 1 { ends.len() } else { 0 });
-        let mut first = 0;
-        let (mut ins, held_since) = flush::timed_lock(&self.insert);
-        if epoch != self.key_epoch.load(Ordering::Acquire) {
-            return Ok(None);
-        }
-        let mut result = Ok(());
-        let mut begin = 0;
-        for ((i, &end), late) in ends.iter().enumerate().zip(lates) {
-            let lsn = self.geo.skip_headers(ins.pos);
-            late.finish(lsn, self.version_at(lsn), &mut sealed[begin..end]);
-            match self.copy_in(&mut ins, &sealed[begin..end]) {
-                Ok((start, record_end)) => {
-                    ins.pos = record_end;
-                    if i == 0 {
-                        first = start;
-                    }
-                    if ends.len() > 1 {
-                        lsns.push(Lsn(start));
-                    }
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-            begin = end;
-        }
-        if result.is_ok() {
-            self.complete_to.store(ins.pos, Ordering::Release);
-        }
-        let held = held_since.elapsed().as_nanos() as u64;
-        drop(ins);
-        self.counters.insert_lock_ns.add(held);
-        match result {
-            Ok(()) => {
-                self.counters.appends.add(ends.len() as u64);
-                self.counters.payload_bytes.add(payload_bytes as u64);
-                self.counters.record_bytes.add(sealed.len() as u64);
-                Ok(Some((Lsn(first), lsns)))
-            }
-            Err(e) if self.poisoned.load(Ordering::Acquire) => Err(e),
-            Err(e) => Err(self.poison_error(e)),
-        }
+    /// The end of a record of `len` bytes starting at `lsn`: [`record_end`] in this log.
+    fn end_of(&self, lsn: u64, len: usize) -> u64 {
+        record_end(&self.geo, lsn, len)
     }
 
     /// The format version of the segment a record starting at `lsn` lies in.
@@ -804,63 +860,120 @@ impl Wal {
         }
     }
 
-    /// Copies a sealed record into the buffer at the insert position; returns (start, end).
-    /// Called with the insert lock held (proved by `ins`).
-    fn copy_in(&self, ins: &mut InsertState, sealed: &[u8]) -> Result<(u64, u64)> {
-        let start = self.geo.skip_headers(ins.pos);
-        let mut pos = ins.pos;
+    /// Copies a sealed record into the buffer at `lsn`, its reserved place, claiming the slot
+    /// of each page it enters. `own` is the caller's insertion lane (none for the exclusive
+    /// paths, which hold the insert lock with no insertion in progress).
+    fn copy_at(&self, lsn: u64, sealed: &[u8], own: Option<usize>) -> Result<()> {
+        let mut pos = lsn;
         let mut done = 0;
         while done < sealed.len() {
             pos = self.geo.skip_headers(pos);
             let page = self.geo.page_start(pos);
-            if pos == page + PAGE_HEADER_LEN as u64 {
-                let rem_len = (sealed.len() - done) as u32;
-                let rem_len = if done == 0 { 0 } else { rem_len };
-                self.enter_page(ins, page, rem_len)?;
-            }
+            // The record that enters a page at its body's start says how much of it continues
+            // there (zero when it starts there).
+            let rem_len = (pos == page + PAGE_HEADER_LEN as u64).then(|| match done {
+                0 => 0,
+                _ => (sealed.len() - done) as u32,
+            });
             let in_page = (pos - page) as usize;
             let n = (sealed.len() - done).min(self.geo.page_size as usize - in_page);
-            let mut slot = self.slots[self.slot_index(page)].lock();
+            let mut slot = self.claim_slot(page, rem_len, own)?;
             slot.data[in_page..in_page + n].copy_from_slice(&sealed[done..done + n]);
             drop(slot);
             done += n;
             pos += n as u64;
         }
-        Ok((start, pos))
+        Ok(())
+    }
+
+    /// Copies a record into the buffer at the insert position, for the paths that place a
+    /// record under the insert lock with no insertion in progress (segment switch, resume);
+    /// returns its (start, end). The caller moves the insert position.
+    fn copy_in(&self, ins: &mut InsertState, sealed: &[u8]) -> Result<(u64, u64)> {
+        let lsn = self.geo.skip_headers(ins.pos);
+        self.copy_at(lsn, sealed, None)?;
+        Ok((lsn, self.end_of(lsn, sealed.len())))
     }
 
     fn slot_index(&self, page: u64) -> usize {
         (page / self.geo.page_size) as usize % self.slots.len()
     }
 
-    /// Claims the slot for a page the insert position just reached. When the slot still holds
-    /// an older page that is not fully written, writes out everything before `page` first
-    /// (all of it is copied: the insert lock is held).
-    fn enter_page(&self, _ins: &mut InsertState, page: u64, rem_len: u32) -> Result<()> {
+    /// The slot of `page`, locked, holding `page`: claimed for it if it still holds an older
+    /// page, once that page has landed in full. The slot's previous page is at most the page
+    /// one ring length before `page`, so it has landed once `written_to` reaches the end of
+    /// that one; until then this thread makes room by writing out everything before `page`.
+    /// Appenders copying into one page claim its slot in any order; the one entering the page
+    /// at its body's start sets how much of its record continues there (`rem_len`).
+    fn claim_slot(
+        &self,
+        page: u64,
+        rem_len: Option<u32>,
+        own: Option<usize>,
+    ) -> Result<MutexGuard<'_, Slot>> {
         let index = self.slot_index(page);
+        let ring = self.slots.len() as u64 * self.geo.page_size;
+        let free_from = (page + self.geo.page_size).saturating_sub(ring);
         loop {
             {
                 let mut slot = self.slots[index].lock();
-                // The slot may already hold this page if an earlier append failed after
-                // claiming it; claiming it again is safe, since nothing below the insert
-                // position was copied there.
-                let free = slot.page == NO_PAGE
-                    || slot.page == page
-                    || self.written_to.load(Ordering::Acquire) >= slot.page + self.geo.page_size;
-                if free {
+                if slot.page == page {
+                    if let Some(rem_len) = rem_len {
+                        slot.rem_len = rem_len;
+                    }
+                    return Ok(slot);
+                }
+                if slot.page != NO_PAGE && slot.page > page {
+                    return Err(self.broken_invariant(
+                        "copy a record",
+                        page,
+                        format!(
+                            "the buffer slot of page {} holds the later page {}",
+                            Lsn(page),
+                            Lsn(slot.page)
+                        ),
+                    ));
+                }
+                if self.written_to.load(Ordering::Acquire) >= free_from {
                     // No zeroing here: the writer copies only bytes below its target and
                     // writes zeros after them.
-                    if slot.page != page {
-                        slot.cipher = None;
-                    }
+                    slot.cipher = None;
                     slot.page = page;
-                    slot.rem_len = rem_len;
-                    return Ok(());
+                    slot.rem_len = rem_len.unwrap_or(0);
+                    return Ok(slot);
                 }
             }
-            self.counters.buffer_full_waits.add(1);
+            self.counters.here().buffer_full_waits.add(1);
+            // Everything before `page` is reserved; the insertions that reserved it (earlier
+            // in the log than this thread's) finish, then this thread writes it out. Its own
+            // bytes before `page` are copied already.
+            self.insertions.wait_finished(page, own);
             self.write_out(page)?;
         }
+    }
+
+    /// A position through which every record is in the buffer: the insert position, or the
+    /// start of the lowest insertion still in progress. A record boundary.
+    fn inserted_to(&self) -> u64 {
+        // The insert position first: every reservation below it has published its start in
+        // its lane before storing it (`insert`), so the lanes read next show it, or it is done.
+        let end = self.insert_end.load(Ordering::SeqCst);
+        end.min(self.insertions.lowest_in_progress())
+    }
+
+    /// Waits until the record holding `lsn` (or, with `lsn` the end of the log, every record
+    /// reserved) is in the buffer, and returns a record boundary through which everything is:
+    /// the target for a flush of `lsn`. Called with no lock of the log held: the insertions it
+    /// waits for may need the write lock to make room.
+    fn inserted_through(&self, lsn: u64) -> u64 {
+        let end = self.insert_end.load(Ordering::SeqCst);
+        let need = if lsn < end { lsn + 1 } else { end };
+        let now = self.inserted_to();
+        if now >= need {
+            return now;
+        }
+        self.insertions.wait_finished(need, None);
+        self.inserted_to()
     }
 
     /// What this `Wal` has done since it was opened. Reads atomic counters and takes no lock,
@@ -869,17 +982,17 @@ impl Wal {
     pub fn stats(&self) -> WalStats {
         let c = &self.counters;
         WalStats {
-            appends: c.appends.get(),
-            payload_bytes: c.payload_bytes.get(),
-            record_bytes: c.record_bytes.get(),
-            insert_lock_ns: c.insert_lock_ns.get(),
-            write_lock_acquisitions: c.write_lock_acquisitions.get(),
-            write_lock_ns: c.write_lock_ns.get(),
-            write_lock_encrypt_ns: c.write_lock_encrypt_ns.get(),
-            fsync_ns: c.fsync_ns.get(),
-            fsyncs: c.fsyncs.get(),
-            pages_written: c.pages_written.get(),
-            buffer_full_waits: c.buffer_full_waits.get(),
+            appends: c.sum(|s| &s.appends),
+            payload_bytes: c.sum(|s| &s.payload_bytes),
+            record_bytes: c.sum(|s| &s.record_bytes),
+            insert_lock_ns: c.sum(|s| &s.insert_lock_ns),
+            write_lock_acquisitions: c.sum(|s| &s.write_lock_acquisitions),
+            write_lock_ns: c.sum(|s| &s.write_lock_ns),
+            write_lock_encrypt_ns: c.sum(|s| &s.write_lock_encrypt_ns),
+            fsync_ns: c.sum(|s| &s.fsync_ns),
+            fsyncs: c.sum(|s| &s.fsyncs),
+            pages_written: c.sum(|s| &s.pages_written),
+            buffer_full_waits: c.sum(|s| &s.buffer_full_waits),
         }
     }
 
@@ -902,7 +1015,7 @@ impl Wal {
     /// a durable hint beyond the new end, which a reader would take for damage after the end;
     /// the rewrite stamps the hint of the log as it now is.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
-        let end = self.complete_to.load(Ordering::Acquire);
+        let end = self.insert_end.load(Ordering::Acquire);
         let page = self.geo.page_start(end);
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
@@ -930,9 +1043,11 @@ impl Wal {
     /// Writes and fdatasyncs everything appended, under the write lock.
     fn sync_all(&self) -> Result<()> {
         let same = self.check_process()?;
-        self.counters.write_lock_acquisitions.add(1);
+        // Every record appended before this call, and all before them, is in the buffer;
+        // waited for before the write lock, which those insertions may need.
+        let target = self.inserted_through(self.insert_end.load(Ordering::SeqCst));
+        self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = flush::timed_lock(&self.write);
-        let target = self.complete_to.load(Ordering::Acquire);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             self.synced_to.store(target, Ordering::Release);
@@ -942,6 +1057,7 @@ impl Wal {
             Ok(())
         });
         self.counters
+            .here()
             .write_lock_ns
             .add(held_since.elapsed().as_nanos() as u64);
         result
@@ -973,7 +1089,7 @@ impl Wal {
     /// is the end of the log and everything before it is.
     fn flushed_through(&self, lsn: u64) -> bool {
         let flushed = self.flushed_to.load(Ordering::Acquire);
-        flushed > lsn || (flushed == lsn && self.complete_to.load(Ordering::Acquire) == lsn)
+        flushed > lsn || (flushed == lsn && self.insert_end.load(Ordering::Acquire) == lsn)
     }
 
     /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
@@ -1067,6 +1183,25 @@ impl Wal {
     }
 }
 
+/// The end of a record of `len` bytes (at least one) starting at `lsn` (a position where
+/// record bytes may go): one past its last byte, skipping the page and segment headers it runs
+/// over. Arithmetic only, for the insert lock: `lsn` becomes an index into the log's record
+/// bytes (headers left out), and the index of the record's last byte a position again, so a
+/// record of any length costs the same. A record ending at a page's end ends at the next
+/// page's start, before its header, as the copy leaves the insert position.
+fn record_end(geo: &Geometry, lsn: u64, len: usize) -> u64 {
+    let header = PAGE_HEADER_LEN as u64;
+    let body = geo.page_size - header;
+    let segment_bytes = (geo.segment_size / geo.page_size - 1) * body;
+    let in_segment = lsn - geo.segment_start(lsn);
+    let (page, in_page) = (in_segment / geo.page_size, in_segment % geo.page_size);
+    let index = (lsn / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
+    let last = index + len as u64 - 1;
+    let (segment, in_segment) = (last / segment_bytes, last % segment_bytes);
+    let (page, in_page) = (in_segment / body + 1, in_segment % body);
+    segment * geo.segment_size + page * geo.page_size + header + in_page + 1
+}
+
 fn check_len(payload: &[u8]) -> Result<()> {
     if payload.len() > format::MAX_PAYLOAD {
         return Err(Error::RecordTooLarge {
@@ -1098,11 +1233,61 @@ impl Drop for Wal {
         let Ok(same) = self.check_process() else {
             return;
         };
+        // No other reference is left, so no insertion is in progress; `inserted_to` is the end.
+        let target = self.inserted_to();
         let mut w = self.write.lock();
-        let target = self.complete_to.load(Ordering::Acquire);
         // Best effort: hand buffered records to the OS. Errors surface through `close`.
         if self.write_locked(&mut w, target, same).is_ok() && self.sync == SyncMode::Durable {
             let _ = self.sync_locked(&mut w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record_end;
+    use crate::format::{Geometry, PAGE_HEADER_LEN};
+
+    /// The copy's walk: page by page, skipping headers, as `copy_at` places the bytes.
+    fn walked_end(geo: &Geometry, lsn: u64, len: usize) -> u64 {
+        let mut pos = lsn;
+        let mut left = len as u64;
+        while left > 0 {
+            pos = geo.skip_headers(pos);
+            let n = left.min(geo.page_start(pos) + geo.page_size - pos);
+            pos += n;
+            left -= n;
+        }
+        pos
+    }
+
+    #[test]
+    fn a_reservation_ends_where_the_copy_ends() {
+        for (page_size, pages) in [(512u64, 4u64), (4096, 3), (8192, 16)] {
+            let geo = Geometry {
+                page_size,
+                segment_size: page_size * pages,
+            };
+            let header = PAGE_HEADER_LEN as u64;
+            let mut starts = Vec::new();
+            for segment in [0, 1, 2, (1 << 32) / geo.segment_size] {
+                for page in 1..pages {
+                    let page = segment * geo.segment_size + page * page_size;
+                    starts.extend([header, header + 1, page_size / 2, page_size - 1]
+                        .map(|at| page + at));
+                }
+            }
+            let body = (page_size - header) as usize;
+            let lens = [1, 2, 17, body - 1, body, body + 1, 3 * body, 5 * body + 7];
+            for &lsn in &starts {
+                for len in lens {
+                    assert_eq!(
+                        record_end(&geo, lsn, len),
+                        walked_end(&geo, lsn, len),
+                        "page {page_size}, {pages} pages a segment, record of {len} at {lsn}"
+                    );
+                }
+            }
         }
     }
 }

@@ -337,7 +337,7 @@ impl Wal {
         };
         let start = self
             .geo
-            .segment_start(self.complete_to.load(Ordering::Acquire))
+            .segment_start(self.insert_end.load(Ordering::Acquire))
             .checked_add(self.geo.segment_size)?;
         if !ahead || !self.preparable(start) {
             return None;

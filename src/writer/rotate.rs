@@ -166,7 +166,7 @@ impl Wal {
         switched?;
         *self.rotation.ring.lock() = ring;
         self.rotation
-            .restart(self.complete_to.load(Ordering::Acquire));
+            .restart(self.insert_end.load(Ordering::Acquire));
         Ok(())
     }
 
@@ -177,7 +177,7 @@ impl Wal {
         let Some(_one) = self.rotation.busy.try_lock() else {
             return; // another thread is rotating
         };
-        if !self.rotation.due(self.complete_to.load(Ordering::Acquire)) {
+        if !self.rotation.due(self.insert_end.load(Ordering::Acquire)) {
             return;
         }
         let result = self
@@ -187,7 +187,7 @@ impl Wal {
         if let Err(e) = result {
             *self.rotation.last_error.lock() = Some(e.to_string());
             self.rotation
-                .restart(self.complete_to.load(Ordering::Acquire));
+                .restart(self.insert_end.load(Ordering::Acquire));
         }
     }
 

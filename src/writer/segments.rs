@@ -178,8 +178,9 @@ impl Wal {
     }
 
     /// [`Wal::switch_segment`], installing `keys` (a new active key) once the next segment is
-    /// the insert position, before any lock is released: records sealed under the old key that
-    /// have not been placed yet are sealed again, and the next segment's header lists the new key.
+    /// the insert position, before any lock is released: every insertion reserved before the
+    /// switch has finished under the old key, every later one loads the new key after its
+    /// reservation, and the next segment's header lists the new key.
     /// With `claim`, the next segment is then claimed for a replacement the rotation staged
     /// (`Preparer::claim_for_swap`). Returns the start of the next segment.
     pub(super) fn switch_segment_installing(
@@ -192,10 +193,13 @@ impl Wal {
         // before they are skipped.
         let same = self.check_process()?;
         let mut ins = self.insert.lock();
+        // With the insert lock held nothing new is reserved; the insertions already reserved
+        // finish (sealed under the keys they loaded, which this segment's header lists).
+        self.insertions.wait_finished(ins.pos, None);
         let lsn = self.geo.skip_headers(ins.pos);
         let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
-        // `insert_sealed`: the buffer (and perhaps the files) hold part of a record that the
+        // `insert`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
         // page that may never be written again.
         let (start, mut end) = self
@@ -239,10 +243,9 @@ impl Wal {
         self.synced_to.store(next, Ordering::Release);
         self.flushed_to.fetch_max(next, Ordering::AcqRel);
         ins.pos = next;
-        self.complete_to.store(next, Ordering::Release);
+        self.insert_end.store(next, Ordering::Release);
         if let Some(keys) = keys {
             self.keys.store(keys);
-            self.key_epoch.fetch_add(1, Ordering::AcqRel);
             if claim && self.preparable(next) {
                 self.preparer.claim_for_swap(next);
             }
@@ -308,9 +311,13 @@ impl Wal {
     /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
     /// counter block. The rest of the page stays unused.
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
-        let end = self.complete_to.load(Ordering::Acquire);
-        let mut sealed = Vec::new();
-        let (late, _) = self.seal(0, RECORD_FLAG_RESUME, &end.to_le_bytes(), &mut sealed)?;
+        let end = self.insert_end.load(Ordering::Acquire);
+        let payload = end.to_le_bytes();
+        let resume = super::Pending {
+            kind: 0,
+            flags: RECORD_FLAG_RESUME,
+            stored: &payload,
+        };
         let mut ins = self.insert.lock();
         let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
         {
@@ -321,10 +328,11 @@ impl Wal {
         }
         ins.pos = page_end;
         let lsn = self.geo.skip_headers(page_end);
-        late.finish(lsn, self.version_at(lsn), &mut sealed);
+        let mut sealed = Vec::new();
+        self.seal_at(&self.keys.load(), lsn, None, &resume, &mut sealed)?;
         let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
         ins.pos = resumed;
-        self.complete_to.store(resumed, Ordering::Release);
+        self.insert_end.store(resumed, Ordering::Release);
         Ok(())
     }
 

@@ -1,0 +1,373 @@
+//! Insertions in progress: which appenders have reserved bytes of the log and are still
+//! sealing or copying them, so that a write-out takes only bytes every insertion below it
+//! has finished (PostgreSQL's insertion locks and `WaitXLogInsertionsToFinish`, in a few
+//! lines).
+//!
+//! An appender claims a **lane** (one of a fixed set, each on a cache line of its own, so
+//! appenders on different lanes write no shared line here), then reserves its bytes under the
+//! insert lock and, inside that same hold, stores the reservation's start in its lane
+//! ([`Lane::begin`]). It seals and copies with no lock of the log held, then leaves the lane
+//! idle ([`InLane`]'s drop). So:
+//!
+//! - every reservation below the insert position read under (or after) the insert lock is
+//!   either finished or visible in its lane with its start;
+//! - a reservation made later starts at or after that position.
+//!
+//! [`Insertions::wait_finished`]`(upto)` waits until no lane holds a start below `upto`;
+//! after it, every byte below `upto` that was reserved when `upto` was read is copied. A
+//! waiter only ever waits for reservations that start before its own (it passes its own lane
+//! as `except`, and asks only for positions below its own reservation's end), so waits follow
+//! the order of the log and never form a cycle.
+//!
+//! A lane is waited on through a counter of waiters and a condition variable: the inserter
+//! that leaves a lane takes the lane's gate lock only when someone waits, so an uncontended
+//! append touches no shared line beyond the insert lock's. Waiter and inserter use
+//! sequentially consistent operations on `start` and `waiters` (store, then load the other),
+//! so one of them always sees the other: no wake-up is lost. `loom_model` below checks this
+//! with every interleaving of two inserters and a waiter.
+
+use crossbeam::utils::CachePadded;
+use sync::{AtomicU32, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+
+/// A lane with no insertion in progress.
+pub(super) const IDLE: u64 = u64::MAX;
+
+struct Lane {
+    /// Start of the insertion in progress on this lane (the insert position its reservation
+    /// began at: the end of the record before it), or `IDLE`.
+    start: AtomicU64,
+    /// Threads waiting (or about to wait) for `start` to change.
+    waiters: AtomicU32,
+    /// Held by the appender using this lane, from its claim to its finish.
+    owner: Mutex<()>,
+    /// Guards the wait on `changed`.
+    gate: Mutex<()>,
+    changed: Condvar,
+}
+
+/// The lanes of one log.
+pub(super) struct Insertions {
+    lanes: Box<[CachePadded<Lane>]>,
+}
+
+/// A claimed lane. Dropping it ends the insertion: the lane is idle again and its waiters
+/// are woken. The writer poisons the log before dropping it on a failed insertion, so a
+/// waiter never writes out a record that was not copied whole.
+pub(super) struct InLane<'a> {
+    insertions: &'a Insertions,
+    index: usize,
+    _owner: MutexGuard<'a, ()>,
+}
+
+impl Insertions {
+    /// `count` lanes (at least one): as many appenders as lanes seal and copy at once; more
+    /// wait for a lane.
+    pub(super) fn new(count: usize) -> Insertions {
+        let lanes = (0..count.max(1))
+            .map(|_| {
+                CachePadded::new(Lane {
+                    start: AtomicU64::new(IDLE),
+                    waiters: AtomicU32::new(0),
+                    owner: Mutex::new(()),
+                    gate: Mutex::new(()),
+                    changed: Condvar::new(),
+                })
+            })
+            .collect();
+        Insertions { lanes }
+    }
+
+    /// Claims a lane, trying `hint` first (a per-thread number, so a thread keeps finding the
+    /// lane it used last free), then the others; when all are busy, waits for `hint`'s.
+    pub(super) fn claim(&self, hint: usize) -> InLane<'_> {
+        let n = self.lanes.len();
+        for k in 0..n {
+            let index = (hint + k) % n;
+            if let Some(owner) = self.lanes[index].owner.try_lock() {
+                return InLane {
+                    insertions: self,
+                    index,
+                    _owner: owner,
+                };
+            }
+        }
+        let index = hint % n;
+        InLane {
+            insertions: self,
+            index,
+            _owner: self.lanes[index].owner.lock(),
+        }
+    }
+
+    /// The lowest start of an insertion in progress, or `IDLE`: everything below it that was
+    /// reserved when the caller read the insert position is copied. Reads each lane once.
+    pub(super) fn lowest_in_progress(&self) -> u64 {
+        self.lanes
+            .iter()
+            .map(|lane| lane.start.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(IDLE)
+    }
+
+    /// Waits until no lane but `except` holds an insertion that started below `upto`.
+    /// `upto` must not exceed the insert position as the caller last read it (after its own
+    /// reservation, if it made one): later reservations start at or after it, so a lane that
+    /// goes idle and is claimed again never holds a start below `upto`.
+    pub(super) fn wait_finished(&self, upto: u64, except: Option<usize>) {
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if Some(index) != except {
+                lane.wait_at_least(upto);
+            }
+        }
+    }
+}
+
+impl Lane {
+    fn wait_at_least(&self, upto: u64) {
+        if self.start.load(Ordering::SeqCst) >= upto {
+            return;
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut gate = self.gate.lock();
+        while self.start.load(Ordering::SeqCst) < upto {
+            gate = self.changed.wait(gate);
+        }
+        drop(gate);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes the waiters after `start` changed, if there are any.
+    fn wake(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _gate = self.gate.lock();
+            self.changed.notify_all();
+        }
+    }
+}
+
+impl InLane<'_> {
+    /// Publishes the start of this lane's reservation. Called under the insert lock, in the
+    /// hold that made the reservation, so a thread that reads the insert position after it
+    /// also sees the start here.
+    pub(super) fn begin(&self, start: u64) {
+        self.lane().start.store(start, Ordering::SeqCst);
+    }
+
+    /// This lane's index, for [`Insertions::wait_finished`]'s `except`.
+    pub(super) fn index(&self) -> usize {
+        self.index
+    }
+
+    fn lane(&self) -> &Lane {
+        &self.insertions.lanes[self.index]
+    }
+}
+
+impl Drop for InLane<'_> {
+    fn drop(&mut self) {
+        let lane = self.lane();
+        if lane.start.load(Ordering::Relaxed) != IDLE {
+            lane.start.store(IDLE, Ordering::SeqCst);
+            lane.wake();
+        }
+    }
+}
+
+/// The synchronisation primitives, from loom when the crate is built for the model checker
+/// (`RUSTFLAGS="--cfg loom"`), otherwise parking_lot's and the standard library's. One API for
+/// both: `lock` returns the guard, `wait` takes and returns it.
+#[cfg(not(loom))]
+mod sync {
+    pub(super) use parking_lot::MutexGuard;
+    pub(super) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    pub(super) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(super) fn new(value: T) -> Self {
+            Mutex(parking_lot::Mutex::new(value))
+        }
+        pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock()
+        }
+    }
+
+    pub(super) struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub(super) fn new() -> Self {
+            Condvar(parking_lot::Condvar::new())
+        }
+        pub(super) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+        pub(super) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+}
+
+#[cfg(loom)]
+mod sync {
+    pub(super) use loom::sync::MutexGuard;
+    pub(super) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    pub(super) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    // Lock poisoning cannot happen in the model (no code here panics while holding a lock),
+    // so a poisoned lock is a failed model run.
+    impl<T> Mutex<T> {
+        pub(super) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+        pub(super) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().expect("loom model: lock poisoned")
+        }
+        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
+    }
+
+    pub(super) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(super) fn new() -> Self {
+            Condvar(loom::sync::Condvar::new())
+        }
+        pub(super) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(guard).expect("loom model: lock poisoned")
+        }
+        pub(super) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+}
+
+/// The protocol under the model checker: `RUSTFLAGS="--cfg loom" cargo test --release --lib
+/// writer::insertions` (`.ci/run` runs it). Two appenders reserve a record each (a position
+/// counter under a mutex stands in for the insert lock) and mark it copied; a third thread
+/// reads the insert position, waits for the insertions below it, and must then find every
+/// record below that position copied. Loom explores every interleaving, so a lost wake-up
+/// (the waiter sleeping forever) or a missed insertion fails the test.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::Insertions;
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    struct Log {
+        insertions: Insertions,
+        /// The insert position: the next record starts here.
+        pos: loom::sync::Mutex<u64>,
+        /// Whether the record at position 0, 1 was copied.
+        copied: [AtomicBool; 2],
+    }
+
+    fn append(log: &Log, hint: usize) {
+        let lane = log.insertions.claim(hint);
+        let start = {
+            let mut pos = log.pos.lock().expect("model lock");
+            let start = *pos;
+            *pos += 1;
+            lane.begin(start);
+            start
+        };
+        log.copied[start as usize].store(true, Ordering::Relaxed);
+        drop(lane);
+    }
+
+    fn check(lanes: usize) {
+        loom::model(move || {
+            let log = Arc::new(Log {
+                insertions: Insertions::new(lanes),
+                pos: loom::sync::Mutex::new(0),
+                copied: [AtomicBool::new(false), AtomicBool::new(false)],
+            });
+            let appenders: Vec<_> = (0..2)
+                .map(|hint| {
+                    let log = log.clone();
+                    loom::thread::spawn(move || append(&log, hint))
+                })
+                .collect();
+            let upto = *log.pos.lock().expect("model lock");
+            log.insertions.wait_finished(upto, None);
+            for at in 0..upto {
+                assert!(
+                    log.copied[at as usize].load(Ordering::Relaxed),
+                    "record {at} below {upto} not copied after the wait"
+                );
+            }
+            assert!(log.insertions.lowest_in_progress() >= upto);
+            for appender in appenders {
+                appender.join().expect("appender");
+            }
+        });
+    }
+
+    #[test]
+    fn a_waiter_sees_every_insertion_below_the_position_it_read_one_lane_each() {
+        check(2);
+    }
+
+    #[test]
+    fn a_waiter_sees_every_insertion_below_the_position_it_read_sharing_one_lane() {
+        check(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IDLE, Insertions};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn an_idle_log_has_nothing_in_progress_and_never_waits() {
+        let insertions = Insertions::new(4);
+        assert_eq!(insertions.lowest_in_progress(), IDLE);
+        insertions.wait_finished(u64::MAX - 1, None);
+    }
+
+    #[test]
+    fn the_lowest_start_in_progress_is_what_bounds_a_write_out() {
+        let insertions = Insertions::new(4);
+        let a = insertions.claim(0);
+        let b = insertions.claim(0);
+        assert_ne!(a.index(), b.index(), "a busy lane is not claimed twice");
+        a.begin(100);
+        b.begin(40);
+        assert_eq!(insertions.lowest_in_progress(), 40);
+        // Nothing starts below 40: no wait.
+        insertions.wait_finished(40, None);
+        // Its own lane is skipped: an appender making room never waits for itself.
+        drop(b);
+        assert_eq!(insertions.lowest_in_progress(), 100);
+        insertions.wait_finished(100, None);
+        insertions.wait_finished(200, Some(a.index()));
+        drop(a);
+        assert_eq!(insertions.lowest_in_progress(), IDLE);
+    }
+
+    #[test]
+    fn a_waiter_wakes_when_the_insertion_below_it_finishes() {
+        let insertions = Arc::new(Insertions::new(2));
+        let copied = Arc::new(AtomicU64::new(0));
+        let lane = insertions.claim(0);
+        lane.begin(10);
+        let waiter = {
+            let (insertions, copied) = (insertions.clone(), copied.clone());
+            std::thread::spawn(move || {
+                insertions.wait_finished(11, None);
+                copied.load(Ordering::SeqCst)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        copied.store(1, Ordering::SeqCst);
+        drop(lane);
+        assert_eq!(waiter.join().unwrap(), 1, "the waiter returned before the copy");
+    }
+}
