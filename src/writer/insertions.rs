@@ -19,15 +19,15 @@
 //! as `except`, and asks only for positions below its own reservation's end), so waits follow
 //! the order of the log and never form a cycle.
 //!
-//! A lane is waited on through a counter of waiters and a condition variable: the inserter
-//! that leaves a lane takes the lane's gate lock only when someone waits, so an uncontended
-//! append touches no shared line beyond the insert lock's. Waiter and inserter use
-//! sequentially consistent operations on `start` and `waiters` (store, then load the other),
-//! so one of them always sees the other: no wake-up is lost. `loom_model` below checks this
-//! with every interleaving of two inserters and a waiter.
+//! A lane is waited on through its gate lock and condition variable: the inserter that leaves
+//! a lane marks it idle under the gate and wakes the waiters if the gate counts any; a waiter
+//! checks the lane under the gate before it sleeps, so no wake-up is lost. The gate is on the
+//! lane's own cache line, so an uncontended append writes no line another appender writes
+//! beyond the insert lock's. `loom_model` below checks the protocol with every interleaving
+//! of two inserters and a waiter.
 
 use crossbeam::utils::CachePadded;
-use sync::{AtomicU32, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use sync::{AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
 /// A lane with no insertion in progress.
 pub(super) const IDLE: u64 = u64::MAX;
@@ -36,12 +36,10 @@ struct Lane {
     /// Start of the insertion in progress on this lane (the insert position its reservation
     /// began at: the end of the record before it), or `IDLE`.
     start: AtomicU64,
-    /// Threads waiting (or about to wait) for `start` to change.
-    waiters: AtomicU32,
     /// Held by the appender using this lane, from its claim to its finish.
     owner: Mutex<()>,
-    /// Guards the wait on `changed`.
-    gate: Mutex<()>,
+    /// The number of threads waiting on `changed`; the lane becomes idle under it.
+    gate: Mutex<u32>,
     changed: Condvar,
 }
 
@@ -67,9 +65,8 @@ impl Insertions {
             .map(|_| {
                 CachePadded::new(Lane {
                     start: AtomicU64::new(IDLE),
-                    waiters: AtomicU32::new(0),
                     owner: Mutex::new(()),
-                    gate: Mutex::new(()),
+                    gate: Mutex::new(0),
                     changed: Condvar::new(),
                 })
             })
@@ -104,7 +101,7 @@ impl Insertions {
     pub(super) fn lowest_in_progress(&self) -> u64 {
         self.lanes
             .iter()
-            .map(|lane| lane.start.load(Ordering::SeqCst))
+            .map(|lane| lane.start.load(Ordering::Acquire))
             .min()
             .unwrap_or(IDLE)
     }
@@ -124,22 +121,24 @@ impl Insertions {
 
 impl Lane {
     fn wait_at_least(&self, upto: u64) {
-        if self.start.load(Ordering::SeqCst) >= upto {
+        // Idle (or a later insertion) already: the copy that ended before the store of
+        // `IDLE` happened before this load.
+        if self.start.load(Ordering::Acquire) >= upto {
             return;
         }
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut gate = self.gate.lock();
-        while self.start.load(Ordering::SeqCst) < upto {
-            gate = self.changed.wait(gate);
+        let mut waiters = self.gate.lock();
+        *waiters += 1;
+        while self.start.load(Ordering::Acquire) < upto {
+            waiters = self.changed.wait(waiters);
         }
-        drop(gate);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        *waiters -= 1;
     }
 
-    /// Wakes the waiters after `start` changed, if there are any.
-    fn wake(&self) {
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _gate = self.gate.lock();
+    /// Marks the lane idle and wakes its waiters, if there are any.
+    fn finish(&self) {
+        let waiters = self.gate.lock();
+        self.start.store(IDLE, Ordering::Release);
+        if *waiters > 0 {
             self.changed.notify_all();
         }
     }
@@ -150,7 +149,8 @@ impl InLane<'_> {
     /// hold that made the reservation, so a thread that reads the insert position after it
     /// also sees the start here.
     pub(super) fn begin(&self, start: u64) {
-        self.lane().start.store(start, Ordering::SeqCst);
+        // Release: a thread that reads the insert position stored after this (Acquire) sees it.
+        self.lane().start.store(start, Ordering::Release);
     }
 
     /// This lane's index, for [`Insertions::wait_finished`]'s `except`.
@@ -167,8 +167,7 @@ impl Drop for InLane<'_> {
     fn drop(&mut self) {
         let lane = self.lane();
         if lane.start.load(Ordering::Relaxed) != IDLE {
-            lane.start.store(IDLE, Ordering::SeqCst);
-            lane.wake();
+            lane.finish();
         }
     }
 }
@@ -179,7 +178,7 @@ impl Drop for InLane<'_> {
 #[cfg(not(loom))]
 mod sync {
     pub(super) use parking_lot::MutexGuard;
-    pub(super) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub(super) use std::sync::atomic::{AtomicU64, Ordering};
 
     pub(super) struct Mutex<T>(parking_lot::Mutex<T>);
 
@@ -214,7 +213,7 @@ mod sync {
 #[cfg(loom)]
 mod sync {
     pub(super) use loom::sync::MutexGuard;
-    pub(super) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    pub(super) use loom::sync::atomic::{AtomicU64, Ordering};
 
     pub(super) struct Mutex<T>(loom::sync::Mutex<T>);
 
