@@ -8,7 +8,10 @@
 //! zero ([`GcmKey::seal`]); inside the lock [`LsnBinder::bind`] adds the LSN's share of the
 //! hash, `lsn_block · H^(c+2)` for `c` ciphertext blocks: one GF(2^128) multiplication of a
 //! 16-byte block. The result is exactly the AES-GCM tag over the full associated data, so
-//! readers check it with plain AES-GCM ([`GcmKey::open`]).
+//! readers check it with plain AES-GCM ([`GcmKey::open`]). A record whose LSN is known when it
+//! is sealed (`seal::Seal::seal_record_at`, a segment switch) takes its tag over the full
+//! associated data at once ([`GcmKey::seal_detached`]); once the writer seals every record that
+//! way, the late binding here goes.
 
 use std::sync::OnceLock;
 
@@ -82,20 +85,35 @@ impl GcmKey {
         }
     }
 
+    /// Encrypts `data` in place under `nonce` and returns the tag over `aad` as given (its LSN
+    /// field included).
+    pub(crate) fn seal_detached(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8; AAD_LEN],
+        data: &mut [u8],
+    ) -> Option<[u8; TAG_LEN]> {
+        let tag = self
+            .aead
+            .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
+            .ok()?;
+        Some(tag.into())
+    }
+
     /// Encrypts `data` in place under `nonce` and returns the tag over `aad` with its LSN
     /// field as given (the writer passes zero), and the binder that adds the LSN later.
+    ///
+    /// Late binding: deleted (with [`LsnBinder`], `binder`, `power`, the powers of `H` and
+    /// `gf_mul`) once the writer seals with the LSN known ([`GcmKey::seal_detached`]).
     pub(crate) fn seal(
         &self,
         nonce: &[u8; NONCE_LEN],
         aad: &[u8; AAD_LEN],
         data: &mut [u8],
     ) -> Option<([u8; TAG_LEN], LsnBinder)> {
-        let tag = self
-            .aead
-            .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
-            .ok()?;
+        let tag = self.seal_detached(nonce, aad, data)?;
         let blocks = data.len().div_ceil(16) as u64;
-        Some((tag.into(), self.binder(blocks)))
+        Some((tag, self.binder(blocks)))
     }
 
     /// Checks `tag` over `aad` and the ciphertext, then decrypts `data` in place. On failure
@@ -131,6 +149,9 @@ impl GcmKey {
 
 /// Adds a record's LSN to a tag computed with a zero LSN field. Holds GHASH keyed with
 /// `H^(c+2)`; built outside the insert lock, used inside it.
+///
+/// Late binding: deleted, with `gf_mul`, once the writer learns a record's LSN before
+/// sealing it and seals through `seal::Seal::seal_record_at`.
 pub(crate) struct LsnBinder(GHash);
 
 impl LsnBinder {
@@ -148,7 +169,8 @@ impl LsnBinder {
     }
 }
 
-/// `a · b` in GCM's GF(2^128): GHASH keyed with `b` over the single block `a`.
+/// `a · b` in GCM's GF(2^128): GHASH keyed with `b` over the single block `a`. Only late
+/// binding ([`LsnBinder`]) needs it; it goes with it.
 fn gf_mul(a: &[u8; 16], b: &[u8; 16]) -> [u8; 16] {
     let mut hash = GHash::new(&(*b).into());
     hash.update(&[(*a).into()]);

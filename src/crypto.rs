@@ -209,6 +209,17 @@ impl IvSource {
         })
     }
 
+    /// A source with a chosen prefix: two of them hand out the same IVs (tests that compare
+    /// two ways of sealing the same record).
+    #[cfg(test)]
+    pub(crate) fn with_prefix(prefix: u64) -> IvSource {
+        IvSource {
+            next: AtomicU64::new(0),
+            first_prefix: prefix,
+            later: Mutex::new(Vec::new()),
+        }
+    }
+
     /// The next IV. The block counter (low 32 bits) starts at zero.
     pub(crate) fn next_iv(&self) -> Result<[u8; IV_LEN]> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

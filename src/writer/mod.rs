@@ -104,17 +104,12 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::Lsn;
-use crate::aead::{LsnBinder, NONCE_LEN};
-use crate::compress;
-use crate::config::{Compression, Config, Mode, SyncMode};
+use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
-use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
-    RECORD_FLAG_ENCRYPTED, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
-    RecordHeader, TAG_LEN,
-};
+use crate::format::{self, Geometry, PAGE_HEADER_LEN};
+use crate::seal::{LateBind, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
 mod checkpoint;
@@ -135,37 +130,6 @@ const NO_PAGE: u64 = u64::MAX;
 /// `write_locked` takes one, so no write-out can skip the fork check.
 #[derive(Clone, Copy)]
 struct SameProcess(());
-
-/// The part of sealing a record that needs its LSN, done inside the insert lock: for an
-/// authenticated record, bind the LSN into the tag (one GF(2^128) multiplication) and extend
-/// the checksum over the 16 tag bytes; for every record, end the checksum with the LSN's low
-/// 32 bits (format version 3, [`format::bind_crc_to_lsn`]) and store it. `crc` is the checksum
-/// of the header and the stored bytes before the tag.
-#[must_use = "a record is unreadable until its LSN is bound"]
-pub(crate) struct LateBind {
-    crc: u32,
-    binder: Option<LsnBinder>,
-}
-
-impl LateBind {
-    /// Finishes `sealed` (a record about to start at `lsn`, in a segment of format `version`):
-    /// its tag and checksum fields.
-    fn finish(mut self, lsn: u64, version: u32, sealed: &mut [u8]) {
-        if let Some(binder) = self.binder.take() {
-            let tag_at = sealed.len() - TAG_LEN;
-            binder.bind(lsn, &mut sealed[tag_at..]);
-            self.crc = crc32c::crc32c_append(self.crc, &sealed[tag_at..]);
-        }
-        self.finish_untagged(lsn, version, sealed);
-    }
-
-    /// [`LateBind::finish`] of a record without a tag (control records are never encrypted),
-    /// which may be called again to place the same record at another LSN.
-    fn finish_untagged(&self, lsn: u64, version: u32, sealed: &mut [u8]) {
-        let crc = format::bind_crc_to_lsn(version, self.crc, lsn);
-        sealed[..4].copy_from_slice(&crc.to_le_bytes());
-    }
-}
 
 /// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
 const SEAL_BUFFER_KEEP: usize = 256 << 10;
@@ -295,7 +259,8 @@ pub struct Wal {
     geo: Geometry,
     log_id: u64,
     sync: SyncMode,
-    compression: Compression,
+    /// Sealing and opening of this log's records and pages (mode, log id, compression).
+    seal: Seal,
     /// The working keys; replaced whole (never edited) when a data key is rotated or retired.
     keys: Arc<arc_swap::ArcSwap<Keys>>,
     /// Bumped (inside the insert lock) when the active key changes: a record sealed under an
@@ -425,7 +390,7 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
-            compression: config.compression,
+            seal: Seal::new(config.mode, resume.log_id).compressing(config.compression),
             rotation: rotate::Rotation::new(config, end)?,
             keys,
             key_epoch: AtomicU64::new(0),
@@ -628,105 +593,15 @@ impl Wal {
         // The epoch is read before the keys: a rotation stores the keys first, so a record
         // whose epoch is current was sealed under the current active key.
         let epoch = self.key_epoch.load(Ordering::Acquire);
-        self.seal_compressed(kind, flags, payload, sealed)
+        let keys = self.keys.load();
+        let key = SealKey {
+            keys: &keys,
+            key_id: keys.active().unwrap_or(0),
+            ivs: &self.ivs,
+        };
+        self.seal
+            .seal_record(&key, kind, flags, payload, sealed)
             .map(|late| (late, epoch))
-    }
-
-    /// [`Wal::seal`] after compression, when configured and worth it.
-    fn seal_compressed(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<LateBind> {
-        let Compression::Lz4 { min_len } = self.compression else {
-            return self.seal_stored(kind, flags, payload, sealed);
-        };
-        if flags & RECORD_FLAGS_CONTROL != 0 || payload.len() < min_len.max(1) {
-            return self.seal_stored(kind, flags, payload, sealed);
-        }
-        compress::with_compressed(payload, |packed| match packed {
-            Some(packed) => self.seal_stored(kind, flags | RECORD_FLAG_COMPRESSED, packed, sealed),
-            None => self.seal_stored(kind, flags, payload, sealed),
-        })
-    }
-
-    /// [`Wal::seal`] of the payload as it will be stored (compressed or not).
-    fn seal_stored(
-        &self,
-        kind: u8,
-        flags: u8,
-        payload: &[u8],
-        sealed: &mut Vec<u8>,
-    ) -> Result<LateBind> {
-        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0;
-        let auth = encrypt && self.mode.is_authenticated();
-        let hlen = if encrypt {
-            RECORD_HEADER_ENCRYPTED
-        } else {
-            RECORD_HEADER_PLAIN
-        };
-        let tag_len = if auth { TAG_LEN } else { 0 };
-        sealed.clear();
-        // At its final size before any plaintext is in it: growing it later would leave a
-        // copy of the plaintext in the freed allocation.
-        sealed.reserve(hlen + payload.len() + tag_len);
-        sealed.resize(hlen, 0);
-        sealed.extend_from_slice(payload);
-        sealed.resize(hlen + payload.len() + tag_len, 0);
-        let body_end = sealed.len() - tag_len;
-        let mut header = RecordHeader {
-            crc: 0,
-            len: (payload.len() + tag_len) as u32,
-            kind,
-            flags,
-            encryption: None,
-        };
-        let mut binder = None;
-        if encrypt {
-            let keys = self.keys.load();
-            let key_id = keys.active().unwrap_or(0);
-            let iv = self.ivs.next_iv()?;
-            header.flags |= RECORD_FLAG_ENCRYPTED;
-            header.encryption = Some((key_id, iv));
-            if auth {
-                header.flags |= RECORD_FLAG_AUTHENTICATED;
-                let stored = &mut sealed[hlen..];
-                binder = Some(self.seal_gcm(&keys, &header, (key_id, iv), stored)?);
-            } else {
-                keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
-            }
-        }
-        header.encode(&mut sealed[..hlen]);
-        let crc = format::record_crc_whole(&sealed[..body_end]);
-        Ok(LateBind { crc, binder })
-    }
-
-    /// AES-256-GCM over `stored` (payload, then room for the tag), with the associated data's
-    /// LSN left zero for [`LateBind`] to fill in with the returned binder.
-    fn seal_gcm(
-        &self,
-        keys: &Keys,
-        header: &RecordHeader,
-        (key_id, iv): (u32, [u8; IV_LEN]),
-        stored: &mut [u8],
-    ) -> Result<LsnBinder> {
-        // Data records land only in segments of the current version: a writer leaves a tail
-        // segment of an older one with a switch record at open.
-        let aad = format::auth_aad(format::FORMAT_VERSION, self.log_id, header, 0);
-        let mut nonce = [0u8; NONCE_LEN];
-        nonce.copy_from_slice(&iv[..NONCE_LEN]);
-        let (body, tag_room) = stored.split_at_mut(stored.len() - TAG_LEN);
-        let (tag, binder) =
-            keys.gcm(key_id)?
-                .seal(&nonce, &aad, body)
-                .ok_or(Error::RecordTooLarge {
-                    len: body.len(),
-                    max: format::MAX_PAYLOAD,
-                })?;
-        tag_room.copy_from_slice(&tag);
-        Ok(binder)
     }
 
     /// Places sealed records (the one or more records of `sealed`, record `i` ending at
