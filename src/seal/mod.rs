@@ -220,7 +220,7 @@ impl Seal {
     }
 
     /// [`Seal::seal_record`] of a payload as it will be stored (no compression here).
-    pub(crate) fn seal_stored(
+    fn seal_stored(
         &self,
         key: &SealKey<'_>,
         kind: u8,
@@ -237,7 +237,8 @@ impl Seal {
         // copy of the plaintext in the freed allocation.
         sealed.reserve(len);
         sealed.resize(len, 0);
-        let (crc, binder) = self.seal_in_place(key, kind, flags, payload, version, None, sealed)?;
+        let (crc, binder) =
+            self.seal_in_place(key, (kind, flags), payload, (version, None), sealed)?;
         Ok(LateBind { crc, binder })
     }
 
@@ -262,7 +263,7 @@ impl Seal {
             )));
         }
         let (crc, _) =
-            self.seal_in_place(key, kind, flags, payload, at.version, Some(at.lsn), out)?;
+            self.seal_in_place(key, (kind, flags), payload, (at.version, Some(at.lsn)), out)?;
         let crc = format::bind_crc_to_lsn(at.version, crc, at.lsn);
         out[..4].copy_from_slice(&crc.to_le_bytes());
         Ok(())
@@ -272,15 +273,12 @@ impl Seal {
     /// tag. With `lsn`, the tag covers it and the returned checksum covers the tag; without,
     /// the tag is computed with a zero LSN, the binder to finish it is returned and the
     /// checksum stops before the tag. The checksum is not yet bound to the LSN or stored.
-    #[allow(clippy::too_many_arguments)]
     fn seal_in_place(
         &self,
         key: &SealKey<'_>,
-        kind: u8,
-        flags: u8,
+        (kind, flags): (u8, u8),
         payload: &[u8],
-        version: u32,
-        lsn: Option<u64>,
+        (version, lsn): (u32, Option<u64>),
         out: &mut [u8],
     ) -> Result<(u32, Option<LsnBinder>)> {
         if payload.len() > format::MAX_PAYLOAD {
