@@ -211,7 +211,10 @@ pub(crate) struct IvSource {
 
 /// Sequence numbers a thread takes from an [`IvSource`] at a time.
 const IV_BLOCK: u64 = 64;
-const _: () = assert!((1u64 << 32) % IV_BLOCK == 0, "a block must not straddle two epochs");
+const _: () = assert!(
+    (1u64 << 32) % IV_BLOCK == 0,
+    "a block must not straddle two epochs"
+);
 
 thread_local! {
     /// This thread's block: the source's id, the next number and the block's end.

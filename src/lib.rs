@@ -133,6 +133,7 @@ pub mod inspect;
 mod keys;
 mod reader;
 mod recovery;
+mod seal;
 mod sealed;
 pub mod storage;
 mod tail;

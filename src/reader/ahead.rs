@@ -44,7 +44,8 @@ use std::collections::VecDeque;
 
 use super::files::{LogFiles, check_page_header, read_full};
 use super::made::{AHEAD_MAX_RECORD, Made, Records, SHARE_MAX, Walker, Wiped};
-use crate::format::{PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use crate::format::{PAGE_FLAG_ENCRYPTED, PageHeader};
+use crate::seal;
 use crate::storage::StorageFile;
 use crossbeam::channel::{Receiver, Sender};
 
@@ -411,11 +412,7 @@ fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
         return;
     };
     for p in pages.iter_mut().filter(|p| p.encrypted) {
-        let body = &mut p.image[PAGE_HEADER_LEN..];
-        if keys
-            .apply_keystream(p.header.key_id, &p.header.iv, body)
-            .is_ok()
-        {
+        if seal::open_page(Some(keys), &p.header, &mut p.image).is_ok() {
             p.encrypted = false;
         }
     }

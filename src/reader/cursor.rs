@@ -6,18 +6,14 @@ use super::Record;
 use super::ahead::{PageFeed, ReadAhead};
 use super::files::{LogFiles, check_page_header, read_full};
 use crate::Lsn;
-use crate::aead::NONCE_LEN;
-use crate::compress;
 use crate::config::Mode;
-use crate::crypto::IV_LEN;
 use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Position, Result};
 use crate::format::{
-    self, AUTHENTICATED_CONTROL_VERSION, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader,
-    RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH,
-    RECORD_FLAGS_CONTROL, RECORD_HEADER_PLAIN, RESUME_PAYLOAD_LEN, RecordHeader,
-    SEALED_SWITCH_FLAGS, TAG_LEN,
+    self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
+    RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RECORD_HEADER_PLAIN, RESUME_PAYLOAD_LEN, RecordHeader,
 };
+use crate::seal::{self, Disagreement, Found, Seal};
 use crate::storage::StorageFile;
 
 /// Why reading stopped before a complete, valid record.
@@ -53,45 +49,14 @@ impl Stored {
 
     /// Decrypts the payload in place (perrecord modes), checking the tag of an authenticated
     /// record first, and decompresses it if it was stored compressed; afterwards it is the
-    /// payload as appended.
+    /// payload as appended ([`seal::open_record`]).
     pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
-        if let Some((key_id, iv)) = self.header.encryption {
-            let keys = keys.ok_or(Error::MissingKey(key_id))?;
-            if self.header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
-                self.open_authenticated(keys, key_id, &iv)?;
-            } else {
-                keys.apply_keystream(key_id, &iv, &mut self.stored)?;
-            }
-            self.header.encryption = None;
-        }
-        if self.header.flags & RECORD_FLAG_COMPRESSED != 0 {
-            self.stored = compress::decompress(&self.stored).map_err(|what| Error::Corrupt {
-                at: self.at,
-                kind: CorruptionKind::BadCompressedPayload(what),
-            })?;
-            self.header.flags &= !RECORD_FLAG_COMPRESSED;
-        }
-        Ok(())
-    }
-
-    /// Checks the GCM tag over the ciphertext and the associated data rebuilt from where the
-    /// record was found, then decrypts and drops the tag. A failed tag leaves no plaintext.
-    fn open_authenticated(&mut self, keys: &Keys, key_id: u32, iv: &[u8; IV_LEN]) -> Result<()> {
-        let aad = format::auth_aad(self.version, self.log_id, &self.header, u64::from(self.lsn));
-        let mut nonce = [0u8; NONCE_LEN];
-        nonce.copy_from_slice(&iv[..NONCE_LEN]);
-        let body_len = self.stored.len() - TAG_LEN;
-        let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&self.stored[body_len..]);
-        let (body, _) = self.stored.split_at_mut(body_len);
-        if !keys.gcm(key_id)?.open(&nonce, &aad, body, &tag) {
-            return Err(Error::AuthenticationFailed {
-                at: self.at,
-                key_id,
-            });
-        }
-        self.stored.truncate(body_len);
-        Ok(())
+        let found = Found {
+            log_id: self.log_id,
+            version: self.version,
+            at: self.at,
+        };
+        seal::open_record(keys, found, &mut self.header, &mut self.stored)
     }
 
     /// The decrypted payload, leaving the stored bytes as they are.
@@ -254,7 +219,7 @@ impl<'a> Cursor<'a> {
 
     /// Checks the tag of a sealed segment switch (perrecord-gcm, format version 4 on) before
     /// the cursor follows it. Without keys nothing is authenticated, as for data records read
-    /// raw; an unsealed switch where a sealed one belongs never gets here (`check_control`).
+    /// raw; an unsealed switch where a sealed one belongs never gets here (`check_header`).
     fn check_switch_tag(&self, mut rec: Stored) -> Result<()> {
         if rec.header.flags & RECORD_FLAG_AUTHENTICATED == 0 {
             return Ok(());
@@ -318,46 +283,30 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// Checks a control record (switch, resume) whose checksum matched against where the
-    /// format allows it: a resume record only in pagelevel, at the first body position of a
-    /// page, with an 8-byte payload; a switch record with no payload, or, in a perrecord-gcm
-    /// segment of format version 4 or later, sealed (a tag and nothing else). In perrecord-gcm
-    /// anything else is `AuthenticationFailed`: no writer of the log wrote it, and it would
-    /// delete what follows it. In the other modes it is corruption.
-    fn check_control(&self, header: &RecordHeader, version: u32, start: u64) -> Result<()> {
-        let len = header.len as usize;
-        let switch = header.flags & RECORD_FLAG_SWITCH != 0;
-        if self.files.mode.is_authenticated() {
-            let sealed = version >= AUTHENTICATED_CONTROL_VERSION;
-            let (flags, stored) = if sealed {
-                (SEALED_SWITCH_FLAGS, TAG_LEN)
-            } else {
-                (RECORD_FLAG_SWITCH, 0)
-            };
-            if header.flags != flags || len != stored {
-                return Err(Error::AuthenticationFailed {
-                    at: self.position_of(start),
-                    key_id: header.encryption.map_or(0, |(id, _)| id),
-                });
-            }
-            return Ok(());
-        }
-        let what = if header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
-            Some("sealed switch record outside a perrecord-gcm log")
-        } else if switch {
-            (len != 0).then_some("switch record with a payload")
-        } else if self.files.mode != Mode::PageLevel {
-            Some("resume record outside a pagelevel log")
-        } else if len != RESUME_PAYLOAD_LEN {
-            Some("resume record whose payload is not 8 bytes")
-        } else if start != self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64 {
-            Some("resume record away from the start of a page body")
-        } else {
-            None
-        };
-        match what {
-            Some(what) => Err(self.control_corrupt(start, what)),
-            None => Ok(()),
+    /// Checks a record whose checksum matched against the log's mode ([`Seal::check_header`]):
+    /// a data record whose flags disagree is invalid there (`Ok(Err)`); a control record the
+    /// format does not allow is corruption, or in perrecord-gcm `AuthenticationFailed`: no
+    /// writer of the log wrote it, and it would delete what follows it.
+    fn check_header(
+        &self,
+        header: &RecordHeader,
+        version: u32,
+        start: u64,
+    ) -> Result<std::result::Result<(), Invalid>> {
+        let body_start = self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64;
+        let seal = Seal::new(self.files.mode, self.files.log_id);
+        match seal.check_header(header, version, start == body_start) {
+            Ok(()) => Ok(Ok(())),
+            Err(Disagreement::Header(what)) => Ok(Err(invalid(
+                start,
+                start,
+                CorruptionKind::BadRecordHeader(what),
+            ))),
+            Err(Disagreement::Control(what)) => Err(self.control_corrupt(start, what)),
+            Err(Disagreement::Unauthenticated) => Err(Error::AuthenticationFailed {
+                at: self.position_of(start),
+                key_id: header.encryption.map_or(0, |(id, _)| id),
+            }),
         }
     }
 
@@ -429,28 +378,8 @@ impl<'a> Cursor<'a> {
         )? {
             return Ok(Err(inv));
         }
-        let mode = self.files.mode;
-        let control = header.flags & RECORD_FLAGS_CONTROL != 0;
-        if control {
-            self.check_control(&header, version, start)?;
-        } else if header.encryption.is_some() != mode.is_per_record() {
-            return Ok(Err(invalid(
-                start,
-                start,
-                CorruptionKind::BadRecordHeader("encryption flag does not match the log's mode"),
-            )));
-        }
-        // In a perrecord-gcm log every record carries a tag (a segment switch of a segment
-        // older than format version 4 excepted); a record without one is rejected, never read
-        // unauthenticated.
-        if !control && (header.flags & RECORD_FLAG_AUTHENTICATED != 0) != mode.is_authenticated() {
-            return Ok(Err(invalid(
-                start,
-                start,
-                CorruptionKind::BadRecordHeader(
-                    "authentication flag does not match the log's mode",
-                ),
-            )));
+        if let Err(inv) = self.check_header(&header, version, start)? {
+            return Ok(Err(inv));
         }
         if let Some((key_id, _)) = header.encryption
             && self.listed != Some((segment, key_id))
@@ -746,12 +675,7 @@ impl<'a> Cursor<'a> {
 
     /// Decrypts the pagelevel body of the page `image` (whose header is `header`) in place.
     fn decrypt_page_body(&self, header: &PageHeader, image: &mut [u8]) -> Result<()> {
-        let keys = self
-            .files
-            .keys
-            .as_ref()
-            .ok_or(Error::MissingKey(header.key_id))?;
-        keys.apply_keystream(header.key_id, &header.iv, &mut image[PAGE_HEADER_LEN..])
+        seal::open_page(self.files.keys.as_deref(), header, image)
     }
 
     /// The decrypted image of the page at `page`, if it is the page last loaded.

@@ -13,6 +13,7 @@ use crate::format::{
     self, Geometry, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
     RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
 };
+use crate::seal;
 
 /// The granularity at which the AES work of a perrecord replay is shared between the threads,
 /// and the largest share the cursor takes on.
@@ -284,7 +285,7 @@ impl<'a> Walker<'a> {
         if !verified {
             slot.fill(0);
         }
-        if keys.apply_keystream(key_id, &iv, slot).is_err() {
+        if seal::open_ctr(keys, (key_id, &iv), slot).is_err() {
             out.cut(at);
             return None;
         }

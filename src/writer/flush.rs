@@ -14,7 +14,8 @@ use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
-use crate::format::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader};
+use crate::format::{self, PAGE_HEADER_LEN, PageHeader};
+use crate::seal;
 use crate::storage::StorageFile;
 
 #[derive(Default)]
@@ -283,7 +284,10 @@ impl Wal {
                 let end = target.min(page).max(last + PAGE_HEADER_LEN as u64);
                 buf.bytes.truncate(at + (end - run_start) as usize);
             }
-            self.counters.here().pages_written.add(pages + u64::from(appended));
+            self.counters
+                .here()
+                .pages_written
+                .add(pages + u64::from(appended));
             let file = self.file_for(w, segment)?;
             buf.runs.push(Run {
                 segment,
@@ -356,7 +360,7 @@ impl Wal {
         let (rem_len, cipher) = {
             let mut slot = self.slot_holding(page)?;
             out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
-            if self.mode == Mode::PageLevel && slot.cipher.is_none() {
+            if self.seal.seals_pages() && slot.cipher.is_none() {
                 slot.cipher = Some((self.page_key(w, page), self.ivs.next_iv()?));
             }
             (slot.rem_len, slot.cipher)
@@ -370,18 +374,13 @@ impl Wal {
             durable_hint: Lsn(hint),
             iv: [0; 16],
         };
-        if let Some((key_id, iv)) = cipher {
+        if cipher.is_some() {
             let started = Instant::now();
-            self.keys
-                .load()
-                .apply_keystream(key_id, &iv, &mut out[PAGE_HEADER_LEN..valid])?;
+            seal::seal_page(&self.keys.load(), cipher, &mut header, out, valid)?;
             self.counters
                 .here()
                 .write_lock_encrypt_ns
                 .add(started.elapsed().as_nanos() as u64);
-            header.flags = PAGE_FLAG_ENCRYPTED;
-            header.key_id = key_id;
-            header.iv = iv;
         }
         header.encode(self.log_id, &mut out[..PAGE_HEADER_LEN]);
         Ok(())

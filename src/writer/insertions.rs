@@ -367,6 +367,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         copied.store(1, Ordering::SeqCst);
         drop(lane);
-        assert_eq!(waiter.join().unwrap(), 1, "the waiter returned before the copy");
+        assert_eq!(
+            waiter.join().unwrap(),
+            1,
+            "the waiter returned before the copy"
+        );
     }
 }

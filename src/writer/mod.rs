@@ -124,17 +124,13 @@ use crossbeam::utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::Lsn;
-use crate::aead::NONCE_LEN;
 use crate::compress;
-use crate::config::{Compression, Config, Mode, SyncMode};
+use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
-use crate::format::{
-    self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED,
-    RECORD_FLAG_ENCRYPTED, RECORD_FLAGS_CONTROL, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
-    RecordHeader, TAG_LEN,
-};
+use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
+use crate::seal::{At, RecordSeal, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
 mod checkpoint;
@@ -357,7 +353,8 @@ pub struct Wal {
     geo: Geometry,
     log_id: u64,
     sync: SyncMode,
-    compression: Compression,
+    /// Sealing and opening of this log's records and pages (mode, log id, compression).
+    seal: Seal,
     /// The working keys; replaced whole (never edited) when a data key is rotated or retired.
     keys: Arc<arc_swap::ArcSwap<Keys>>,
     rotation: rotate::Rotation,
@@ -488,7 +485,7 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
-            compression: config.compression,
+            seal: Seal::new(config.mode, resume.log_id).compressing(config.compression),
             rotation: rotate::Rotation::new(config, end)?,
             keys,
             opener: std::process::id(),
@@ -576,8 +573,12 @@ impl Wal {
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
         self.check_poison()?;
         check_len(payload)?;
-        let result = self.with_stored(payload, |flags, stored| {
-            let record = Pending { kind, flags, stored };
+        let result = self.seal.compressed(0, payload, |flags, stored| {
+            let record = Pending {
+                kind,
+                flags,
+                stored,
+            };
             self.insert(std::slice::from_ref(&record), payload.len())
         });
         self.deliver_events();
@@ -621,7 +622,7 @@ impl Wal {
         let mut packed = compress::Packed::default();
         let forms: Vec<Option<usize>> = records
             .iter()
-            .map(|(_, payload)| match self.compresses(0, payload) {
+            .map(|(_, payload)| match self.seal.compresses(0, payload) {
                 true => packed.push(payload),
                 false => None,
             })
@@ -657,42 +658,12 @@ impl Wal {
         }
     }
 
-    /// Whether a record with these flags and payload is stored compressed.
-    fn compresses(&self, flags: u8, payload: &[u8]) -> bool {
-        let Compression::Lz4 { min_len } = self.compression else {
-            return false;
-        };
-        flags & RECORD_FLAGS_CONTROL == 0 && payload.len() >= min_len.max(1)
-    }
-
-    /// Calls `f` with a data record's flags and stored payload: compressed when configured and
-    /// worth it, the payload itself otherwise.
-    fn with_stored<R>(&self, payload: &[u8], f: impl FnOnce(u8, &[u8]) -> Result<R>) -> Result<R> {
-        if !self.compresses(0, payload) {
-            return f(0, payload);
-        }
-        compress::with_compressed(payload, |packed| match packed {
-            Some(packed) => f(RECORD_FLAG_COMPRESSED, packed),
-            None => f(0, payload),
-        })
-    }
-
-    /// The length of a record's stored form in the log: header, stored payload, tag.
+    /// The length of a record's stored form in the log: header, stored payload, tag. Data
+    /// records land only in segments of the current format version (a writer leaves a tail
+    /// segment of an older one with a switch record at open).
     fn record_len(&self, record: &Pending<'_>) -> usize {
-        let (hlen, tag_len) = self.record_form(record.flags);
-        hlen + record.stored.len() + tag_len
-    }
-
-    /// Header length and tag length of a record with these flags in this log's mode.
-    fn record_form(&self, flags: u8) -> (usize, usize) {
-        let encrypt = self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0;
-        let auth = encrypt && self.mode.is_authenticated();
-        let hlen = if encrypt {
-            RECORD_HEADER_ENCRYPTED
-        } else {
-            RECORD_HEADER_PLAIN
-        };
-        (hlen, if auth { TAG_LEN } else { 0 })
+        self.seal
+            .stored_len(format::FORMAT_VERSION, record.stored.len(), record.flags)
     }
 
     /// Places records (one, or a batch) in the log: reserves their bytes in one short hold of
@@ -709,7 +680,11 @@ impl Wal {
         let total: usize = lens.iter().sum();
         let ivs = records
             .iter()
-            .map(|r| self.needs_iv(r.flags).then(|| self.ivs.next_iv()).transpose())
+            .map(|r| {
+                self.needs_iv(r.flags)
+                    .then(|| self.ivs.next_iv())
+                    .transpose()
+            })
             .collect::<Result<Vec<_>>>()?;
         // Allocated before the lock: the lock only does arithmetic.
         let mut lsns = Vec::with_capacity(records.len());
@@ -733,18 +708,20 @@ impl Wal {
             lane,
             finished: false,
         };
-        SEAL_BUFFER.with(|buffer| {
-            let mut sealed = buffer.take();
-            let result = self.seal_and_copy(records, &ivs, &lsns, total, &inserting, &mut sealed);
-            if sealed.capacity() <= SEAL_BUFFER_KEEP {
-                buffer.set(sealed);
-            }
-            result
-        })
-        .map_err(|e| match self.poisoned.load(Ordering::Acquire) {
-            true => e,
-            false => self.poison_error(e),
-        })?;
+        SEAL_BUFFER
+            .with(|buffer| {
+                let mut sealed = buffer.take();
+                let result =
+                    self.seal_and_copy(records, &ivs, &lsns, total, &inserting, &mut sealed);
+                if sealed.capacity() <= SEAL_BUFFER_KEEP {
+                    buffer.set(sealed);
+                }
+                result
+            })
+            .map_err(|e| match self.poisoned.load(Ordering::Acquire) {
+                true => e,
+                false => self.poison_error(e),
+            })?;
         inserting.finished = true;
         drop(inserting);
         self.counters.here().appends.add(records.len() as u64);
@@ -788,14 +765,13 @@ impl Wal {
         Ok(())
     }
 
-    /// Whether a record with these flags is encrypted per record (and so needs an IV).
+    /// Whether a record with these flags is sealed under a key (and so needs an IV).
     fn needs_iv(&self, flags: u8) -> bool {
-        self.mode.is_per_record() && flags & RECORD_FLAGS_CONTROL == 0
+        self.seal.record_seal(format::FORMAT_VERSION, flags) != RecordSeal::Plain
     }
 
-    /// Appends to `out` the stored form of `record` placed at `lsn`: header, payload
-    /// (encrypted in perrecord modes, under `iv`), GCM tag (perrecord-gcm, with the LSN in its
-    /// associated data) and the checksum bound to the LSN.
+    /// Appends to `out` the stored form of `record` placed at `lsn`, sealed under the active
+    /// key and `iv` ([`Seal::seal_record_at`]).
     fn seal_at(
         &self,
         keys: &Keys,
@@ -804,45 +780,27 @@ impl Wal {
         record: &Pending<'_>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let (hlen, tag_len) = self.record_form(record.flags);
-        let at = out.len();
-        out.resize(at + hlen, 0);
-        out.extend_from_slice(record.stored);
-        out.resize(at + hlen + record.stored.len() + tag_len, 0);
-        let sealed = &mut out[at..];
-        let mut header = RecordHeader {
-            crc: 0,
-            len: (record.stored.len() + tag_len) as u32,
-            kind: record.kind,
-            flags: record.flags,
-            encryption: None,
+        let at = At {
+            lsn,
+            version: self.version_at(lsn),
         };
-        let version = self.version_at(lsn);
-        if let Some(iv) = iv {
-            let key_id = keys.active().unwrap_or(0);
-            header.flags |= RECORD_FLAG_ENCRYPTED;
-            header.encryption = Some((key_id, iv));
-            if tag_len > 0 {
-                header.flags |= RECORD_FLAG_AUTHENTICATED;
-                let aad = format::auth_aad(version, self.log_id, &header, lsn);
-                let mut nonce = [0u8; NONCE_LEN];
-                nonce.copy_from_slice(&iv[..NONCE_LEN]);
-                let (body, tag_room) = sealed[hlen..].split_at_mut(record.stored.len());
-                let tag = keys.gcm(key_id)?.seal_bound(&nonce, &aad, body).ok_or(
-                    Error::RecordTooLarge {
-                        len: body.len(),
-                        max: format::MAX_PAYLOAD,
-                    },
-                )?;
-                tag_room.copy_from_slice(&tag);
-            } else {
-                keys.apply_keystream(key_id, &iv, &mut sealed[hlen..])?;
-            }
-        }
-        header.encode(&mut sealed[..hlen]);
-        let crc = format::bind_crc_to_lsn(version, format::record_crc_whole(sealed), lsn);
-        sealed[..4].copy_from_slice(&crc.to_le_bytes());
-        Ok(())
+        let len = self
+            .seal
+            .stored_len(at.version, record.stored.len(), record.flags);
+        let begin = out.len();
+        out.resize(begin + len, 0);
+        let key = SealKey {
+            keys,
+            key_id: keys.active().unwrap_or(0),
+            iv,
+        };
+        self.seal.seal_record_at(
+            &key,
+            (record.kind, record.flags),
+            record.stored,
+            at,
+            &mut out[begin..],
+        )
     }
 
     /// The end of a record of `len` bytes starting at `lsn`: [`record_end`] in this log.
@@ -1273,8 +1231,9 @@ mod tests {
             for segment in [0, 1, 2, (1 << 32) / geo.segment_size] {
                 for page in 1..pages {
                     let page = segment * geo.segment_size + page * page_size;
-                    starts.extend([header, header + 1, page_size / 2, page_size - 1]
-                        .map(|at| page + at));
+                    starts.extend(
+                        [header, header + 1, page_size / 2, page_size - 1].map(|at| page + at),
+                    );
                 }
             }
             let body = (page_size - header) as usize;

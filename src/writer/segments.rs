@@ -9,13 +9,11 @@ use std::sync::atomic::Ordering;
 use super::recycle::{free_file_name, make_segment};
 use super::{Wal, WriteState};
 use crate::Lsn;
-use crate::aead::NONCE_LEN;
 use crate::config::Mode;
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
-use crate::format::{
-    self, Geometry, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RecordHeader, SegmentHeader, TAG_LEN,
-};
+use crate::format::{self, Geometry, RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, SegmentHeader};
+use crate::seal::{At, RecordSeal, SealKey};
 use crate::storage::StorageFile;
 
 impl Wal {
@@ -260,43 +258,33 @@ impl Wal {
     /// under the insert lock because the segment it lands in decides its form and its key; a
     /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
     fn switch_record(&self, lsn: u64) -> Result<Vec<u8>> {
-        let version = self.version_at(lsn);
-        let mut header = RecordHeader {
-            crc: 0,
-            len: 0,
-            kind: 0,
-            flags: RECORD_FLAG_SWITCH,
-            encryption: None,
+        let at = At {
+            lsn,
+            version: self.version_at(lsn),
         };
-        let mut tag = [0u8; TAG_LEN];
-        if self.mode.is_authenticated() && version >= format::AUTHENTICATED_CONTROL_VERSION {
-            let keys = self.keys.load();
-            let key_id = match self.listed_key(self.geo.segment_start(lsn))? {
+        let keys = self.keys.load();
+        let sealed = self.seal.record_seal(at.version, RECORD_FLAG_SWITCH) != RecordSeal::Plain;
+        let key_id = if !sealed {
+            0
+        } else {
+            match self.listed_key(self.geo.segment_start(lsn))? {
                 Some(key_id) => key_id,
                 None => keys.active().unwrap_or(0),
-            };
-            let iv = self.ivs.next_iv()?;
-            header.flags = format::SEALED_SWITCH_FLAGS;
-            header.len = TAG_LEN as u32;
-            header.encryption = Some((key_id, iv));
-            let aad = format::auth_aad(version, self.log_id, &header, lsn);
-            let mut nonce = [0u8; NONCE_LEN];
-            nonce.copy_from_slice(&iv[..NONCE_LEN]);
-            let (sealed, _) =
-                keys.gcm(key_id)?
-                    .seal(&nonce, &aad, &mut [])
-                    .ok_or(Error::RecordTooLarge {
-                        len: 0,
-                        max: format::MAX_PAYLOAD,
-                    })?;
-            tag = sealed;
-        }
-        let stored = &tag[..header.len as usize];
-        let mut record = vec![0u8; header.len_bytes()];
-        header.encode(&mut record);
-        let crc = format::record_crc(version, lsn, &record, stored);
-        record[..4].copy_from_slice(&crc.to_le_bytes());
-        record.extend_from_slice(stored);
+            }
+        };
+        let iv = if sealed {
+            Some(self.ivs.next_iv()?)
+        } else {
+            None
+        };
+        let key = SealKey {
+            keys: &keys,
+            key_id,
+            iv,
+        };
+        let mut record = vec![0u8; self.seal.stored_len(at.version, 0, RECORD_FLAG_SWITCH)];
+        self.seal
+            .seal_record_at(&key, (0, RECORD_FLAG_SWITCH), &[], at, &mut record)?;
         Ok(record)
     }
 
