@@ -2,7 +2,7 @@
 //! JSON, and on a damaged log counts what lies before the damage and says where it is; with
 //! --kinds its table names the kinds.
 
-mod support;
+use crate::support;
 
 use support::*;
 use walcrypt::Mode;

@@ -2,7 +2,7 @@
 //! reader takes damage for a torn tail and just ends there. --verify still flags it: valid
 //! pages follow the end of the valid log.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

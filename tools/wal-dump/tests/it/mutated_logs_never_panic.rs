@@ -6,7 +6,7 @@
 //! `WALCRYPT_DUMP_MUTATIONS` sets the mutations per mode (default 40), `WALCRYPT_DUMP_SEED`
 //! the seed (printed on failure).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! CRC32C was recomputed as an authentication failure with its position (exit 1), never as a
 //! checksum mismatch, and never prints its payload; the listing stops there.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

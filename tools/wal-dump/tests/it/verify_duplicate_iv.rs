@@ -1,7 +1,7 @@
 //! --verify reports an IV used twice in a perrecord log, naming both records, even when every
 //! checksum is valid.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

@@ -1,7 +1,7 @@
 //! --verify flags a flipped bit in the middle of the log (exit 1) with its position, and keeps
 //! checking the records after it; the plain listing stops there with one line on stderr.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

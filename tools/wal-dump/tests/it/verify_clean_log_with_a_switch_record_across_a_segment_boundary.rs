@@ -3,10 +3,10 @@
 //! in the segment after that one. Verify used to expect the next record in the segment
 //! holding the tail and reported every such log as damaged.
 
-mod support;
+use crate::support;
 
 use support::*;
-use walcrypt::{Key, Mode, Wal};
+use walcrypt::{Key, Mode};
 
 /// A switch record: the plain record header, no payload.
 const SWITCH_LEN: u64 = 12;
@@ -18,7 +18,7 @@ fn verify_clean_log_with_a_switch_record_across_a_segment_boundary() {
             let what = format!("{mode}, {left} bytes left for the switch record");
             let tmp = tempfile::tempdir().unwrap();
             let (log, key_file, mut keys, _) = make_log(tmp.path(), mode, 20);
-            let wal = Wal::open(&log, config(mode, &keys)).unwrap();
+            let wal = open_when_unlocked(&log, config(mode, &keys));
             let header = if mode == Mode::PerRecord { 32 } else { 12 };
             // Append until the log ends `left` bytes before a segment's end; in the segment's
             // last page one record of the right length gets there.

@@ -1,6 +1,6 @@
 //! The default output lists every record, with and without the key, in every mode.
 
-mod support;
+use crate::support;
 
 use support::*;
 use walcrypt::Mode;

@@ -3,7 +3,7 @@
 //! to explain. A page of that earlier life put back before the end of the log (a lost write)
 //! is damage, named at its position.
 
-mod support;
+use crate::support;
 
 use support::*;
 use walcrypt::inspect::segment_file_name;

@@ -4,7 +4,7 @@
 //! reads; and WAL-DUMP.md's options table and `wal-dump --help` name the same flags. A command
 //! added to the documents fails this test until it is run here (or named a mention).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! decrypts with the store and --kek-file or --kek-command, and a swapped key line is reported
 //! without the key.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;

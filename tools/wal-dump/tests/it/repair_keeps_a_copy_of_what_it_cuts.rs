@@ -5,7 +5,7 @@
 //! `--truncate-to LSN` and `--purge-before LSN` shorten a closed log the same way, after
 //! copying what they remove.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

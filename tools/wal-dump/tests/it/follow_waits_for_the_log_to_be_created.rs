@@ -1,7 +1,7 @@
 //! --follow on a directory that does not exist yet waits, then shows the records of the log a
 //! writer creates there.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

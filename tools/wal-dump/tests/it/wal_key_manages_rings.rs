@@ -3,7 +3,7 @@
 //! `--format json`; a KEK file given as keys is named as one; a check against a plaintext log
 //! says it checked nothing.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 

@@ -1,6 +1,6 @@
 //! Bad inputs give their exit code and one clear line on stderr, never a panic.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

@@ -2,7 +2,7 @@
 //! recomputed) reads as a perrecord log; `--verify` says which mode it found, and with
 //! `--require-mode perrecord-gcm` every command refuses the log, naming both modes.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::FileExt;
 

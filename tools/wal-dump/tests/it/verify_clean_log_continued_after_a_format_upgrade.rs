@@ -4,7 +4,7 @@
 //! new segments with sealed ones), every record of the listing shows `crc: ok` (each checked
 //! by the rule of its segment's version), and `--stats` counts the segments of each version.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

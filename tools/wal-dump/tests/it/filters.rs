@@ -2,7 +2,7 @@
 //! records; LSNs are accepted as HI/LO, 0x or decimal; --kinds names kinds and describes
 //! payloads in listings.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;

@@ -1,7 +1,7 @@
 //! JSON Lines output parses, and its payloads equal what was appended (or, with --raw, the
 //! bytes as stored: ciphertext in the encrypted modes).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;

@@ -1,7 +1,7 @@
 //! --follow prints records appended after it started, across segments, until it is stopped;
 //! with --durable it prints only the records that page headers vouch for as durable.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! rotation and a reopen; without the key it says what it could not check, and a pagelevel log
 //! whose records it could not read is not called clean.
 
-mod support;
+use crate::support;
 
 use support::*;
 use walcrypt::Mode;

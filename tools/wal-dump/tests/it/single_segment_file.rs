@@ -1,7 +1,7 @@
 //! A segment file as PATH shows the records that start in that segment only, and says so when
 //! it shows none (a segment prepared ahead of the writer).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;
