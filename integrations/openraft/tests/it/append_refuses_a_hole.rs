@@ -1,7 +1,7 @@
 //! An append that would leave a hole after the last entry is refused, and changes nothing on
 //! disk or in memory.
 
-mod support;
+use crate::support;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{LogState, RaftLogReader};

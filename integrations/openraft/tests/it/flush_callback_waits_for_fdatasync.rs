@@ -1,7 +1,7 @@
 //! Entries are readable as soon as `append` returns, while their flush callback waits for the
 //! fdatasync; one fdatasync round serves many waiting appends.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

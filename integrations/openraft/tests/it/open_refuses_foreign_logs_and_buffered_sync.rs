@@ -2,7 +2,7 @@
 //! of the first foreign record, and a configuration that would report entries flushed before
 //! fdatasync is refused before anything is opened.
 
-mod support;
+use crate::support;
 
 use support::config;
 use walcrypt::{KeyRing, Mode, SyncMode, Wal};

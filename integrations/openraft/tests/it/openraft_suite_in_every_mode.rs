@@ -3,10 +3,13 @@
 //! default cache, and with a cache of one entry, where every read but the last entry's goes
 //! to the log. The state machine seals its snapshots into a directory beside the log.
 
+use crate::support;
+
 use openraft::StorageError;
 use openraft::testing::{StoreBuilder, Suite};
+use support::small_segments;
 use tempfile::TempDir;
-use walcrypt::{Config, KeyRing, Mode, SealedFiles, SyncMode};
+use walcrypt::{KeyRing, Mode, SealedFiles};
 use walcrypt_openraft::kv::{KvStateMachine, NodeId, TypeConfig};
 use walcrypt_openraft::{StoreOptions, WalLogStore};
 
@@ -24,12 +27,7 @@ impl StoreBuilder<TypeConfig, WalLogStore<TypeConfig>, KvStateMachine, TempDir> 
         let snapshots = dir.path().join("snapshots");
         let sm = KvStateMachine::open(&snapshots, SealedFiles::new(&keys))
             .expect("open the state machine");
-        let config = Config::new(self.mode)
-            .keys(keys)
-            .sync(SyncMode::Durable)
-            .page_size(4096)
-            .segment_size(64 * 1024)
-            .sealed_dirs([snapshots]);
+        let config = small_segments(self.mode, &keys).sealed_dirs([snapshots]);
         let store = WalLogStore::open_with(dir.path().join("log"), config, self.options.clone())
             .expect("open the log store");
         Ok((dir, store, sm))

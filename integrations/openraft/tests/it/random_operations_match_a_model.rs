@@ -2,7 +2,7 @@
 //! (so nearly every read goes to the log), checked after every step against a plain in-memory
 //! model of the raft log: same entries for every range read, same log state.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! span many segments, cross the cache boundary, follow a truncation deep below the cache and
 //! a purge, and the same after a reopen (which refills the cache from the log).
 
-mod support;
+use crate::support;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{LogState, RaftLogReader, Vote};

@@ -2,7 +2,7 @@
 //! task appends, flushes and purges old segments: every read returns exactly the entries asked
 //! for that were not purged (around the read), whole, and the appends are not disturbed.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,7 +4,7 @@
 //! lets it go. Were the read done on the runtime's thread, the test's task could not run; the
 //! gate then gives up after a while and the test fails saying so.
 
-mod support;
+use crate::support;
 
 use std::io;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! written in. A raft node restarted after a purge past its snapshot rebuilds its state machine
 //! from the sealed snapshot and the log.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

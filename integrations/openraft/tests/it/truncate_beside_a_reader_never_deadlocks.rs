@@ -4,7 +4,7 @@
 //! read-back and the reader's log reads take the store's locks in the same order. A watchdog
 //! fails the test with a message instead of letting a deadlock hang it.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

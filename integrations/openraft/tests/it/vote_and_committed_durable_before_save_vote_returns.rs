@@ -1,7 +1,7 @@
 //! `save_vote` returns only after the vote (and the committed log id written before it) is
 //! fdatasynced; both survive a crash (the store dropped without closing, then reopened).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

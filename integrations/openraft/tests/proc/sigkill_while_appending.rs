@@ -1,5 +1,5 @@
-//! Real crashes of a raft node's log store: this test binary re-executes itself as a child that
-//! opens the store and appends entries (with votes, committed log ids, truncations and purges
+//! Real crashes of a raft node's log store: this test binary re-executes itself (the test
+//! `sigkill_while_appending::crash_child`) as a child that opens the store and appends entries (with votes, committed log ids, truncations and purges
 //! mixed in), printing each entry after its flush callback fired, each vote after `save_vote`
 //! returned, each purge after `purge` returned, and each committed log id once a later flush
 //! (an append's callback, a vote, a purge) covered it. The parent SIGKILLs the child at a
@@ -13,7 +13,7 @@
 //!
 //! Environment: WALCRYPT_RAFT_CRASH_CYCLES (cycles per mode, default 6), WALCRYPT_RAFT_CRASH_SEED.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -35,8 +35,8 @@ const CHILD_ENV: &str = "WALCRYPT_RAFT_CRASH_CHILD";
 /// A child stops after this many steps and waits to be killed.
 const MAX_STEPS: u64 = 400;
 
-/// Opens, retrying while the directory lock is held: a sibling test's child, forked while this
-/// process held the lock, keeps a copy of it until it execs.
+/// Opens, retrying while the directory lock is held: a child forked while this process held the
+/// lock keeps a copy of it until it execs.
 fn open_store(dir: &Path, mode: Mode, keys: &KeyRing) -> Store {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -64,6 +64,7 @@ fn report(line: &str) {
 #[test]
 #[ignore = "the child process of the sigkill test; does nothing unless WALCRYPT_RAFT_CRASH_CHILD is set"]
 fn crash_child() {
+    let _serial = crate::support::serial();
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
@@ -285,7 +286,7 @@ fn run_child(dir: &Path, keyfile: &Path, mode: Mode, rng: &mut Rng) -> Expected 
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "crash_child",
+            "sigkill_while_appending::crash_child",
             "--nocapture",
             "--ignored",
             "--test-threads=1",
@@ -374,15 +375,18 @@ fn crash_cycles(mode: Mode) {
 
 #[test]
 fn sigkill_while_appending_plaintext() {
+    let _serial = crate::support::serial();
     crash_cycles(Mode::Plaintext);
 }
 
 #[test]
 fn sigkill_while_appending_perrecord() {
+    let _serial = crate::support::serial();
     crash_cycles(Mode::PerRecord);
 }
 
 #[test]
 fn sigkill_while_appending_pagelevel() {
+    let _serial = crate::support::serial();
     crash_cycles(Mode::PageLevel);
 }
