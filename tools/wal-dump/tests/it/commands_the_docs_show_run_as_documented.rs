@@ -147,8 +147,7 @@ fn every_command_the_docs_show_runs_as_documented() {
     // log of the test's own.
     let quick = dir.join("quick");
     std::fs::create_dir(&quick).unwrap();
-    let keys = walcrypt::KeyRing::generate().unwrap();
-    keys.save(quick.join("keys")).unwrap();
+    let (keys, _) = new_key_file(&quick);
     append(&quick.join("perrecord"), Mode::PerRecord, &keys, 0, 20);
     let (log, ring, _, _) = make_log(dir, Mode::PerRecord, 50);
 

@@ -9,15 +9,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use support::*;
-use walcrypt::{KeyRing, Mode};
+use walcrypt::Mode;
 
 #[test]
 fn follow_waits_for_the_log_to_be_created() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("later");
-    let key_file = tmp.path().join("keys");
-    let keys = KeyRing::generate().unwrap();
-    keys.save(&key_file).unwrap();
+    let (keys, key_file) = new_key_file(tmp.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_wal-dump"))
         .args([
             "--follow",

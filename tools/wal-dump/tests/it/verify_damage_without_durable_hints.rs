@@ -7,14 +7,12 @@ use crate::support;
 use std::os::unix::fs::FileExt;
 
 use support::*;
-use walcrypt::{KeyRing, Mode, SyncMode, Wal};
+use walcrypt::{Mode, SyncMode, Wal};
 
 #[test]
 fn verify_damage_without_durable_hints() {
     let tmp = tempfile::tempdir().unwrap();
-    let keys = KeyRing::generate().unwrap();
-    let key_file = tmp.path().join("keys");
-    keys.save(&key_file).unwrap();
+    let (keys, key_file) = new_key_file(tmp.path());
     let log = tmp.path().join("log");
     let wal = Wal::open(
         &log,

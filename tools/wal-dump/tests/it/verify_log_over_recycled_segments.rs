@@ -7,15 +7,13 @@ use crate::support;
 
 use support::*;
 use walcrypt::inspect::segment_file_name;
-use walcrypt::{KeyRing, Lsn, Mode, Wal};
+use walcrypt::{Lsn, Mode, Wal};
 
 #[test]
 fn verify_log_over_recycled_segments() {
     for mode in Mode::ALL {
         let tmp = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
-        let key_file = tmp.path().join("keys");
-        keys.save(&key_file).unwrap();
+        let (keys, key_file) = new_key_file(tmp.path());
         let log = tmp.path().join("log");
         let wal = Wal::open(
             &log,
