@@ -1,16 +1,27 @@
-//! Helpers shared by the log store's integration tests.
+//! Helpers shared by the log store's integration tests, in both test binaries (`tests/it/`
+//! and `tests/proc/`).
 #![allow(dead_code)]
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
 use walcrypt::{Config, KeyRing, Mode, SyncMode};
 use walcrypt_openraft::kv::{NodeId, Request, TypeConfig};
+
+/// Held by each test of the own-process binary (`tests/proc/`) for its whole run, so that no two
+/// run at once there: they spawn and SIGKILL children that open logs. A test that panicked
+/// while holding it does not stop the others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 pub fn log_id(term: u64, index: u64) -> LogId<NodeId> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -51,14 +62,20 @@ pub fn assert_entry(got: &Entry<TypeConfig>, term: u64, index: u64) {
     }
 }
 
-/// Small pages and segments, so a few hundred entries span many segment files.
-pub fn config(mode: Mode, keys: &KeyRing) -> Config {
+/// Small pages and segments, so a few hundred entries span many segment files, with the
+/// library's default write buffer; `SyncMode::Durable`, the only one the store accepts.
+pub fn small_segments(mode: Mode, keys: &KeyRing) -> Config {
     Config::new(mode)
         .keys(keys.clone())
         .sync(SyncMode::Durable)
         .page_size(4096)
         .segment_size(64 * 1024)
-        .buffer_size(64 * 1024)
+}
+
+/// [`small_segments`] with a write buffer of one segment (64 KiB): the configuration of every
+/// test but openraft's own suite.
+pub fn config(mode: Mode, keys: &KeyRing) -> Config {
+    small_segments(mode, keys).buffer_size(64 * 1024)
 }
 
 /// Segment files in a log directory.

@@ -78,11 +78,17 @@ pub fn open_retrying(dir: &Path, config: Config) -> walcrypt::Result<Wal> {
     }
 }
 
-/// A fresh log of `n` records in `dir/log`, and its key file in `dir/keys` (encrypted modes).
-pub fn make_log(dir: &Path, mode: Mode, n: usize) -> (PathBuf, PathBuf, KeyRing, Vec<Appended>) {
+/// A new key ring, saved as the key file `dir/keys`: the ring and the file's path.
+pub fn new_key_file(dir: &Path) -> (KeyRing, PathBuf) {
     let keys = KeyRing::generate().expect("generate keys");
     let key_file = dir.join("keys");
     keys.save(&key_file).expect("save keys");
+    (keys, key_file)
+}
+
+/// A fresh log of `n` records in `dir/log`, and its key file in `dir/keys` (encrypted modes).
+pub fn make_log(dir: &Path, mode: Mode, n: usize) -> (PathBuf, PathBuf, KeyRing, Vec<Appended>) {
+    let (keys, key_file) = new_key_file(dir);
     let log = dir.join("log");
     let appended = append(&log, mode, &keys, 0, n);
     (log, key_file, keys, appended)
