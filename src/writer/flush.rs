@@ -434,11 +434,13 @@ impl Wal {
     /// (`flush(wal.end_lsn())` flushes everything appended so far). Beyond the end it fails
     /// with [`Error::LsnNotAvailable`].
     ///
-    /// Group commit (`SyncMode::Durable`): one caller at a time is the leader; it writes and
-    /// fdatasyncs everything appended so far. The others do not queue for the write lock behind it (a leader that
-    /// returns and commits again would win that race on a busy machine); they wait for the
-    /// leader to finish, return at once if it covered their record, and otherwise one of them
-    /// leads the next round for all the rest.
+    /// Group commit, in both sync modes: one caller at a time is the leader; it writes (and,
+    /// `Durable`, fdatasyncs) everything in the buffer so far, in one write per segment. The
+    /// others do not queue for the write lock behind it (a leader that returns and commits
+    /// again would win that race on a busy machine); they wait for the leader to finish,
+    /// return at once if it covered their record, and otherwise one of them leads the next
+    /// round for all the rest. Commits arriving together thus cost one write (and one
+    /// fdatasync) between them.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         let lsn = u64::from(lsn);
         loop {
@@ -448,15 +450,6 @@ impl Wal {
             }
             if self.insert_end.load(Ordering::Acquire) < lsn {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
-            }
-            if self.sync == SyncMode::Buffered {
-                // Without fdatasync a flush is a short write, and commits seldom meet: one
-                // write-lock acquisition per oltp transaction at 1-8 threads on the 2-core
-                // development machine. Rounds measured within run-to-run noise of queueing
-                // on the write lock (docs/BENCHMARKS.md, "The commit path on 2 cores"), so
-                // the simpler path stays. Each flusher holds the write lock only to reserve
-                // and copy its range; the write comes after (`lead_flush`).
-                return self.lead_round(lsn, None);
             }
             let mut round = self.group.lock();
             if round.leading {
