@@ -19,6 +19,7 @@ mod cursor;
 mod files;
 mod follow;
 mod made;
+mod prefetched;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
 pub(crate) use files::{
