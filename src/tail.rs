@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::reader::{LogFiles, read_full};
-use crate::storage::StorageFile;
+use crate::reader::LogFiles;
+use crate::storage::{StorageFile, read_full};
 
 /// A record boundary from which reading surely passes every record that reaches into the last
 /// segment and every hole a crash may have left. Walking back from the newest segment, a
