@@ -61,8 +61,8 @@ pub(crate) fn working_key_for(key: &Key, log_id: u64, key_id: u32) -> Key {
     Key::from_mut_bytes(&mut working)
 }
 
-/// What a data key computes: its check values and the working key of a log. Here, beside the
-/// derivations they use, rather than with the rest of [`Key`] in `keys`, which sits below.
+// What a data key computes: its check values and the working key of a log. Here, beside the
+// derivations they use, rather than with the rest of `Key` in `keys`, which sits below crypto.
 impl Key {
     /// The key check value: the first 8 bytes of AES-256 applied to a fixed domain block.
     ///
