@@ -6,87 +6,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::events::EventListener;
+pub use crate::format::Mode;
 use crate::format::{self, Geometry};
 use crate::keys::{KeyRing, KeyStore, RotationPolicy};
 use crate::storage::{FsStorage, Storage};
-
-/// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
-/// so readers and tools never need to be told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Mode {
-    /// No encryption: the baseline.
-    #[default]
-    Plaintext,
-    /// Each record's payload is encrypted with AES-256-CTR under a fresh IV kept in the record's
-    /// plaintext header. The appending thread encrypts before it takes the insert lock.
-    PerRecord,
-    /// Each page body is encrypted with AES-256-CTR under a fresh IV kept in the page header,
-    /// every time the page is written, inside the write lock.
-    PageLevel,
-    /// Like [`Mode::PerRecord`], but authenticated: AES-256-GCM, whose tag also covers the
-    /// log id, the record's LSN, kind, flags, length and key id. A record that was altered,
-    /// moved, replayed or spliced in from another log fails with
-    /// [`Error::AuthenticationFailed`]. Off unless chosen;
-    /// its cost against CTR is in docs/BENCHMARKS.md.
-    PerRecordGcm,
-}
-
-impl Mode {
-    /// All modes, baseline first.
-    pub const ALL: [Mode; 4] = [
-        Mode::Plaintext,
-        Mode::PerRecord,
-        Mode::PageLevel,
-        Mode::PerRecordGcm,
-    ];
-
-    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`,
-    /// `perrecord-gcm`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Plaintext => "plaintext",
-            Mode::PerRecord => "perrecord",
-            Mode::PageLevel => "pagelevel",
-            Mode::PerRecordGcm => "perrecord-gcm",
-        }
-    }
-
-    /// True for the modes that need keys.
-    pub fn is_encrypted(self) -> bool {
-        self != Mode::Plaintext
-    }
-
-    /// True for the modes that encrypt each record in the appending thread.
-    pub fn is_per_record(self) -> bool {
-        matches!(self, Mode::PerRecord | Mode::PerRecordGcm)
-    }
-
-    /// True for the mode whose records carry an authentication tag.
-    pub fn is_authenticated(self) -> bool {
-        self == Mode::PerRecordGcm
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Mode, String> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)"
-                )
-            })
-    }
-}
 
 /// What `Wal::flush` guarantees when it returns Ok.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

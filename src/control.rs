@@ -362,7 +362,7 @@ pub(crate) fn read(
         return Err(control_error(&path, "larger than the format allows"));
     }
     let mut bytes = vec![0u8; len as usize];
-    let n = crate::reader::read_full(file.as_ref(), &mut bytes, 0)
+    let n = crate::storage::read_full(file.as_ref(), &mut bytes, 0)
         .map_err(|e| Error::io("read control file", &path, e))?;
     bytes.truncate(n);
     Control::decode(&path, &bytes, log_id, keys).map(Some)

@@ -23,14 +23,8 @@ use zeroize::Zeroizing;
 
 use crate::aead::GcmKey;
 use crate::error::{Error, Result};
+pub use crate::format::{IV_LEN, KCV_LEN, KEY_LEN};
 pub(crate) use crate::keys::{Key, KeyRing};
-
-/// Length of an AES-256 key in bytes.
-pub const KEY_LEN: usize = 32;
-/// Length of an IV (a full 128-bit counter block).
-pub const IV_LEN: usize = 16;
-/// Length of a key check value.
-pub const KCV_LEN: usize = 8;
 
 type Aes256CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 
@@ -65,6 +59,32 @@ pub(crate) fn working_check_value(key: &Key, log_id: u64, key_id: u32) -> [u8; K
 pub(crate) fn working_key_for(key: &Key, log_id: u64, key_id: u32) -> Key {
     let mut working = working_key(key, log_id, key_id);
     Key::from_mut_bytes(&mut working)
+}
+
+// What a data key computes: its check values and the working key of a log. Here, beside the
+// derivations they use, rather than with the rest of `Key` in `keys`, which sits below crypto.
+impl Key {
+    /// The key check value: the first 8 bytes of AES-256 applied to a fixed domain block.
+    ///
+    /// It identifies a raw key without revealing it. A log does not store this value: its
+    /// segment headers hold the check values of the log's own working keys, derived from the
+    /// data key and the log id, so two logs sharing a data key do not show it.
+    pub fn check_value(&self) -> [u8; KCV_LEN] {
+        raw_check_value(self)
+    }
+
+    /// The check value a log's segment headers record for this key under `key_id`: the check
+    /// value of the log's working key, derived from this key and the log id.
+    pub fn log_check_value(&self, log_id: u64, key_id: u32) -> [u8; KCV_LEN] {
+        working_check_value(self, log_id, key_id)
+    }
+
+    /// The working key that encrypts the data of log `log_id` under key id `key_id`:
+    /// HKDF-SHA256 of this data key, the log id and the key id (docs/SECURITY.md). What tools
+    /// outside the library need to decrypt stored bytes with plain AES-256-CTR.
+    pub fn for_log(&self, log_id: u64, key_id: u32) -> Key {
+        working_key_for(self, log_id, key_id)
+    }
 }
 
 /// HKDF salt of the per-log working keys.

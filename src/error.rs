@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::Lsn;
+pub use crate::format::CorruptionKind;
 
 /// Result alias used throughout walcrypt.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -32,99 +33,6 @@ impl fmt::Display for Position {
             self.offset,
             self.lsn
         )
-    }
-}
-
-/// What kind of damage a [`Error::Corrupt`] found. In every variant with `expected` and `got`,
-/// `expected` is what the format or the position demands and `got` what the file holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-#[allow(missing_docs)] // `expected`/`got` fields are described once, above.
-pub enum CorruptionKind {
-    /// A segment file does not start with the walcrypt magic.
-    BadMagic,
-    /// A segment header checksum does not match.
-    SegmentHeaderChecksum { expected: u32, got: u32 },
-    /// A segment header field holds a value the format does not allow.
-    SegmentHeaderField(&'static str),
-    /// A segment belongs to another log (its log id differs).
-    ForeignSegment { expected: u64, got: u64 },
-    /// A segment header says it starts at a different LSN than its file name.
-    SegmentAddress { expected: Lsn, got: Lsn },
-    /// A page header is not valid (bad magic, checksum or field).
-    BadPageHeader,
-    /// A valid page header carries another page's address: a stale or misplaced page.
-    PageAddress { expected: Lsn, got: Lsn },
-    /// A record's checksum does not match its bytes.
-    RecordChecksum { expected: u32, got: u32 },
-    /// A record header is malformed (reserved bits, impossible length).
-    BadRecordHeader(&'static str),
-    /// A record's continuation length in a page header disagrees with the record.
-    ContinuationMismatch { expected: u64, got: u64 },
-    /// The file ends before a record that later data proves was complete.
-    Truncated,
-    /// A segment file is missing from the middle of the log.
-    MissingSegment,
-    /// A record or page names a key id that its segment header does not list.
-    UnlistedKey { key_id: u32 },
-    /// A compressed payload cannot be decompressed: its length prefix is absurd or its stream
-    /// is damaged.
-    BadCompressedPayload(&'static str),
-    /// A control record (segment switch, resume) whose checksum matches stands where the
-    /// format allows none, or has another length than its kind's: no writer wrote it there.
-    BadControlRecord(&'static str),
-    /// A segment's header names another mode than the log read before it (its first segment,
-    /// or the segments a follower read earlier).
-    ModeChanged {
-        expected: &'static str,
-        got: &'static str,
-    },
-}
-
-impl fmt::Display for CorruptionKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BadMagic => write!(f, "not a walcrypt segment (bad magic)"),
-            Self::SegmentHeaderChecksum { expected, got } => write!(
-                f,
-                "segment header checksum mismatch (expected {expected:#010x}, got {got:#010x})"
-            ),
-            Self::SegmentHeaderField(what) => write!(f, "invalid segment header field: {what}"),
-            Self::ForeignSegment { expected, got } => write!(
-                f,
-                "segment belongs to another log (log id {got:#018x}, expected {expected:#018x})"
-            ),
-            Self::SegmentAddress { expected, got } => write!(
-                f,
-                "segment header says it starts at {got}, its name says {expected}"
-            ),
-            Self::BadPageHeader => write!(f, "invalid page header"),
-            Self::PageAddress { expected, got } => write!(
-                f,
-                "page header carries address {got}, expected {expected} (stale or misplaced page)"
-            ),
-            Self::RecordChecksum { expected, got } => write!(
-                f,
-                "record checksum mismatch (expected {expected:#010x}, got {got:#010x})"
-            ),
-            Self::BadRecordHeader(what) => write!(f, "invalid record header: {what}"),
-            Self::ContinuationMismatch { expected, got } => write!(
-                f,
-                "page continuation length {got} disagrees with the record ({expected} bytes left)"
-            ),
-            Self::Truncated => write!(f, "log truncated inside durable data"),
-            Self::MissingSegment => write!(f, "segment file missing from the middle of the log"),
-            Self::UnlistedKey { key_id } => write!(
-                f,
-                "uses key id {key_id}, which its segment header does not list"
-            ),
-            Self::BadCompressedPayload(what) => write!(f, "compressed payload is damaged: {what}"),
-            Self::BadControlRecord(what) => write!(f, "misplaced control record: {what}"),
-            Self::ModeChanged { expected, got } => write!(
-                f,
-                "segment header names mode {got}, the log read before it is {expected}"
-            ),
-        }
     }
 }
 

@@ -10,10 +10,16 @@
 //! page body. The bodies, concatenated, form the record stream; records may span pages and
 //! segments.
 
+use std::fmt;
+
 use crate::Lsn;
-use crate::config::Mode;
-use crate::crypto::{IV_LEN, KCV_LEN};
-use crate::error::CorruptionKind;
+
+/// Length of an AES-256 key in bytes.
+pub const KEY_LEN: usize = 32;
+/// Length of an IV (a full 128-bit counter block).
+pub const IV_LEN: usize = 16;
+/// Length of a key check value.
+pub const KCV_LEN: usize = 8;
 
 /// Format version written by this build into every new segment. Version 4: in a perrecord-gcm
 /// log a segment switch is sealed like a data record (a GCM tag over no payload, its LSN in the
@@ -195,6 +201,84 @@ pub const MAX_PAYLOAD: usize = 1 << 30;
 pub const MIN_PAGE_SIZE: u32 = 512;
 /// Largest page size accepted.
 pub const MAX_PAGE_SIZE: u32 = 1 << 20;
+
+/// How the log is encrypted. Chosen when a log is created and recorded in every segment header,
+/// so readers and tools never need to be told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// No encryption: the baseline.
+    #[default]
+    Plaintext,
+    /// Each record's payload is encrypted with AES-256-CTR under a fresh IV kept in the record's
+    /// plaintext header. The appending thread encrypts before it takes the insert lock.
+    PerRecord,
+    /// Each page body is encrypted with AES-256-CTR under a fresh IV kept in the page header,
+    /// every time the page is written, inside the write lock.
+    PageLevel,
+    /// Like [`Mode::PerRecord`], but authenticated: AES-256-GCM, whose tag also covers the
+    /// log id, the record's LSN, kind, flags, length and key id. A record that was altered,
+    /// moved, replayed or spliced in from another log fails with
+    /// [`Error::AuthenticationFailed`](crate::Error::AuthenticationFailed). Off unless chosen;
+    /// its cost against CTR is in docs/BENCHMARKS.md.
+    PerRecordGcm,
+}
+
+impl Mode {
+    /// All modes, baseline first.
+    pub const ALL: [Mode; 4] = [
+        Mode::Plaintext,
+        Mode::PerRecord,
+        Mode::PageLevel,
+        Mode::PerRecordGcm,
+    ];
+
+    /// The lower-case name used by tools: `plaintext`, `perrecord`, `pagelevel`,
+    /// `perrecord-gcm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plaintext => "plaintext",
+            Mode::PerRecord => "perrecord",
+            Mode::PageLevel => "pagelevel",
+            Mode::PerRecordGcm => "perrecord-gcm",
+        }
+    }
+
+    /// True for the modes that need keys.
+    pub fn is_encrypted(self) -> bool {
+        self != Mode::Plaintext
+    }
+
+    /// True for the modes that encrypt each record in the appending thread.
+    pub fn is_per_record(self) -> bool {
+        matches!(self, Mode::PerRecord | Mode::PerRecordGcm)
+    }
+
+    /// True for the mode whose records carry an authentication tag.
+    pub fn is_authenticated(self) -> bool {
+        self == Mode::PerRecordGcm
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown mode `{s}` (expected plaintext, perrecord, pagelevel or perrecord-gcm)"
+                )
+            })
+    }
+}
 
 /// The mode's code in the segment header: `0` plaintext, `1` perrecord, `2` pagelevel, `3`
 /// perrecord-gcm.
@@ -743,6 +827,99 @@ fn le_u32(b: &[u8], at: usize) -> Option<u32> {
 
 fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     field_bytes(b, at).map(u64::from_le_bytes)
+}
+
+/// What kind of damage a [`Error::Corrupt`](crate::Error::Corrupt) found. In every variant with `expected` and `got`,
+/// `expected` is what the format or the position demands and `got` what the file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[allow(missing_docs)] // `expected`/`got` fields are described once, above.
+pub enum CorruptionKind {
+    /// A segment file does not start with the walcrypt magic.
+    BadMagic,
+    /// A segment header checksum does not match.
+    SegmentHeaderChecksum { expected: u32, got: u32 },
+    /// A segment header field holds a value the format does not allow.
+    SegmentHeaderField(&'static str),
+    /// A segment belongs to another log (its log id differs).
+    ForeignSegment { expected: u64, got: u64 },
+    /// A segment header says it starts at a different LSN than its file name.
+    SegmentAddress { expected: Lsn, got: Lsn },
+    /// A page header is not valid (bad magic, checksum or field).
+    BadPageHeader,
+    /// A valid page header carries another page's address: a stale or misplaced page.
+    PageAddress { expected: Lsn, got: Lsn },
+    /// A record's checksum does not match its bytes.
+    RecordChecksum { expected: u32, got: u32 },
+    /// A record header is malformed (reserved bits, impossible length).
+    BadRecordHeader(&'static str),
+    /// A record's continuation length in a page header disagrees with the record.
+    ContinuationMismatch { expected: u64, got: u64 },
+    /// The file ends before a record that later data proves was complete.
+    Truncated,
+    /// A segment file is missing from the middle of the log.
+    MissingSegment,
+    /// A record or page names a key id that its segment header does not list.
+    UnlistedKey { key_id: u32 },
+    /// A compressed payload cannot be decompressed: its length prefix is absurd or its stream
+    /// is damaged.
+    BadCompressedPayload(&'static str),
+    /// A control record (segment switch, resume) whose checksum matches stands where the
+    /// format allows none, or has another length than its kind's: no writer wrote it there.
+    BadControlRecord(&'static str),
+    /// A segment's header names another mode than the log read before it (its first segment,
+    /// or the segments a follower read earlier).
+    ModeChanged {
+        expected: &'static str,
+        got: &'static str,
+    },
+}
+
+impl fmt::Display for CorruptionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadMagic => write!(f, "not a walcrypt segment (bad magic)"),
+            Self::SegmentHeaderChecksum { expected, got } => write!(
+                f,
+                "segment header checksum mismatch (expected {expected:#010x}, got {got:#010x})"
+            ),
+            Self::SegmentHeaderField(what) => write!(f, "invalid segment header field: {what}"),
+            Self::ForeignSegment { expected, got } => write!(
+                f,
+                "segment belongs to another log (log id {got:#018x}, expected {expected:#018x})"
+            ),
+            Self::SegmentAddress { expected, got } => write!(
+                f,
+                "segment header says it starts at {got}, its name says {expected}"
+            ),
+            Self::BadPageHeader => write!(f, "invalid page header"),
+            Self::PageAddress { expected, got } => write!(
+                f,
+                "page header carries address {got}, expected {expected} (stale or misplaced page)"
+            ),
+            Self::RecordChecksum { expected, got } => write!(
+                f,
+                "record checksum mismatch (expected {expected:#010x}, got {got:#010x})"
+            ),
+            Self::BadRecordHeader(what) => write!(f, "invalid record header: {what}"),
+            Self::ContinuationMismatch { expected, got } => write!(
+                f,
+                "page continuation length {got} disagrees with the record ({expected} bytes left)"
+            ),
+            Self::Truncated => write!(f, "log truncated inside durable data"),
+            Self::MissingSegment => write!(f, "segment file missing from the middle of the log"),
+            Self::UnlistedKey { key_id } => write!(
+                f,
+                "uses key id {key_id}, which its segment header does not list"
+            ),
+            Self::BadCompressedPayload(what) => write!(f, "compressed payload is damaged: {what}"),
+            Self::BadControlRecord(what) => write!(f, "misplaced control record: {what}"),
+            Self::ModeChanged { expected, got } => write!(
+                f,
+                "segment header names mode {got}, the log read before it is {expected}"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

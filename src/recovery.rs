@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::events::{EventListener, RecoveryProgress, Salvage};
 use crate::format::{self, Geometry};
 use crate::reader::ahead::{PageFeed, prefetch_pages};
-use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start};
+use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start, classify};
 use crate::tail;
 
 /// A replay callback and the LSN from which it wants records.
@@ -155,7 +155,7 @@ fn read_until<E: From<Error>>(
                 progress.record_read(cursor.position());
             }
             Step::End(invalid) => {
-                if let Some(error) = tail::classify(files, invalid.clone())? {
+                if let Some(error) = classify(files, invalid.clone())? {
                     salvaged = Some(salvage(files, policy, invalid.lsn, error)?);
                 }
                 break invalid.lsn;

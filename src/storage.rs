@@ -31,6 +31,19 @@ pub trait StorageFile: Send + Sync {
     }
 }
 
+/// Reads as much of `buf` as the file holds at `offset`.
+pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
 /// Writes `len` zero bytes at `offset` of `file` through [`StorageFile::write_all_at`], in
 /// 1 MiB pieces.
 pub fn write_zeros<F: StorageFile + ?Sized>(file: &F, offset: u64, len: u64) -> io::Result<()> {

@@ -1,41 +1,16 @@
-//! The end of the log: the rule that tells a torn tail from corruption, and what follows from
-//! it. Both the reader and recovery stop at the first record that is not valid; this module
-//! decides whether that record is the end of the log (a write torn by a crash) or damage to
-//! bytes that had been durable, from the durable hints of the page headers written after it
-//! (`classify`). Recovery also asks here where reading must start so that every hole a crash
-//! may have left is seen (`proven_start`), and cuts the log at the end it found
-//! (`truncate_after`), making everything from the proven start durable before writing resumes.
+//! The end of the log as recovery handles it. Both the reader and recovery stop at the first
+//! record that is not valid, and the reader's `classify` (src/reader/mod.rs) decides from the
+//! durable hints of later page headers whether that record is the end of the log (a write torn
+//! by a crash) or damage to bytes that had been durable. Recovery asks here where reading must
+//! start so that every hole a crash may have left is seen (`proven_start`), and cuts the log at
+//! the end it found (`truncate_after`), making everything from the proven start durable before
+//! writing resumes.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::reader::{Invalid, LogFiles, read_full};
-use crate::storage::StorageFile;
-
-/// Decides what an invalid record at `lsn` means. A valid page at or after the page
-/// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
-/// made durable: the record was complete once, so this is corruption, never a torn tail.
-/// That includes the pages the record itself was read from: a crash cannot damage bytes
-/// that were durable before a page was rewritten, since every mode rewrites them byte for
-/// byte (pagelevel keeps a page's IV within an open), and a page's hint never exceeds what
-/// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
-/// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
-/// Otherwise the record is the torn tail of a crash, the end of the log.
-pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
-    let start_page = files.geo.page_start(invalid.lsn);
-    for page in files.page_headers_from(start_page)? {
-        if let Some(h) = page.header
-            && u64::from(h.durable_hint) > invalid.lsn
-        {
-            return Ok(Some(files.position_error(
-                invalid.at,
-                invalid.lsn,
-                invalid.kind,
-            )));
-        }
-    }
-    Ok(None)
-}
+use crate::reader::LogFiles;
+use crate::storage::{StorageFile, read_full};
 
 /// A record boundary from which reading surely passes every record that reaches into the last
 /// segment and every hole a crash may have left. Walking back from the newest segment, a

@@ -14,7 +14,10 @@ mod ring;
 mod store;
 mod store_auth;
 
+use std::path::Path;
 use std::time::Duration;
+
+use crate::error::Error;
 
 pub use layout::{KeyInfo, KeyState, STORE_MAGIC, STORE_VERSION};
 pub use provider::{
@@ -33,4 +36,12 @@ pub struct RotationPolicy {
     pub max_bytes: Option<u64>,
     /// Rotate after a key was active this long (checked on append).
     pub max_age: Option<Duration>,
+}
+
+/// An error about the key store file at `path` (its store, its authentication).
+fn store_error(path: &Path, reason: &str) -> Error {
+    Error::KeyStore {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
 }

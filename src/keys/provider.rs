@@ -427,11 +427,10 @@ impl PassphraseKek {
         derive(passphrase, &salt, cost)
     }
 
-    /// The KEK the store at `path` was wrapped under, derived from `passphrase` with the salt
-    /// and cost its KEK id records. A wrong passphrase fails when the store is opened.
-    pub fn for_store(path: impl AsRef<Path>, passphrase: &[u8]) -> Result<Kek> {
-        let (kek_id, _, _) = crate::KeyStore::inspect(path)?;
-        let (salt, cost) = parse_passphrase_id(&kek_id)
+    /// The KEK named by `kek_id`, derived from `passphrase` with the salt and cost the id
+    /// records. [`PassphraseKek::for_store`] (with the key store) reads the id from a store.
+    pub(super) fn for_kek_id(kek_id: &str, passphrase: &[u8]) -> Result<Kek> {
+        let (salt, cost) = parse_passphrase_id(kek_id)
             .ok_or_else(|| passphrase_error("the store's KEK was not derived from a passphrase"))?;
         derive(passphrase, &salt, cost)
     }

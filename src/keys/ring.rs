@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::crypto::{KCV_LEN, KEY_LEN};
 use crate::error::{Error, Result};
+use crate::format::KEY_LEN;
 
 /// One AES-256 key. The bytes are wiped when the key is dropped and never printed.
 ///
@@ -65,28 +65,6 @@ impl Key {
 
     pub(crate) fn bytes(&self) -> &[u8; KEY_LEN] {
         &self.0
-    }
-
-    /// The key check value: the first 8 bytes of AES-256 applied to a fixed domain block.
-    ///
-    /// It identifies a raw key without revealing it. A log does not store this value: its
-    /// segment headers hold the check values of the log's own working keys, derived from the
-    /// data key and the log id, so two logs sharing a data key do not show it.
-    pub fn check_value(&self) -> [u8; KCV_LEN] {
-        crate::crypto::raw_check_value(self)
-    }
-
-    /// The check value a log's segment headers record for this key under `key_id`: the check
-    /// value of the log's working key, derived from this key and the log id.
-    pub fn log_check_value(&self, log_id: u64, key_id: u32) -> [u8; KCV_LEN] {
-        crate::crypto::working_check_value(self, log_id, key_id)
-    }
-
-    /// The working key that encrypts the data of log `log_id` under key id `key_id`:
-    /// HKDF-SHA256 of this data key, the log id and the key id (docs/SECURITY.md). What tools
-    /// outside the library need to decrypt stored bytes with plain AES-256-CTR.
-    pub fn for_log(&self, log_id: u64, key_id: u32) -> Key {
-        crate::crypto::working_key_for(self, log_id, key_id)
     }
 
     /// An 8-byte fingerprint that names the key in key stores and listings: the start of
@@ -390,7 +368,10 @@ pub(crate) fn temp_name(path: &Path) -> Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::Config(format!("{} is not a file path", path.display())))?;
-    let nonce = crate::crypto::random_u64("a temporary file name")?;
+    let nonce = getrandom::u64().map_err(|e| Error::RandomSource {
+        what: "a temporary file name",
+        reason: e.to_string(),
+    })?;
     let mut tmp = std::ffi::OsString::from(".");
     tmp.push(name);
     tmp.push(format!(".{nonce:016x}.tmp"));

@@ -24,11 +24,12 @@ use super::layout::{
     AUTH_NONCE_LEN, AuthHeader, KeyInfo, KeyState, MAX_STORE_LEN, MAX_WRAPPED_LEN, STORE_VERSION_1,
     decode, encode_body, finish,
 };
-use super::provider::KeyProvider;
+use super::provider::{Kek, KeyProvider, PassphraseKek};
 use super::ring::{Key, KeyRing, parent_dir, temp_name};
 use super::store_auth::{
     AuthKey, check_authentication, describe_kek_id, kek_mismatch, new_auth_key, store_tag,
 };
+use super::store_error;
 use crate::error::{Error, Result};
 use crate::storage::{FsStorage, Storage};
 
@@ -81,6 +82,15 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+impl PassphraseKek {
+    /// The KEK the store at `path` was wrapped under, derived from `passphrase` with the salt
+    /// and cost its KEK id records. A wrong passphrase fails when the store is opened.
+    pub fn for_store(path: impl AsRef<Path>, passphrase: &[u8]) -> Result<Kek> {
+        let (kek_id, _, _) = KeyStore::inspect(path)?;
+        PassphraseKek::for_kek_id(&kek_id, passphrase)
+    }
 }
 
 impl KeyStore {
@@ -633,13 +643,6 @@ fn clone_entries(entries: &[Entry]) -> Vec<Entry> {
             key: e.key.clone(),
         })
         .collect()
-}
-
-pub(super) fn store_error(path: &Path, reason: &str) -> Error {
-    Error::KeyStore {
-        path: path.to_path_buf(),
-        reason: reason.to_string(),
-    }
 }
 
 fn checked_kek_id(path: &Path, provider: &dyn KeyProvider) -> Result<String> {

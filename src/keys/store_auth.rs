@@ -11,7 +11,7 @@ use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use super::layout::{AUTH_NONCE_LEN, AUTH_TAG_LEN, Decoded, MAX_WRAPPED_LEN};
 use super::provider::KeyProvider;
 use super::ring::Key;
-use super::store::store_error;
+use super::store_error;
 use crate::error::{Error, Result};
 
 /// The store's authentication key: random, made with the store (and again at a KEK rotation),

@@ -44,13 +44,12 @@ use std::collections::VecDeque;
 
 use super::files::{LogFiles, check_page_header, read_full};
 use super::made::{AHEAD_MAX_RECORD, Made, Records, SHARE_MAX, Walker, Wiped};
-use crate::format::{PAGE_FLAG_ENCRYPTED, PageHeader};
+use super::prefetched::{Prefetched, READ_AHEAD_BYTES};
+use crate::format::PAGE_FLAG_ENCRYPTED;
 use crate::seal;
 use crate::storage::StorageFile;
 use crossbeam::channel::{Receiver, Sender};
 
-/// Bytes one read-ahead system call asks for (32 pages of 8 KiB).
-pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 /// Page batches in flight between the prefetching thread and the cursor. With the batch it
 /// holds back and the one it is reading, the prefetcher is at most six batches of
 /// [`READ_AHEAD_BYTES`] (1.5 MiB of pages) ahead of the cursor. With the recycled page buffers,
@@ -105,17 +104,6 @@ impl ReadAhead {
         out[..n].copy_from_slice(&self.buf[from..from + n]);
         Ok(n)
     }
-}
-
-/// A page read and checked ahead of the cursor, its body decrypted unless `encrypted`.
-pub(crate) struct Prefetched {
-    pub(crate) lsn: u64,
-    pub(crate) header: PageHeader,
-    /// The whole page.
-    pub(crate) image: Vec<u8>,
-    /// The body is still pagelevel ciphertext (the prefetcher left it to the cursor, which was
-    /// waiting); its key is listed and present.
-    pub(crate) encrypted: bool,
 }
 
 /// What the prefetching thread sends: pages in ascending order and what was made for the

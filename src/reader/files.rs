@@ -10,7 +10,8 @@ use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
 use crate::error::{CorruptionKind, Error, Result};
 use crate::format::{self, Geometry, HeaderError, PAGE_HEADER_LEN, PageHeader, SegmentHeader};
-use crate::storage::{Storage, StorageFile};
+use crate::storage::Storage;
+pub(crate) use crate::storage::read_full;
 
 /// What a log directory holds: its segments, geometry and keys.
 pub(crate) struct LogFiles {
@@ -176,23 +177,6 @@ pub(crate) fn changed_under_reader(e: &Error) -> bool {
         Error::Corrupt { kind, .. } => matches!(kind, CorruptionKind::SegmentAddress { .. }),
         _ => false,
     }
-}
-
-/// Reads as much of `buf` as the file holds at `offset`.
-pub(crate) fn read_full(
-    file: &dyn StorageFile,
-    buf: &mut [u8],
-    offset: u64,
-) -> std::io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Ok(done)
 }
 
 impl LogFiles {

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 
 use zeroize::Zeroize;
 
-use super::ahead::{Prefetched, READ_AHEAD_BYTES};
 use super::files::LogFiles;
+use super::prefetched::{Prefetched, READ_AHEAD_BYTES};
 use crate::format::{
     self, Geometry, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
     RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,

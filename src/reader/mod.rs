@@ -19,11 +19,10 @@ mod cursor;
 mod files;
 mod follow;
 mod made;
+mod prefetched;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
-pub(crate) use files::{
-    LogFiles, changed_under_reader, list_segments, read_full, read_segment_header,
-};
+pub(crate) use files::{LogFiles, changed_under_reader, list_segments, read_segment_header};
 pub use files::{PageInfo, SegmentInfo, check_page_header};
 pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
@@ -259,6 +258,31 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
     std::time::Duration::from_millis(10),
 ];
 
+/// The torn-tail rule: decides what an invalid record at `lsn` means. A valid page at or after the page
+/// holding `lsn` whose durable hint lies beyond `lsn` was written after the record had been
+/// made durable: the record was complete once, so this is corruption, never a torn tail.
+/// That includes the pages the record itself was read from: a crash cannot damage bytes
+/// that were durable before a page was rewritten, since every mode rewrites them byte for
+/// byte (pagelevel keeps a page's IV within an open), and a page's hint never exceeds what
+/// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
+/// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
+/// Otherwise the record is the torn tail of a crash, the end of the log.
+pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
+    let start_page = files.geo.page_start(invalid.lsn);
+    for page in files.page_headers_from(start_page)? {
+        if let Some(h) = page.header
+            && u64::from(h.durable_hint) > invalid.lsn
+        {
+            return Ok(Some(files.position_error(
+                invalid.at,
+                invalid.lsn,
+                invalid.kind,
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Decides what an invalid record means when a writer may be appending to the same files.
 ///
 /// A valid page header whose durable hint lies past the record says the record was complete
@@ -268,7 +292,7 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// pages; it is reported as damage only if it is still invalid after every pause.
 pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'_>> {
     for pause in SETTLE_PAUSES {
-        if crate::tail::classify(files, invalid.clone())?.is_none() {
+        if classify(files, invalid.clone())?.is_none() {
             return Ok(Settled::End(invalid.lsn));
         }
         std::thread::sleep(pause);
@@ -278,7 +302,7 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
             Step::End(again) => invalid = again,
         }
     }
-    match crate::tail::classify(files, invalid.clone())? {
+    match classify(files, invalid.clone())? {
         None => Ok(Settled::End(invalid.lsn)),
         // A segment a writer's open removed and made anew since these files read its header
         // (one prepared ahead by a build of an older format version): its records follow

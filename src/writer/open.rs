@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::prepare::{create_segment, is_unfinished_segment};
-use super::recycle::parse_free_file_name;
+use super::recycle::{create_segment, is_unfinished_segment, parse_free_file_name};
 use super::segments::new_segment_header;
 use super::{Resume, Wal};
 use crate::Lsn;

@@ -1,14 +1,9 @@
-//! Segment files: creation, and preparation ahead of need.
+//! Segment files prepared ahead of need.
 //!
-//! A segment is created complete before it gets its name: header page written, every other
-//! block written with zeros (so the file system allocates them now: a later fdatasync that
-//! reaches them commits no allocation, which measured 5.7-6.1k against 8.2-8.7k 8 KiB
-//! pwrite+fdatasync per second on the development machine, and a full disk shows here rather
-//! than in a commit), fdatasync'ed, renamed into place, directory synced.
-//!
-//! That costs a segment's worth of writes and three syncs, so it is done ahead: when the writer
-//! starts writing into a segment it asks for the next one, and a preparer thread (one per `Wal`,
-//! unless [`crate::Config::prepare_segments`] is off) creates it without holding any lock that
+//! Making a segment (created complete, or from a free file; see `recycle`) costs a segment's
+//! worth of writes and three syncs, so it is done ahead: when the writer starts writing into a
+//! segment it asks for the next one, and a preparer thread (one per `Wal`, unless
+//! [`crate::Config::prepare_segments`] is off) creates it without holding any lock that
 //! appenders or flushers wait on. [`Wal::prepare_next_segment`] does the same work on the
 //! caller's thread, for tests and for embedders that schedule I/O themselves. When the writer
 //! reaches a segment that is not prepared (preparation off, behind, or failed), it creates the
@@ -24,7 +19,7 @@
 //! installed the key, renames it over the stale one and syncs the directory
 //! (`swap_in`); the writer waits for that instead of creating a segment.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -33,7 +28,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use super::Wal;
-use super::recycle::make_segment;
+use super::recycle::{REKEY_SUFFIX, make_segment, make_unnamed, write_header};
 use super::segments::new_segment_header;
 use crate::Lsn;
 use crate::config::Mode;
@@ -41,28 +36,6 @@ use crate::crypto::{KCV_LEN, Keys};
 use crate::error::{Error, Result};
 use crate::format::{self, Geometry, SegmentHeader};
 use crate::storage::{Storage, StorageFile};
-
-/// Suffix of a segment file still being created.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
-
-/// Suffix of a replacement segment a key rotation makes before its switch
-/// (`<segment name>.rekey.tmp`; see [`Wal::stage_for_rotation`]). Ends in [`TMP_SUFFIX`]: the
-/// open removes it like any unfinished segment.
-pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
-
-/// Suffix of a free file being made into a segment (`<segment name>.reuse.tmp`; see
-/// `recycle::reuse_free`): until its wipe is done it still holds its earlier life's pages.
-/// Ends in [`TMP_SUFFIX`]: the open removes it like any unfinished segment.
-pub(crate) const REUSE_SUFFIX: &str = ".reuse.tmp";
-
-/// Whether `name` is a segment file still being made: a preparation's or a rotation's
-/// temporary file (see [`TMP_SUFFIX`], [`REKEY_SUFFIX`], [`REUSE_SUFFIX`]).
-pub(crate) fn is_unfinished_segment(name: &str) -> bool {
-    name.strip_suffix(REKEY_SUFFIX)
-        .or_else(|| name.strip_suffix(REUSE_SUFFIX))
-        .or_else(|| name.strip_suffix(TMP_SUFFIX))
-        .is_some_and(|base| format::parse_segment_file_name(base).is_some())
-}
 
 /// What the preparer knows; one lock, never held during I/O.
 #[derive(Default)]
@@ -432,50 +405,4 @@ impl Wal {
             Err(e) => Err(self.poison(op, start, e)),
         }
     }
-}
-
-/// Creates a segment file: header page and zeros written and fdatasync'ed under a temporary
-/// name, then renamed into place and the directory synced, so a crash never leaves a half-made
-/// segment under a segment name.
-pub(crate) fn create_segment(
-    storage: &dyn Storage,
-    dir: &Path,
-    header: &SegmentHeader,
-) -> Result<Box<dyn StorageFile>> {
-    let name = format::segment_file_name(header.start);
-    let path = dir.join(&name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let made = (|| -> std::io::Result<Box<dyn StorageFile>> {
-        let file = make_unnamed(storage, &tmp, header)?;
-        storage.rename(&tmp, &path)?;
-        storage.sync_dir(dir)?;
-        Ok(file)
-    })();
-    made.map_err(|e| {
-        let _ = storage.remove(&tmp);
-        Error::io("create segment", &path, e)
-    })
-}
-
-/// Creates the file of a new segment at `tmp` (a temporary name): header page, every other
-/// block written with zeros, fdatasync'ed. The caller renames it into place.
-fn make_unnamed(
-    storage: &dyn Storage,
-    tmp: &Path,
-    header: &SegmentHeader,
-) -> std::io::Result<Box<dyn StorageFile>> {
-    let page_size = header.geometry.page_size;
-    let file = storage.create_new(tmp)?;
-    write_header(file.as_ref(), header)?;
-    file.set_len(header.geometry.segment_size)?;
-    file.fill_zeros(page_size, header.geometry.segment_size - page_size)?;
-    file.sync_data()?;
-    Ok(file)
-}
-
-/// Writes the header page of a segment (the header, zeros after it).
-pub(super) fn write_header(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
-    let mut page = vec![0u8; header.geometry.page_size as usize];
-    header.encode(&mut page);
-    file.write_all_at(&page, 0)
 }

@@ -1,5 +1,14 @@
-//! Purged segment files kept for reuse, so that a new segment is written over blocks the file
-//! system allocated already, instead of a new file's.
+//! Making the file of a new segment (`make_segment`): created complete, or made from a purged
+//! segment's file kept for reuse; and the temporary names a segment file has until then.
+//!
+//! A segment is created complete before it gets its name (`create_segment`): header page
+//! written, every other block written with zeros (so the file system allocates them now: a
+//! later fdatasync that reaches them commits no allocation, which measured 5.7-6.1k against
+//! 8.2-8.7k 8 KiB pwrite+fdatasync per second on the development machine, and a full disk
+//! shows here rather than in a commit), fdatasync'ed, renamed into place, directory synced.
+//!
+//! Purged segment files are kept for reuse so that a new segment is written over blocks the
+//! file system allocated already, instead of a new file's.
 //!
 //! [`Wal::purge_before`] keeps up to [`crate::Config::recycle_segments`] of the files it
 //! retires, renamed `<segment name>.free` (a name no listing takes for a segment). Making a
@@ -38,11 +47,32 @@
 use std::path::Path;
 
 use super::Wal;
-use super::prepare::{REUSE_SUFFIX, create_segment, write_header};
 use crate::Lsn;
 use crate::error::{Error, Result};
 use crate::format::{self, SegmentHeader};
 use crate::storage::{Storage, StorageFile, write_zeros};
+
+/// Suffix of a segment file still being created.
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
+
+/// Suffix of a replacement segment a key rotation makes before its switch
+/// (`<segment name>.rekey.tmp`; see [`Wal::stage_for_rotation`]). Ends in [`TMP_SUFFIX`]: the
+/// open removes it like any unfinished segment.
+pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
+
+/// Suffix of a free file being made into a segment (`<segment name>.reuse.tmp`; see
+/// `recycle::reuse_free`): until its wipe is done it still holds its earlier life's pages.
+/// Ends in [`TMP_SUFFIX`]: the open removes it like any unfinished segment.
+pub(crate) const REUSE_SUFFIX: &str = ".reuse.tmp";
+
+/// Whether `name` is a segment file still being made: a preparation's or a rotation's
+/// temporary file (see [`TMP_SUFFIX`], [`REKEY_SUFFIX`], [`REUSE_SUFFIX`]).
+pub(crate) fn is_unfinished_segment(name: &str) -> bool {
+    name.strip_suffix(REKEY_SUFFIX)
+        .or_else(|| name.strip_suffix(REUSE_SUFFIX))
+        .or_else(|| name.strip_suffix(TMP_SUFFIX))
+        .is_some_and(|base| format::parse_segment_file_name(base).is_some())
+}
 
 /// Suffix of a purged segment file kept for reuse: `<segment name>.free`, the name giving the
 /// start it had.
@@ -184,6 +214,52 @@ pub(crate) fn reuse_free(
     Ok(None)
 }
 
+/// Creates a segment file: header page and zeros written and fdatasync'ed under a temporary
+/// name, then renamed into place and the directory synced, so a crash never leaves a half-made
+/// segment under a segment name.
+pub(crate) fn create_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    header: &SegmentHeader,
+) -> Result<Box<dyn StorageFile>> {
+    let name = format::segment_file_name(header.start);
+    let path = dir.join(&name);
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    let made = (|| -> std::io::Result<Box<dyn StorageFile>> {
+        let file = make_unnamed(storage, &tmp, header)?;
+        storage.rename(&tmp, &path)?;
+        storage.sync_dir(dir)?;
+        Ok(file)
+    })();
+    made.map_err(|e| {
+        let _ = storage.remove(&tmp);
+        Error::io("create segment", &path, e)
+    })
+}
+
+/// Creates the file of a new segment at `tmp` (a temporary name): header page, every other
+/// block written with zeros, fdatasync'ed. The caller renames it into place.
+pub(super) fn make_unnamed(
+    storage: &dyn Storage,
+    tmp: &Path,
+    header: &SegmentHeader,
+) -> std::io::Result<Box<dyn StorageFile>> {
+    let page_size = header.geometry.page_size;
+    let file = storage.create_new(tmp)?;
+    write_header(file.as_ref(), header)?;
+    file.set_len(header.geometry.segment_size)?;
+    file.fill_zeros(page_size, header.geometry.segment_size - page_size)?;
+    file.sync_data()?;
+    Ok(file)
+}
+
+/// Writes the header page of a segment (the header, zeros after it).
+pub(super) fn write_header(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
+    let mut page = vec![0u8; header.geometry.page_size as usize];
+    header.encode(&mut page);
+    file.write_all_at(&page, 0)
+}
+
 impl Wal {
     /// Of the segments `doomed` (starts, oldest first) that a purge retires, the ones to keep
     /// as free files: the newest that fit the segment the log makes next, as many as the pool
@@ -263,7 +339,7 @@ mod tests {
         assert_eq!(name, "0000000100000000.wal.free");
         assert_eq!(parse_free_file_name(&name), Some(Lsn(0x1_0000_0000)));
         assert_eq!(format::parse_segment_file_name(&name), None);
-        assert!(!super::super::prepare::is_unfinished_segment(&name));
+        assert!(!super::is_unfinished_segment(&name));
         assert_eq!(parse_free_file_name("0000000100000000.wal"), None);
         assert_eq!(parse_free_file_name("0000000100000000.wal.tmp"), None);
     }

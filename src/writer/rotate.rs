@@ -251,7 +251,7 @@ impl Wal {
             .list(&self.dir)
             .map_err(|e| Error::io("list log directory", &self.dir, e))?;
         if names.iter().any(|n| {
-            n.ends_with(super::prepare::REUSE_SUFFIX) && super::prepare::is_unfinished_segment(n)
+            n.ends_with(super::recycle::REUSE_SUFFIX) && super::recycle::is_unfinished_segment(n)
         }) {
             return Ok(());
         }

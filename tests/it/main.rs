@@ -82,6 +82,7 @@ mod keystream_counter_carries_across_64_bits;
 mod logs_sharing_a_data_key_use_their_own_keys;
 mod lost_page_before_a_segment_boundary;
 mod missing_middle_segment;
+mod modules_depend_in_one_direction;
 mod new_log_directory_is_made_durable;
 mod nist_ctr_aes256;
 mod no_plaintext_on_disk;
