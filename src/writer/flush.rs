@@ -18,25 +18,6 @@ use crate::format::{self, PAGE_HEADER_LEN, PageHeader};
 use crate::seal;
 use crate::storage::StorageFile;
 
-#[derive(Default)]
-pub(super) struct GroupCommit {
-    leading: bool,
-    generation: u64,
-}
-
-/// Ends a group-commit round when dropped: wakes every waiter to check its record.
-pub(super) struct RoundEnd<'a>(&'a Wal);
-
-impl Drop for RoundEnd<'_> {
-    fn drop(&mut self) {
-        let mut round = self.0.group.lock();
-        round.leading = false;
-        round.generation += 1;
-        drop(round);
-        self.0.group_done.notify_all();
-    }
-}
-
 /// Write-outs of up to this many bytes reuse a per-thread buffer.
 const WRITE_BUFFER_KEEP: usize = 1 << 20;
 
@@ -451,19 +432,13 @@ impl Wal {
             if self.insert_end.load(Ordering::Acquire) < lsn {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
-            let mut round = self.group.lock();
-            if round.leading {
-                let current = round.generation;
-                while round.generation == current {
-                    self.group_done.wait(&mut round);
-                }
-                continue;
+            let seen = self.group.rounds();
+            match self.group.lead() {
+                // Ends the round even if the flush unwinds, so waiters never wait forever.
+                Some(round) => return self.lead_round(lsn, Some(round)),
+                // A round is under way: wait for it to end, then look again.
+                None => self.group.wait_after(seen),
             }
-            round.leading = true;
-            drop(round);
-            // Ends the round even if the flush unwinds, so waiters never wait forever.
-            let round = RoundEnd(self);
-            return self.lead_round(lsn, Some(round));
         }
     }
 

@@ -15,9 +15,9 @@
 //! Locks, always taken in this order, never the other way (a lock may be skipped, never
 //! taken after one that comes later in the list):
 //!
-//! 0. the **group-commit lock** (`group`, with the condition variable `group_done`): whether
-//!    a flush round is under way. Taken only with no other lock of the log held, and released
-//!    before the round's leader takes the write lock: it orders flushers, never data.
+//! 0. **group commit** (`group`, group.rs) takes no lock: a flusher becomes a round's leader
+//!    by a compare-and-swap with no lock of the log held, and the others sleep on the round
+//!    counter (no lock held either) until the round ends. It orders flushers, never data.
 //! 1. the **insert lock** (`insert`): reserves bytes at the insert position and publishes the
 //!    reservation's start in the appender's lane. Nothing else happens inside it. The
 //!    exclusive paths (switch, rotation, resume) hold it while they wait for the insertions in
@@ -121,7 +121,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::Lsn;
 use crate::compress;
@@ -135,6 +135,7 @@ use crate::storage::{Storage, StorageFile};
 
 mod checkpoint;
 mod flush;
+mod group;
 mod inflight;
 mod insertions;
 mod open;
@@ -143,7 +144,7 @@ mod recycle;
 mod rotate;
 mod segments;
 
-use flush::GroupCommit;
+use group::GroupCommit;
 use prepare::{Maker, Preparer};
 
 const NO_PAGE: u64 = u64::MAX;
@@ -399,10 +400,9 @@ pub struct Wal {
     write: CachePadded<Mutex<WriteState>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
-    /// Group commit: whether a flush round is under way, and a count of finished rounds.
-    group: CachePadded<Mutex<GroupCommit>>,
-    /// Signalled when a flush round ends.
-    group_done: Condvar,
+    /// Group commit: whether a flush round is under way, and a count of finished rounds
+    /// (group.rs).
+    group: CachePadded<GroupCommit>,
     poisoned: AtomicBool,
     /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
     /// held after it.
@@ -523,8 +523,7 @@ impl Wal {
                 imaged: (NO_PAGE, 0),
                 hint_unsynced: None,
             })),
-            group: CachePadded::new(Mutex::new(GroupCommit::default())),
-            group_done: Condvar::new(),
+            group: CachePadded::new(GroupCommit::default()),
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
             counters: Counters::default(),
@@ -1054,7 +1053,7 @@ impl Wal {
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
-    fn lead_round(&self, lsn: u64, round: Option<flush::RoundEnd<'_>>) -> Result<()> {
+    fn lead_round(&self, lsn: u64, round: Option<group::RoundEnd<'_>>) -> Result<()> {
         let Some(listener) = &self.listener else {
             return self.lead_flush(lsn);
         };

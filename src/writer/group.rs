@@ -1,0 +1,175 @@
+//! Group commit without a lock: a flusher becomes a round's leader by setting `leading`
+//! (compare-and-swap) and flushes everything in the buffer for everyone; the others sleep on
+//! `rounds` until the round ends, then find their record flushed or lead the next round.
+//!
+//! Ending a round clears `leading`, bumps `rounds` and, only when someone sleeps, wakes them
+//! all with one call (a futex wake on Linux, through `atomic-wait`): a follower wakes without
+//! a mutex to take again, where a condition variable would hand each woken follower a mutex
+//! in turn. A follower announces itself in `sleepers` and then reads `rounds`; the leader
+//! bumps `rounds` and then reads `sleepers`; a sequentially consistent fence between the two
+//! steps on each side makes one of them see the other, and the sleep compares `rounds` in the
+//! kernel, so a bump after the follower's last read makes it return at once. `loom_model`
+//! checks this with every interleaving of three flushers.
+
+use sync::{AtomicBool, AtomicU32, Ordering, fence};
+
+#[derive(Default)]
+pub(super) struct GroupCommit {
+    leading: AtomicBool,
+    rounds: AtomicU32,
+    sleepers: AtomicU32,
+    #[cfg(loom)]
+    park: sync::Park,
+}
+
+/// Ends a group-commit round when dropped (also when the leader unwinds): wakes every
+/// follower to check its record.
+pub(super) struct RoundEnd<'a>(&'a GroupCommit);
+
+impl Drop for RoundEnd<'_> {
+    fn drop(&mut self) {
+        let group = self.0;
+        group.leading.store(false, Ordering::SeqCst);
+        group.rounds.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if group.sleepers.load(Ordering::SeqCst) > 0 {
+            group.wake_all();
+        }
+    }
+}
+
+impl GroupCommit {
+    /// The number of rounds ended so far: read before trying to lead, passed to
+    /// [`GroupCommit::wait_after`] if another thread leads.
+    pub(super) fn rounds(&self) -> u32 {
+        self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Makes the caller the leader of a round, if no round is under way.
+    pub(super) fn lead(&self) -> Option<RoundEnd<'_>> {
+        self.leading
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()
+            .map(|_| RoundEnd(self))
+    }
+
+    /// Sleeps until a round ends after `seen` rounds had ended (at once if one has). Called
+    /// after [`GroupCommit::lead`] failed: a round that had not ended when `seen` was read,
+    /// or a later one, was under way then, and its end bumps `rounds`.
+    pub(super) fn wait_after(&self, seen: u32) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        while self.rounds.load(Ordering::SeqCst) == seen {
+            self.sleep(seen);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    #[cfg(not(loom))]
+    fn sleep(&self, seen: u32) {
+        atomic_wait::wait(&self.rounds, seen);
+    }
+
+    #[cfg(not(loom))]
+    fn wake_all(&self) {
+        atomic_wait::wake_all(&self.rounds);
+    }
+
+    #[cfg(loom)]
+    fn sleep(&self, seen: u32) {
+        self.park.sleep(&self.rounds, seen);
+    }
+
+    #[cfg(loom)]
+    fn wake_all(&self) {
+        self.park.wake_all();
+    }
+}
+
+#[cfg(not(loom))]
+mod sync {
+    pub(super) use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+}
+
+#[cfg(loom)]
+mod sync {
+    pub(super) use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+
+    /// The kernel's wait-on-address, as the model sees it: the comparison with the expected
+    /// value and the sleep are one step under a lock the wake also takes.
+    #[derive(Default)]
+    pub(super) struct Park {
+        lock: loom::sync::Mutex<()>,
+        woken: loom::sync::Condvar,
+    }
+
+    impl Park {
+        pub(super) fn sleep(&self, value: &AtomicU32, expected: u32) {
+            let guard = self.lock.lock().expect("loom model: lock poisoned");
+            if value.load(Ordering::SeqCst) == expected {
+                drop(self.woken.wait(guard).expect("loom model: lock poisoned"));
+            }
+        }
+
+        pub(super) fn wake_all(&self) {
+            let _guard = self.lock.lock().expect("loom model: lock poisoned");
+            self.woken.notify_all();
+        }
+    }
+}
+
+/// Group commit under the model checker: `RUSTFLAGS="--cfg loom" cargo test --release --lib
+/// loom_model` (`.ci/run` runs it). Flushers each need their own record flushed; a leader
+/// flushes everything appended. Loom explores every interleaving: a lost wake-up leaves a
+/// follower asleep forever (a deadlock loom reports), and every flusher must return with its
+/// record flushed.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::GroupCommit;
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicU32, Ordering};
+
+    struct Log {
+        group: GroupCommit,
+        /// How many records are flushed (records 1..=flushed).
+        flushed: AtomicU32,
+    }
+
+    fn flush(log: &Log, record: u32, appended: u32) {
+        loop {
+            if log.flushed.load(Ordering::SeqCst) >= record {
+                return;
+            }
+            let seen = log.group.rounds();
+            match log.group.lead() {
+                Some(round) => {
+                    log.flushed.fetch_max(appended, Ordering::SeqCst);
+                    drop(round);
+                    return;
+                }
+                None => log.group.wait_after(seen),
+            }
+        }
+    }
+
+    #[test]
+    fn every_flusher_returns_with_its_record_flushed() {
+        loom::model(|| {
+            let log = Arc::new(Log {
+                group: GroupCommit::default(),
+                flushed: AtomicU32::new(0),
+            });
+            let flushers: Vec<_> = (1..=2)
+                .map(|record| {
+                    let log = log.clone();
+                    loom::thread::spawn(move || flush(&log, record, 3))
+                })
+                .collect();
+            flush(&log, 3, 3);
+            for flusher in flushers {
+                flusher.join().expect("flusher");
+            }
+            assert_eq!(log.flushed.load(Ordering::SeqCst), 3);
+        });
+    }
+}
