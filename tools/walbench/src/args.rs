@@ -293,11 +293,15 @@ mod tests {
         let a = parse_str("--workloads bulk --modes plaintext,perrecord").expect("aliases");
         assert_eq!(a.workloads, vec![Workload::Bulk]);
         assert_eq!(a.modes, vec![Mode::Plaintext, Mode::PerRecord]);
+        // More threads than cores (oversubscription) are allowed.
+        let a = parse_str("--threads 64,16,32,1024").expect("many threads");
+        assert_eq!(a.threads, vec![16, 32, 64, 1024]);
 
         for bad in [
             "--threads 0",
             "--threads 1,x",
             "--threads ,",
+            "--threads 1025",
             "--duration -1",
             "--duration 0",
             "--rounds 0",

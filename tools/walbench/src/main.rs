@@ -135,6 +135,17 @@ fn run(args: &Args) -> Result<(), BoxError> {
         args.rounds
     );
     println!("{}", report::throughput_table(&summary));
+    println!(
+        "LEDGER (per transaction, medians over {} rounds)",
+        args.rounds
+    );
+    println!(
+        "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync, inside wr ns; wouts = write-lock acquisitions (write-outs); txn/wo = commits per write-out;"
+    );
+    println!(
+        "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process)"
+    );
+    println!("{}", report::ledger_table(&summary));
     let fits = model::fit(&summary, cores);
     println!(
         "SCALING MODEL (a prediction, not a measurement): X(n) = n / (t_par + n*t_ser), t_ser = measured insert+write lock hold per txn at {} threads, t_par = the rest of a txn at the smallest thread count",

@@ -40,6 +40,17 @@ pub struct Summary {
     pub write_ns: f64,
     pub encrypt_ns: f64,
     pub serial_ns: f64,
+    /// The ledger of the commit path, per transaction (medians over rounds): fdatasync time
+    /// (inside `write_ns`), write-lock acquisitions, commits per acquisition, fdatasyncs,
+    /// page images written, buffer-full write-outs, context switches.
+    pub fsync_ns: f64,
+    pub write_outs: f64,
+    pub commits_per_write_out: f64,
+    pub fsyncs: f64,
+    pub pages: f64,
+    pub full_waits: f64,
+    pub vcsw: f64,
+    pub ivcsw: f64,
     /// Per-round ratio to plaintext (same workload, threads and round), median; NaN without
     /// a plaintext cell.
     pub txn_ratio: f64,
@@ -95,6 +106,14 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 write_ns: med(&|c| c.write_ns_per_txn()),
                 encrypt_ns: med(&|c| c.encrypt_ns_per_txn()),
                 serial_ns: med(&|c| c.serial_ns_per_txn()),
+                fsync_ns: med(&|c| c.fsync_ns_per_txn()),
+                write_outs: med(&|c| c.write_outs_per_txn()),
+                commits_per_write_out: med(&|c| c.commits_per_write_out()),
+                fsyncs: med(&|c| c.fsyncs_per_txn()),
+                pages: med(&|c| c.pages_per_txn()),
+                full_waits: med(&|c| c.full_waits_per_txn()),
+                vcsw: med(&|c| c.voluntary_switches_per_txn()),
+                ivcsw: med(&|c| c.involuntary_switches_per_txn()),
                 txn_ratio: ratio(&|c| c.txn_per_s()),
                 cpu_ratio: ratio(&|c| c.cpu_us_per_txn()),
                 insert_ratio: ratio(&|c| c.insert_ns_per_txn()),
@@ -161,17 +180,78 @@ pub fn throughput_table(rows: &[Summary]) -> String {
     s
 }
 
+/// The ledger of the commit path: the same rows as [`throughput_table`], per transaction.
+/// Serial time (`ser ns`, the model's t_ser, is the median of each round's insert-lock plus
+/// write-lock hold, so it differs from the sum of the two medians when rounds disagree;
+/// `sync ns` is the fdatasync part of `wr ns`), then counts that do not depend on how many cores ran the cell: write-lock
+/// acquisitions (write-outs), commits per write-out, fdatasyncs, pages written, buffer-full
+/// write-outs, and the process's voluntary and involuntary context switches.
+pub fn ledger_table(rows: &[Summary]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<5} {:<13} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "load",
+        "mode",
+        "thr",
+        "ins ns",
+        "wr ns",
+        "sync ns",
+        "ser ns",
+        "wouts",
+        "txn/wo",
+        "syncs",
+        "pages",
+        "full",
+        "vcsw",
+        "ivcsw"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<5} {:<13} {:>3} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3} {:>7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            r.workload.name(),
+            r.mode.name(),
+            r.threads,
+            r.insert_ns,
+            r.write_ns,
+            r.fsync_ns,
+            r.serial_ns,
+            r.write_outs,
+            fixed(r.commits_per_write_out, 2),
+            r.fsyncs,
+            r.pages,
+            r.full_waits,
+            r.vcsw,
+            r.ivcsw
+        );
+    }
+    s
+}
+
+/// `x` with `digits` decimals, or `-` when it is not a number (no write-out in the cell).
+fn fixed(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        "-".into()
+    }
+}
+
 pub fn throughput_csv(rows: &[Summary]) -> String {
     let mut s = String::from(
         "workload,mode,threads,rounds,txn_per_s,txn_ratio_to_plaintext,wal_mb_per_s,\
          commit_p50_us,commit_p99_us,user_cpu_s,sys_cpu_s,insert_lock_ns_per_txn,\
          insert_ratio_to_plaintext,write_lock_ns_per_txn,write_ratio_to_plaintext,\
-         write_lock_encrypt_ns_per_txn,serial_ns_per_txn,cpu_us_per_txn,cpu_ratio_to_plaintext\n",
+         write_lock_encrypt_ns_per_txn,serial_ns_per_txn,cpu_us_per_txn,cpu_ratio_to_plaintext,\
+         fsync_ns_per_txn,write_lock_acquisitions_per_txn,commits_per_write_lock_acquisition,\
+         fsyncs_per_txn,pages_written_per_txn,buffer_full_waits_per_txn,\
+         voluntary_switches_per_txn,involuntary_switches_per_txn\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4}",
+            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -190,7 +270,15 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             r.encrypt_ns,
             r.serial_ns,
             r.cpu_us,
-            r.cpu_ratio
+            r.cpu_ratio,
+            r.fsync_ns,
+            r.write_outs,
+            r.commits_per_write_out,
+            r.fsyncs,
+            r.pages,
+            r.full_waits,
+            r.vcsw,
+            r.ivcsw
         );
     }
     s
@@ -201,13 +289,14 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
     let mut s = String::from(
         "workload,mode,threads,round,elapsed_s,txns,commit_p50_us,commit_p99_us,user_cpu_s,\
          sys_cpu_s,appends,payload_bytes,record_bytes,insert_lock_ns,write_lock_acquisitions,\
-         write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits\n",
+         write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits,\
+         voluntary_switches,involuntary_switches\n",
     );
     for c in cells {
         let st = &c.stats;
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.workload.name(),
             c.mode.name(),
             c.threads,
@@ -228,7 +317,9 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
             st.fsync_ns,
             st.fsyncs,
             st.pages_written,
-            st.buffer_full_waits
+            st.buffer_full_waits,
+            c.switches.voluntary,
+            c.switches.involuntary
         );
     }
     s
@@ -416,4 +507,86 @@ pub fn recovery_csv(rows: &[RecoverySummary]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use walcrypt::WalStats;
+
+    use super::*;
+    use crate::cpu::{CpuTime, Switches};
+
+    fn cell(mode: Mode, threads: usize, round: usize, txns: u64) -> Cell {
+        Cell {
+            workload: Workload::Oltp,
+            mode,
+            threads,
+            round,
+            elapsed: 1.0,
+            txns,
+            lat_p50_us: 5.0,
+            lat_p99_us: 9.0,
+            cpu: CpuTime {
+                user: 0.5,
+                sys: 0.25,
+            },
+            switches: Switches {
+                voluntary: txns / 2,
+                involuntary: txns / 4,
+            },
+            stats: WalStats {
+                appends: txns * 5,
+                insert_lock_ns: txns * 200,
+                write_lock_acquisitions: txns / 4,
+                write_lock_ns: txns * 3000,
+                fsync_ns: txns * 2000,
+                fsyncs: txns / 4,
+                pages_written: txns / 2,
+                buffer_full_waits: txns / 100,
+                ..WalStats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn ledger_is_per_transaction() {
+        let cells: Vec<Cell> = (0..3)
+            .flat_map(|round| {
+                [
+                    cell(Mode::Plaintext, 4, round, 1000),
+                    cell(Mode::PageLevel, 4, round, 400),
+                ]
+            })
+            .collect();
+        let rows = summarize(&cells);
+        assert_eq!(rows.len(), 2);
+        let r = &rows[0];
+        assert_eq!((r.mode, r.rounds), (Mode::Plaintext, 3));
+        assert_eq!(r.insert_ns, 200.0);
+        assert_eq!(r.write_ns, 3000.0);
+        assert_eq!(r.fsync_ns, 2000.0);
+        assert_eq!(r.serial_ns, 3200.0);
+        assert_eq!(r.write_outs, 0.25);
+        assert_eq!(r.commits_per_write_out, 4.0);
+        assert_eq!(r.fsyncs, 0.25);
+        assert_eq!(r.pages, 0.5);
+        assert_eq!(r.full_waits, 0.01);
+        assert_eq!((r.vcsw, r.ivcsw), (0.5, 0.25));
+
+        // The ledger has the throughput table's rows; no write-out prints `-`.
+        let table = ledger_table(&rows);
+        assert_eq!(
+            table.lines().count(),
+            throughput_table(&rows).lines().count()
+        );
+        let mut idle = cell(Mode::Plaintext, 1, 0, 10);
+        idle.stats.write_lock_acquisitions = 0;
+        assert!(ledger_table(&summarize(&[idle])).contains(" - "));
+
+        // Every CSV line has as many fields as its header.
+        for csv in [throughput_csv(&rows), rounds_csv(&cells)] {
+            let fields: Vec<usize> = csv.lines().map(|l| l.split(',').count()).collect();
+            assert!(fields.iter().all(|&n| n == fields[0]), "{csv}");
+        }
+    }
 }

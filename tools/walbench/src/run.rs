@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use walcrypt::{Compression, Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
 
-use crate::cpu::CpuTime;
+use crate::cpu::{CpuTime, Switches};
 use crate::workload::{EngineWork, RedoApply, Workload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -24,6 +24,8 @@ pub struct Cell {
     pub lat_p50_us: f64,
     pub lat_p99_us: f64,
     pub cpu: CpuTime,
+    /// Context switches of the whole process during the cell.
+    pub switches: Switches,
     pub stats: WalStats,
 }
 
@@ -56,6 +58,38 @@ impl Cell {
     pub fn serial_ns_per_txn(&self) -> f64 {
         self.insert_ns_per_txn() + self.write_ns_per_txn()
     }
+    /// fdatasync per transaction; always inside the write lock, so part of
+    /// [`Cell::write_ns_per_txn`].
+    pub fn fsync_ns_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.fsync_ns)
+    }
+    /// Write-lock acquisitions per transaction: group-commit rounds, plus an appender's
+    /// write-out of a full buffer, plus `sync`; about one write-out each.
+    pub fn write_outs_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.write_lock_acquisitions)
+    }
+    /// Commits per write-lock acquisition: how many transactions one write-out served.
+    pub fn commits_per_write_out(&self) -> f64 {
+        if self.stats.write_lock_acquisitions == 0 {
+            return f64::NAN;
+        }
+        self.txns as f64 / self.stats.write_lock_acquisitions as f64
+    }
+    pub fn fsyncs_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.fsyncs)
+    }
+    pub fn pages_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.pages_written)
+    }
+    pub fn full_waits_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.buffer_full_waits)
+    }
+    pub fn voluntary_switches_per_txn(&self) -> f64 {
+        self.per_txn(self.switches.voluntary)
+    }
+    pub fn involuntary_switches_per_txn(&self) -> f64 {
+        self.per_txn(self.switches.involuntary)
+    }
 }
 
 pub struct CellSpec<'a> {
@@ -81,42 +115,45 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(spec.threads + 1);
     let records = spec.workload.records();
-    let (start, cpu0, stats0, outcomes, end, cpu1, stats1) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.threads)
-            .map(|t| {
-                let (wal, stop, barrier) = (&wal, &stop, &barrier);
-                let work = spec.work;
-                s.spawn(move || {
-                    let data = spec.workload.data(0x5eed + t as u64);
-                    barrier.wait();
-                    txn_loop(wal, stop, work, records, &data, t as u64)
+    let (start, (cpu0, switches0), stats0, outcomes, end, (cpu1, switches1), stats1) =
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..spec.threads)
+                .map(|t| {
+                    let (wal, stop, barrier) = (&wal, &stop, &barrier);
+                    let work = spec.work;
+                    s.spawn(move || {
+                        let data = spec.workload.data(0x5eed + t as u64);
+                        barrier.wait();
+                        txn_loop(wal, stop, work, records, &data, t as u64)
+                    })
                 })
-            })
-            .collect();
-        let stats0 = wal.stats();
-        let cpu0 = CpuTime::now();
-        barrier.wait();
-        let start = Instant::now();
-        std::thread::sleep(spec.duration);
-        stop.store(true, Ordering::Relaxed);
-        let outcomes: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
-            })
-            .collect();
-        let end = Instant::now();
-        (
-            start,
-            cpu0,
-            stats0,
-            outcomes,
-            end,
-            CpuTime::now(),
-            wal.stats(),
-        )
-    });
+                .collect();
+            let stats0 = wal.stats();
+            let cpu0 = CpuTime::now();
+            let switches0 = Switches::now();
+            barrier.wait();
+            let start = Instant::now();
+            std::thread::sleep(spec.duration);
+            stop.store(true, Ordering::Relaxed);
+            let outcomes: Vec<_> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+                })
+                .collect();
+            let end = Instant::now();
+            let usage1 = (CpuTime::now(), Switches::now());
+            (
+                start,
+                (cpu0, switches0),
+                stats0,
+                outcomes,
+                end,
+                usage1,
+                wal.stats(),
+            )
+        });
     wal.close()?;
     let mut txns = 0;
     let mut lats = Vec::new();
@@ -136,6 +173,7 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
         lat_p50_us: percentile(&lats, 0.50) / 1e3,
         lat_p99_us: percentile(&lats, 0.99) / 1e3,
         cpu: cpu1.since(cpu0),
+        switches: switches1.since(switches0),
         stats: delta(stats1, stats0),
     })
 }
