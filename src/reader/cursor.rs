@@ -203,6 +203,15 @@ impl<'a> Cursor<'a> {
                     self.pos = u64::from(rec.end_lsn);
                 }
                 Ok(rec) => {
+                    // The cursor's postcondition: a record read where it was looked for, ending
+                    // past its start, and the cursor moved to its end.
+                    debug_assert!(
+                        u64::from(rec.lsn) == start && u64::from(rec.end_lsn) > start,
+                        "record read at {} for {} ending at {}",
+                        rec.lsn,
+                        Lsn(start),
+                        rec.end_lsn
+                    );
                     self.pos = u64::from(rec.end_lsn);
                     return Ok(Step::Record(rec));
                 }

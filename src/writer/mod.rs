@@ -558,7 +558,10 @@ impl Wal {
     }
 
     /// The position after the last appended record: where the next record will start (or
-    /// just before it, if page headers come first).
+    /// just before it, if page headers come first). It counts every record whose place is
+    /// reserved, including those another thread's `append` is still sealing and copying;
+    /// `flush(wal.end_lsn())` waits for them and makes all of them durable, and
+    /// [`Wal::checkpoint`] at it covers them.
     pub fn end_lsn(&self) -> Lsn {
         Lsn(self.insert_end.load(Ordering::Acquire))
     }
@@ -720,6 +723,12 @@ impl Wal {
             lsns.push(lsn);
             pos = self.end_of(lsn, len);
         }
+        debug_assert!(
+            pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
+            "a reservation from {} to {} places records outside it",
+            Lsn(start),
+            Lsn(pos)
+        );
         ins.pos = pos;
         lane.begin(start);
         self.insert_end.store(pos, Ordering::Release);
@@ -920,7 +929,16 @@ impl Wal {
                         ),
                     ));
                 }
-                if self.written_to.load(Ordering::Acquire) >= free_from {
+                let written = self.written_to.load(Ordering::Acquire);
+                if written >= free_from {
+                    // Slot reuse: the page it held has landed in full.
+                    debug_assert!(
+                        slot.page == NO_PAGE || written >= slot.page + self.geo.page_size,
+                        "slot of page {} reused for page {} before it landed (written to {})",
+                        Lsn(slot.page),
+                        Lsn(page),
+                        Lsn(written)
+                    );
                     // No zeroing here: the writer copies only bytes below its target and
                     // writes zeros after them.
                     slot.cipher = None;
