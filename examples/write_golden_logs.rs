@@ -197,7 +197,7 @@ fn main() -> BoxResult<()> {
         )
         .into());
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden");
     fs::create_dir_all(&root)?;
     for golden in GOLDENS
         .iter()
