@@ -37,6 +37,7 @@ mod fault_while_zeroing_a_torn_tail_fails_the_open_and_loses_nothing;
 mod flipped_bit_mid_log;
 mod flush_from_flush_round_callback;
 mod flush_to_the_end_and_sync;
+mod flushing_the_end_covers_every_append_that_returned;
 mod follower_behind_a_purge_fails_naming_what_it_needed;
 mod follower_left_behind_by_recycling_never_yields_a_wrong_record;
 mod follower_never_yields_what_a_crash_takes_back;
