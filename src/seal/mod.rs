@@ -229,23 +229,6 @@ impl Seal {
                 out.len()
             )));
         }
-        let crc = self.seal_in_place(key, (kind, flags), payload, at, out)?;
-        let crc = format::bind_crc_to_lsn(at.version, crc, at.lsn);
-        out[..4].copy_from_slice(&crc.to_le_bytes());
-        Ok(())
-    }
-
-    /// Seals a record into `out` (its whole stored length): header, payload, encryption and
-    /// tag over `at.lsn`. Returns the checksum over all of it, not yet bound to the LSN nor
-    /// stored.
-    fn seal_in_place(
-        &self,
-        key: &SealKey<'_>,
-        (kind, flags): (u8, u8),
-        payload: &[u8],
-        at: At,
-        out: &mut [u8],
-    ) -> Result<u32> {
         if payload.len() > format::MAX_PAYLOAD {
             return Err(Error::RecordTooLarge {
                 len: payload.len(),
@@ -281,7 +264,9 @@ impl Seal {
             }
         }
         header.encode(&mut out[..hlen]);
-        Ok(format::record_crc_whole(out))
+        let crc = format::bind_crc_to_lsn(at.version, format::record_crc_whole(out), at.lsn);
+        out[..4].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
     }
 
     /// Whether a record's header (decoded, its checksum matched) agrees with the log's mode
