@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aes::Aes256;
 use cipher::{InnerIvInit, KeyInit, StreamCipherCore};
-use parking_lot::Mutex;
 use zeroize::Zeroizing;
 
 use crate::aead::GcmKey;
 use crate::error::{Error, Result};
+use crate::lock_order::{self, OrderedMutex};
 pub use crate::format::{IV_LEN, KCV_LEN, KEY_LEN};
 pub(crate) use crate::keys::{Key, KeyRing};
 
@@ -226,7 +226,7 @@ pub(crate) struct IvSource {
     id: u64,
     first_prefix: u64,
     /// Prefixes for epochs after the first, drawn on demand (after 2^32 IVs in one open).
-    later: Mutex<Vec<u64>>,
+    later: OrderedMutex<Vec<u64>, { lock_order::IV_PREFIX }>,
 }
 
 /// Sequence numbers a thread takes from an [`IvSource`] at a time.
@@ -248,7 +248,7 @@ impl IvSource {
             next: AtomicU64::new(0),
             id: IDS.fetch_add(1, Ordering::Relaxed),
             first_prefix: random_u64("an IV prefix")?,
-            later: Mutex::new(Vec::new()),
+            later: OrderedMutex::new(Vec::new()),
         })
     }
 

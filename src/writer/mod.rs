@@ -121,13 +121,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
 use crate::Lsn;
 use crate::compress;
 use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
+use crate::lock_order::{self, OrderedGuard, OrderedMutex};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
@@ -380,10 +381,10 @@ pub struct Wal {
     /// since it would repeat this process's IVs.
     opener: u32,
     ivs: CachePadded<IvSource>,
-    insert: CachePadded<Mutex<InsertState>>,
+    insert: CachePadded<OrderedMutex<InsertState, { lock_order::INSERT }>>,
     /// Insertions in progress: reserved under the insert lock, sealed and copied after it.
     insertions: insertions::Insertions,
-    slots: Box<[Mutex<Slot>]>,
+    slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]>,
     /// The insert position as the appenders' reservations left it: the end of the last record
     /// whose bytes are reserved (a record boundary), stored under the insert lock. Records
     /// below it may still be being copied (`insertions`); `inserted_to` says how far they are.
@@ -397,7 +398,7 @@ pub struct Wal {
     /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
     /// unsynced records durable would turn their loss in a machine crash into corruption.
     synced_to: CachePadded<AtomicU64>,
-    write: CachePadded<Mutex<WriteState>>,
+    write: CachePadded<OrderedMutex<WriteState, { lock_order::WRITE }>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
     /// Group commit: whether a flush round is under way, and a count of finished rounds
@@ -406,7 +407,7 @@ pub struct Wal {
     poisoned: AtomicBool,
     /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
     /// held after it.
-    poison_reason: Mutex<Option<PoisonCause>>,
+    poison_reason: OrderedMutex<Option<PoisonCause>, { lock_order::POISON }>,
     /// Statistics, readable without any lock.
     counters: Counters,
     /// Hears of events; calls happen with no lock of the log held.
@@ -460,9 +461,9 @@ impl Wal {
     ) -> Result<Wal> {
         let geo = resume.geo;
         let nslots = (config.buffer_size as u64 / geo.page_size).max(4) as usize;
-        let slots: Box<[Mutex<Slot>]> = (0..nslots)
+        let slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]> = (0..nslots)
             .map(|_| {
-                Mutex::new(Slot {
+                OrderedMutex::new(Slot {
                     page: NO_PAGE,
                     rem_len: 0,
                     cipher: None,
@@ -507,7 +508,7 @@ impl Wal {
             keys,
             opener: std::process::id(),
             ivs: CachePadded::new(IvSource::new()?),
-            insert: CachePadded::new(Mutex::new(InsertState { pos: end })),
+            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end })),
             insertions: insertions::Insertions::new(lane_count()),
             slots,
             insert_end: CachePadded::new(AtomicU64::new(end)),
@@ -515,7 +516,7 @@ impl Wal {
             inflight: inflight::InFlight::new(end),
             flushed_to: CachePadded::new(AtomicU64::new(end)),
             synced_to: CachePadded::new(AtomicU64::new(end)),
-            write: CachePadded::new(Mutex::new(WriteState {
+            write: CachePadded::new(OrderedMutex::new(WriteState {
                 reserved_to: end,
                 segment_key: None,
                 files: Vec::new(),
@@ -525,7 +526,7 @@ impl Wal {
             })),
             group: CachePadded::new(GroupCommit::default()),
             poisoned: AtomicBool::new(false),
-            poison_reason: Mutex::new(None),
+            poison_reason: OrderedMutex::new(None),
             counters: Counters::default(),
             listener: config.listener.clone(),
             reported_segment: AtomicU64::new(geo.segment_start(end)),
@@ -896,7 +897,7 @@ impl Wal {
         page: u64,
         rem_len: Option<u32>,
         own: Option<usize>,
-    ) -> Result<MutexGuard<'_, Slot>> {
+    ) -> Result<OrderedGuard<'_, Slot, { lock_order::SLOT }>> {
         let index = self.slot_index(page);
         let ring = self.slots.len() as u64 * self.geo.page_size;
         let free_from = (page + self.geo.page_size).saturating_sub(ring);
