@@ -9,6 +9,11 @@
 //! checks the order as a side effect. In release builds [`OrderedMutex`] and [`OrderedGuard`]
 //! are parking_lot's `Mutex` and `MutexGuard` in a newtype, and the check is compiled out.
 //!
+//! The order is one log's: each `Wal` puts its mutexes in a [`Domain`] of their own, and the
+//! check compares a lock only with the locks this thread holds in the same domain. A thread
+//! that works on two logs at once (a `Storage` whose writes append to another log) holds the
+//! write lock of one while it takes the insert lock of the other, which is no deadlock.
+//!
 //! Condition variables wait on the guard itself ([`OrderedGuard::wait`]): the mutex is
 //! released while the thread sleeps, and retaken in the same place of the order, so the level
 //! stays on the stack.
@@ -73,16 +78,45 @@ fn name(level: u8) -> &'static str {
     }
 }
 
+/// The mutexes one order applies to: one log's. In release builds it is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Domain {
+    #[cfg(debug_assertions)]
+    id: u64,
+}
+
+impl Domain {
+    /// A domain no other mutex is in yet.
+    pub(crate) fn new() -> Domain {
+        #[cfg(debug_assertions)]
+        {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static NEXT: AtomicU64 = AtomicU64::new(1);
+            Domain {
+                id: NEXT.fetch_add(1, Ordering::Relaxed),
+            }
+        }
+        #[cfg(not(debug_assertions))]
+        Domain {}
+    }
+}
+
 /// A mutex at level `LEVEL` of the writer's lock order.
-#[derive(Default)]
 pub(crate) struct OrderedMutex<T, const LEVEL: u8> {
     mutex: Mutex<T>,
+    #[cfg(debug_assertions)]
+    domain: u64,
 }
 
 impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
-    pub(crate) fn new(value: T) -> Self {
+    /// A mutex of `domain`: checked against the locks of that domain only.
+    pub(crate) fn new(value: T, domain: Domain) -> Self {
+        #[cfg(not(debug_assertions))]
+        let _ = domain;
         OrderedMutex {
             mutex: Mutex::new(value),
+            #[cfg(debug_assertions)]
+            domain: domain.id,
         }
     }
 
@@ -91,11 +125,15 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
     #[inline]
     pub(crate) fn lock(&self) -> OrderedGuard<'_, T, LEVEL> {
         #[cfg(debug_assertions)]
-        held::check(LEVEL);
+        held::check(self.domain, LEVEL);
         let guard = self.mutex.lock();
         #[cfg(debug_assertions)]
-        held::push(LEVEL);
-        OrderedGuard { guard }
+        held::push(self.domain, LEVEL);
+        OrderedGuard {
+            guard,
+            #[cfg(debug_assertions)]
+            domain: self.domain,
+        }
     }
 
     /// Takes the lock if it is free; in debug builds, checked as [`OrderedMutex::lock`] is
@@ -104,17 +142,23 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<OrderedGuard<'_, T, LEVEL>> {
         #[cfg(debug_assertions)]
-        held::check(LEVEL);
+        held::check(self.domain, LEVEL);
         let guard = self.mutex.try_lock()?;
         #[cfg(debug_assertions)]
-        held::push(LEVEL);
-        Some(OrderedGuard { guard })
+        held::push(self.domain, LEVEL);
+        Some(OrderedGuard {
+            guard,
+            #[cfg(debug_assertions)]
+            domain: self.domain,
+        })
     }
 }
 
 /// A held [`OrderedMutex`]; dropping it releases the lock (and, in debug builds, its level).
 pub(crate) struct OrderedGuard<'a, T, const LEVEL: u8> {
     guard: MutexGuard<'a, T>,
+    #[cfg(debug_assertions)]
+    domain: u64,
 }
 
 impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
@@ -149,27 +193,38 @@ impl<T, const LEVEL: u8> DerefMut for OrderedGuard<'_, T, LEVEL> {
 #[cfg(debug_assertions)]
 impl<T, const LEVEL: u8> Drop for OrderedGuard<'_, T, LEVEL> {
     fn drop(&mut self) {
-        held::pop(LEVEL);
+        held::pop(self.domain, LEVEL);
     }
 }
 
-/// The levels held by the current thread, in the order they were taken (debug builds only).
+/// The domains and levels held by the current thread, in the order they were taken (debug
+/// builds only).
 #[cfg(debug_assertions)]
 mod held {
     use std::cell::RefCell;
 
     thread_local! {
-        static HELD: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        static HELD: RefCell<Vec<(u64, u8)>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// Panics if this thread holds a level that may not be held when `level` is taken.
-    pub(super) fn check(level: u8) {
+    /// Panics if this thread holds a level of `domain` that may not be held when `level` is
+    /// taken. Not while the thread unwinds: a guard dropped then may take a lock (a `Wal`
+    /// dropped on the way out closes), and a second panic would abort the process.
+    pub(super) fn check(domain: u64, level: u8) {
+        if std::thread::panicking() {
+            return;
+        }
         let allowed = super::may_hold(level);
         // During thread-local destruction there is nothing left to check against.
         let _ = HELD.try_with(|held| {
             let held = held.borrow();
-            if let Some(&bad) = held.iter().find(|&&l| allowed & (1u32 << l) == 0) {
-                let names: Vec<&str> = held.iter().map(|&l| super::name(l)).collect();
+            let mut mine = held.iter().filter(|&&(d, _)| d == domain).map(|&(_, l)| l);
+            if let Some(bad) = mine.find(|&l| allowed & (1u32 << l) == 0) {
+                let names: Vec<&str> = held
+                    .iter()
+                    .filter(|&&(d, _)| d == domain)
+                    .map(|&(_, l)| super::name(l))
+                    .collect();
                 let (bad, taking) = (super::name(bad), super::name(level));
                 drop(held);
                 panic!(
@@ -180,15 +235,15 @@ mod held {
         });
     }
 
-    pub(super) fn push(level: u8) {
-        let _ = HELD.try_with(|held| held.borrow_mut().push(level));
+    pub(super) fn push(domain: u64, level: u8) {
+        let _ = HELD.try_with(|held| held.borrow_mut().push((domain, level)));
     }
 
-    /// Removes the most recent hold of `level`: guards may be dropped in any order.
-    pub(super) fn pop(level: u8) {
+    /// Removes the most recent hold of `level` in `domain`: guards may be dropped in any order.
+    pub(super) fn pop(domain: u64, level: u8) {
         let _ = HELD.try_with(|held| {
             let mut held = held.borrow_mut();
-            if let Some(i) = held.iter().rposition(|&l| l == level) {
+            if let Some(i) = held.iter().rposition(|&e| e == (domain, level)) {
                 held.remove(i);
             }
         });
@@ -201,13 +256,14 @@ mod tests {
 
     #[test]
     fn taking_the_locks_in_order_and_again_after_release_passes() {
-        let lane = OrderedMutex::<(), LANE>::new(());
-        let insert = OrderedMutex::<u32, INSERT>::new(0);
-        let write = OrderedMutex::<u32, WRITE>::new(0);
-        let slot = OrderedMutex::<u32, SLOT>::new(0);
-        let poison = OrderedMutex::<u32, POISON>::new(0);
-        let gate = OrderedMutex::<u32, LANE_GATE>::new(0);
-        let preparer = OrderedMutex::<u32, PREPARER>::new(0);
+        let log = Domain::new();
+        let lane = OrderedMutex::<(), LANE>::new((), log);
+        let insert = OrderedMutex::<u32, INSERT>::new(0, log);
+        let write = OrderedMutex::<u32, WRITE>::new(0, log);
+        let slot = OrderedMutex::<u32, SLOT>::new(0, log);
+        let poison = OrderedMutex::<u32, POISON>::new(0, log);
+        let gate = OrderedMutex::<u32, LANE_GATE>::new(0, log);
+        let preparer = OrderedMutex::<u32, PREPARER>::new(0, log);
         {
             let _l = lane.lock();
             let i = insert.lock();
@@ -227,57 +283,82 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "lock order broken: taking the insert lock (1) while holding the \
-                               write lock")]
+    #[should_panic(
+        expected = "lock order broken: taking the insert lock (1) while holding the \
+                               write lock"
+    )]
     fn taking_the_insert_lock_while_holding_the_write_lock_panics_in_debug_builds() {
-        let insert = OrderedMutex::<u32, INSERT>::new(0);
-        let write = OrderedMutex::<u32, WRITE>::new(0);
+        let log = Domain::new();
+        let insert = OrderedMutex::<u32, INSERT>::new(0, log);
+        let write = OrderedMutex::<u32, WRITE>::new(0, log);
         let _w = write.lock();
         let _i = insert.lock();
     }
 
     #[test]
-    #[should_panic(expected = "lock order broken: taking the slot lock (4) while holding the \
-                               slot lock")]
+    #[should_panic(
+        expected = "lock order broken: taking the slot lock (4) while holding the \
+                               slot lock"
+    )]
     fn holding_two_slot_locks_panics_in_debug_builds() {
-        let a = OrderedMutex::<u32, SLOT>::new(0);
-        let b = OrderedMutex::<u32, SLOT>::new(0);
+        let log = Domain::new();
+        let a = OrderedMutex::<u32, SLOT>::new(0, log);
+        let b = OrderedMutex::<u32, SLOT>::new(0, log);
         let _a = a.lock();
         let _b = b.try_lock();
     }
 
     #[test]
-    #[should_panic(expected = "lock order broken: taking the poison cause lock (6) while \
-                               holding the in-flight lock")]
+    #[should_panic(
+        expected = "lock order broken: taking the poison cause lock (6) while \
+                               holding the in-flight lock"
+    )]
     fn the_poison_cause_under_the_in_flight_lock_panics_in_debug_builds() {
-        let inflight = OrderedMutex::<u32, INFLIGHT>::new(0);
-        let poison = OrderedMutex::<u32, POISON>::new(0);
+        let log = Domain::new();
+        let inflight = OrderedMutex::<u32, INFLIGHT>::new(0, log);
+        let poison = OrderedMutex::<u32, POISON>::new(0, log);
         let _f = inflight.lock();
         let _p = poison.lock();
     }
 
     #[test]
-    #[should_panic(expected = "lock order broken: taking the preparer lock (8) while holding \
-                               the in-flight lock")]
+    #[should_panic(
+        expected = "lock order broken: taking the preparer lock (8) while holding \
+                               the in-flight lock"
+    )]
     fn the_preparer_under_the_in_flight_lock_panics_in_debug_builds() {
-        let inflight = OrderedMutex::<u32, INFLIGHT>::new(0);
-        let preparer = OrderedMutex::<u32, PREPARER>::new(0);
+        let log = Domain::new();
+        let inflight = OrderedMutex::<u32, INFLIGHT>::new(0, log);
+        let preparer = OrderedMutex::<u32, PREPARER>::new(0, log);
         let _f = inflight.lock();
         let _p = preparer.lock();
     }
 
     #[test]
     fn a_condition_variable_wait_keeps_the_level_held() {
-        let write = OrderedMutex::<u32, WRITE>::new(0);
+        let log = Domain::new();
+        let write = OrderedMutex::<u32, WRITE>::new(0, log);
         let condvar = Condvar::new();
         let mut w = write.lock();
         let timed_out = w.wait_for(&condvar, Duration::from_millis(1));
         assert!(timed_out.timed_out());
         *w += 1;
         let result = std::panic::catch_unwind(|| {
-            let insert = OrderedMutex::<u32, INSERT>::new(0);
+            let insert = OrderedMutex::<u32, INSERT>::new(0, log);
             drop(insert.lock());
         });
-        assert!(result.is_err(), "the write lock is still held after the wait");
+        assert!(
+            result.is_err(),
+            "the write lock is still held after the wait"
+        );
+    }
+
+    #[test]
+    fn the_locks_of_two_logs_are_not_ordered_with_each_other() {
+        let (one, two) = (Domain::new(), Domain::new());
+        let write = OrderedMutex::<u32, WRITE>::new(0, one);
+        let insert = OrderedMutex::<u32, INSERT>::new(0, two);
+        let _w = write.lock();
+        let _i = insert.lock();
     }
 }

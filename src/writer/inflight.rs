@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Condvar;
 
-use crate::lock_order::{self, OrderedMutex};
+use crate::lock_order::{self, Domain, OrderedMutex};
 
 struct Range {
     id: u64,
@@ -59,13 +59,16 @@ fn slot(id: u64) -> usize {
 }
 
 impl InFlight {
-    pub(super) fn new(landed_to: u64) -> InFlight {
+    pub(super) fn new(landed_to: u64, domain: Domain) -> InFlight {
         InFlight {
-            state: OrderedMutex::new(State {
-                landed_to,
-                next_id: 0,
-                ranges: VecDeque::new(),
-            }),
+            state: OrderedMutex::new(
+                State {
+                    landed_to,
+                    next_id: 0,
+                    ranges: VecDeque::new(),
+                },
+                domain,
+            ),
             changed: std::array::from_fn(|_| Condvar::new()),
         }
     }

@@ -30,7 +30,7 @@
 //! lane's owner lock is level [`LANE`], claimed before the insert lock, one per thread; its
 //! gate is [`LANE_GATE`], taken with no lock held but the thread's own lane or the insert lock.
 
-use crate::lock_order::{LANE, LANE_GATE};
+use crate::lock_order::{Domain, LANE, LANE_GATE};
 use crossbeam::utils::CachePadded;
 use sync::{AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
@@ -65,13 +65,13 @@ pub(super) struct InLane<'a> {
 impl Insertions {
     /// `count` lanes (at least one): as many appenders as lanes seal and copy at once; more
     /// wait for a lane.
-    pub(super) fn new(count: usize) -> Insertions {
+    pub(super) fn new(count: usize, domain: Domain) -> Insertions {
         let lanes = (0..count.max(1))
             .map(|_| {
                 CachePadded::new(Lane {
                     start: AtomicU64::new(IDLE),
-                    owner: Mutex::new(()),
-                    gate: Mutex::new(0),
+                    owner: Mutex::new((), domain),
+                    gate: Mutex::new(0, domain),
                     changed: Condvar::new(),
                 })
             })
@@ -231,7 +231,7 @@ mod sync {
     // Lock poisoning cannot happen in the model (no code here panics while holding a lock),
     // so a poisoned lock is a failed model run.
     impl<T, const LEVEL: u8> Mutex<T, LEVEL> {
-        pub(super) fn new(value: T) -> Self {
+        pub(super) fn new(value: T, _domain: crate::lock_order::Domain) -> Self {
             Mutex(loom::sync::Mutex::new(value))
         }
         pub(super) fn lock(&self) -> MutexGuard<'_, T, LEVEL> {
@@ -296,7 +296,7 @@ mod loom_model {
     fn check(lanes: usize) {
         loom::model(move || {
             let log = Arc::new(Log {
-                insertions: Insertions::new(lanes),
+                insertions: Insertions::new(lanes, crate::lock_order::Domain::new()),
                 pos: loom::sync::Mutex::new(0),
                 copied: [AtomicBool::new(false), AtomicBool::new(false)],
             });
@@ -335,19 +335,20 @@ mod loom_model {
 #[cfg(test)]
 mod tests {
     use super::{IDLE, Insertions};
-    use std::sync::{Arc, Barrier};
+    use crate::lock_order::Domain;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
 
     #[test]
     fn an_idle_log_has_nothing_in_progress_and_never_waits() {
-        let insertions = Insertions::new(4);
+        let insertions = Insertions::new(4, Domain::new());
         assert_eq!(insertions.lowest_in_progress(), IDLE);
         insertions.wait_finished(u64::MAX - 1, None);
     }
 
     #[test]
     fn the_lowest_start_in_progress_is_what_bounds_a_write_out() {
-        let insertions = Insertions::new(4);
+        let insertions = Insertions::new(4, Domain::new());
         let a = insertions.claim(0);
         a.begin(100);
         // The second appender on a thread of its own: a thread holds one lane at a time (the
@@ -379,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_waiter_wakes_when_the_insertion_below_it_finishes() {
-        let insertions = Arc::new(Insertions::new(2));
+        let insertions = Arc::new(Insertions::new(2, Domain::new()));
         let copied = Arc::new(AtomicU64::new(0));
         let lane = insertions.claim(0);
         lane.begin(10);

@@ -59,6 +59,16 @@
 //!
 //! The event listener is called with none of these held.
 //!
+//! In debug builds the order is checked on every acquisition (lock_order.rs): each of these
+//! mutexes carries its level (a lane's owner 0, insert 1, write 2, in-flight 3, slot 4, IV
+//! prefix 5, poison cause 6, a lane's gate and the preparer's state after them, with the
+//! exceptions above: a lane's gate only under the thread's own lane or the insert lock, the
+//! preparer's state only under those and the write lock, the poison cause never under the
+//! in-flight lock, one lane and one slot per thread), and a thread that takes one while
+//! holding one it may not panics, so every test that writes a log checks the order. In release
+//! builds they are parking_lot's mutexes and the check is compiled out. Condition variable
+//! waits do not take part in the check.
+//!
 //! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
 //! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
 //! Whenever neither the insert nor the write lock is held, and the log is not poisoned, they
@@ -128,9 +138,9 @@ use crate::compress;
 use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
-use crate::lock_order::{self, OrderedGuard, OrderedMutex};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
+use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
@@ -461,14 +471,19 @@ impl Wal {
     ) -> Result<Wal> {
         let geo = resume.geo;
         let nslots = (config.buffer_size as u64 / geo.page_size).max(4) as usize;
+        // This log's mutexes: the lock order is checked among them (debug builds).
+        let domain = Domain::new();
         let slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]> = (0..nslots)
             .map(|_| {
-                OrderedMutex::new(Slot {
-                    page: NO_PAGE,
-                    rem_len: 0,
-                    cipher: None,
-                    data: vec![0u8; geo.page_size as usize],
-                })
+                OrderedMutex::new(
+                    Slot {
+                        page: NO_PAGE,
+                        rem_len: 0,
+                        cipher: None,
+                        data: vec![0u8; geo.page_size as usize],
+                    },
+                    domain,
+                )
             })
             .collect();
         let end = resume.end;
@@ -481,7 +496,7 @@ impl Wal {
             slot.data[..prefix.len()].copy_from_slice(&prefix);
         }
         let keys = Arc::new(arc_swap::ArcSwap::new(keys));
-        let preparer = Arc::new(Preparer::default());
+        let preparer = Arc::new(Preparer::new(domain));
         let preparer_thread = if config.prepare_segments {
             let maker = Maker {
                 storage: config.storage.clone(),
@@ -507,26 +522,29 @@ impl Wal {
             rotation: rotate::Rotation::new(config, end)?,
             keys,
             opener: std::process::id(),
-            ivs: CachePadded::new(IvSource::new()?),
-            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end })),
-            insertions: insertions::Insertions::new(lane_count()),
+            ivs: CachePadded::new(IvSource::new(domain)?),
+            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end }, domain)),
+            insertions: insertions::Insertions::new(lane_count(), domain),
             slots,
             insert_end: CachePadded::new(AtomicU64::new(end)),
             written_to: CachePadded::new(AtomicU64::new(end)),
-            inflight: inflight::InFlight::new(end),
+            inflight: inflight::InFlight::new(end, domain),
             flushed_to: CachePadded::new(AtomicU64::new(end)),
             synced_to: CachePadded::new(AtomicU64::new(end)),
-            write: CachePadded::new(OrderedMutex::new(WriteState {
-                reserved_to: end,
-                segment_key: None,
-                files: Vec::new(),
-                dirty: Vec::new(),
-                imaged: (NO_PAGE, 0),
-                hint_unsynced: None,
-            })),
+            write: CachePadded::new(OrderedMutex::new(
+                WriteState {
+                    reserved_to: end,
+                    segment_key: None,
+                    files: Vec::new(),
+                    dirty: Vec::new(),
+                    imaged: (NO_PAGE, 0),
+                    hint_unsynced: None,
+                },
+                domain,
+            )),
             group: CachePadded::new(GroupCommit::default()),
             poisoned: AtomicBool::new(false),
-            poison_reason: OrderedMutex::new(None),
+            poison_reason: OrderedMutex::new(None, domain),
             counters: Counters::default(),
             listener: config.listener.clone(),
             reported_segment: AtomicU64::new(geo.segment_start(end)),

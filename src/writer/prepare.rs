@@ -35,7 +35,7 @@ use crate::config::Mode;
 use crate::crypto::{KCV_LEN, Keys};
 use crate::error::{Error, Result};
 use crate::format::{self, Geometry, SegmentHeader};
-use crate::lock_order::{self, OrderedMutex};
+use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::storage::{Storage, StorageFile};
 
 /// What the preparer knows; one lock, never held during I/O.
@@ -59,7 +59,6 @@ struct State {
 }
 
 /// Shared between the `Wal` and its preparer thread.
-#[derive(Default)]
 pub(super) struct Preparer {
     state: OrderedMutex<State, { lock_order::PREPARER }>,
     changed: Condvar,
@@ -96,6 +95,14 @@ impl Maker {
 }
 
 impl Preparer {
+    /// Nothing wanted, nothing prepared; its lock in `domain` (its log's).
+    pub(super) fn new(domain: Domain) -> Preparer {
+        Preparer {
+            state: OrderedMutex::new(State::default(), domain),
+            changed: Condvar::new(),
+        }
+    }
+
     /// Starts the preparer thread; it ends when [`Preparer::close`] is called.
     pub(super) fn spawn(preparer: &Arc<Preparer>, maker: Maker) -> Result<JoinHandle<()>> {
         let preparer = preparer.clone();
