@@ -65,9 +65,9 @@
 //! exceptions above: a lane's gate only under the thread's own lane or the insert lock, the
 //! preparer's state only under those and the write lock, the poison cause never under the
 //! in-flight lock, one lane and one slot per thread), and a thread that takes one while
-//! holding one it may not panics, so every test that writes a log checks the order. In release
-//! builds they are parking_lot's mutexes and the check is compiled out. Condition variable
-//! waits do not take part in the check.
+//! holding one of the same log it may not panics, so every test that writes a log checks the
+//! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
+//! a thread waits for on a condition variable, or on the round counter, is not checked.
 //!
 //! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
 //! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
