@@ -18,13 +18,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aes::Aes256;
 use cipher::{InnerIvInit, KeyInit, StreamCipherCore};
-use parking_lot::Mutex;
 use zeroize::Zeroizing;
 
 use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 pub use crate::format::{IV_LEN, KCV_LEN, KEY_LEN};
 pub(crate) use crate::keys::{Key, KeyRing};
+use crate::lock_order::{self, Domain, OrderedMutex};
 
 type Aes256CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 
@@ -226,7 +226,7 @@ pub(crate) struct IvSource {
     id: u64,
     first_prefix: u64,
     /// Prefixes for epochs after the first, drawn on demand (after 2^32 IVs in one open).
-    later: Mutex<Vec<u64>>,
+    later: OrderedMutex<Vec<u64>, { lock_order::IV_PREFIX }>,
 }
 
 /// Sequence numbers a thread takes from an [`IvSource`] at a time.
@@ -242,13 +242,14 @@ thread_local! {
 }
 
 impl IvSource {
-    pub(crate) fn new() -> Result<IvSource> {
+    /// A source whose prefix table is a lock of `domain` (its log's).
+    pub(crate) fn new(domain: Domain) -> Result<IvSource> {
         static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(IvSource {
             next: AtomicU64::new(0),
             id: IDS.fetch_add(1, Ordering::Relaxed),
             first_prefix: random_u64("an IV prefix")?,
-            later: Mutex::new(Vec::new()),
+            later: OrderedMutex::new(Vec::new(), domain),
         })
     }
 
@@ -313,19 +314,19 @@ mod tests {
 
     #[test]
     fn ivs_differ_in_sequence_and_share_the_open_prefix() {
-        let src = IvSource::new().unwrap();
+        let src = IvSource::new(Domain::new()).unwrap();
         let a = src.next_iv().unwrap();
         let b = src.next_iv().unwrap();
         assert_ne!(a, b);
         assert_eq!(a[..8], b[..8]);
         assert_eq!(a[12..], [0; 4]);
-        let other = IvSource::new().unwrap();
+        let other = IvSource::new(Domain::new()).unwrap();
         assert_ne!(other.next_iv().unwrap()[..8], a[..8]);
     }
 
     #[test]
     fn a_new_epoch_draws_a_new_prefix() {
-        let src = IvSource::new().unwrap();
+        let src = IvSource::new(Domain::new()).unwrap();
         src.next.store((1 << 32) - IV_BLOCK, Ordering::Relaxed);
         let block: Vec<_> = (0..IV_BLOCK).map(|_| src.next_iv().unwrap()).collect();
         let first_of_next = src.next_iv().unwrap();
@@ -336,8 +337,8 @@ mod tests {
 
     #[test]
     fn threads_and_logs_taking_ivs_at_once_never_get_the_same_one() {
-        let a = std::sync::Arc::new(IvSource::new().unwrap());
-        let b = std::sync::Arc::new(IvSource::new().unwrap());
+        let a = std::sync::Arc::new(IvSource::new(Domain::new()).unwrap());
+        let b = std::sync::Arc::new(IvSource::new(Domain::new()).unwrap());
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let (a, b) = (a.clone(), b.clone());

@@ -131,6 +131,7 @@ mod events;
 mod format;
 pub mod inspect;
 mod keys;
+mod lock_order;
 mod reader;
 mod recovery;
 mod seal;

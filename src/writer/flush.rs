@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use crate::lock_order::{self, OrderedGuard, OrderedMutex};
 
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
@@ -82,7 +82,9 @@ impl Drop for Reserved<'_> {
 /// The clock is read before an uncontended acquisition, so that read is not part of the hold
 /// (which then counts the acquiring compare-and-swap, a few ns, as held), or right after a
 /// contended one, so time spent waiting is never counted as held.
-pub(super) fn timed_lock<T>(lock: &Mutex<T>) -> (MutexGuard<'_, T>, Instant) {
+pub(super) fn timed_lock<T, const LEVEL: u8>(
+    lock: &OrderedMutex<T, LEVEL>,
+) -> (OrderedGuard<'_, T, LEVEL>, Instant) {
     let before = Instant::now();
     match lock.try_lock() {
         Some(guard) => (guard, before),
@@ -300,7 +302,10 @@ impl Wal {
 
     /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
     /// it belongs to) if the slot holds another page.
-    fn slot_holding(&self, page: u64) -> Result<MutexGuard<'_, super::Slot>> {
+    fn slot_holding(
+        &self,
+        page: u64,
+    ) -> Result<OrderedGuard<'_, super::Slot, { lock_order::SLOT }>> {
         let slot = self.slots[self.slot_index(page)].lock();
         if slot.page != page {
             return Err(self.broken_invariant(

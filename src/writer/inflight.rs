@@ -16,7 +16,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
+
+use crate::lock_order::{self, Domain, OrderedMutex};
 
 struct Range {
     id: u64,
@@ -48,7 +50,7 @@ const WAKE_SLOTS: usize = 16;
 /// Its lock is taken under the insert or write lock or none, and nothing is taken while it is
 /// held.
 pub(super) struct InFlight {
-    state: Mutex<State>,
+    state: OrderedMutex<State, { lock_order::INFLIGHT }>,
     changed: [Condvar; WAKE_SLOTS],
 }
 
@@ -57,13 +59,16 @@ fn slot(id: u64) -> usize {
 }
 
 impl InFlight {
-    pub(super) fn new(landed_to: u64) -> InFlight {
+    pub(super) fn new(landed_to: u64, domain: Domain) -> InFlight {
         InFlight {
-            state: Mutex::new(State {
-                landed_to,
-                next_id: 0,
-                ranges: VecDeque::new(),
-            }),
+            state: OrderedMutex::new(
+                State {
+                    landed_to,
+                    next_id: 0,
+                    ranges: VecDeque::new(),
+                },
+                domain,
+            ),
             changed: std::array::from_fn(|_| Condvar::new()),
         }
     }
@@ -107,7 +112,7 @@ impl InFlight {
             let Some(blocker) = blocker else {
                 return true;
             };
-            self.changed[slot(blocker)].wait(&mut state);
+            state.wait(&self.changed[slot(blocker)]);
         }
     }
 
@@ -157,11 +162,11 @@ impl InFlight {
             // The first range reaching `target`: `landed_to` passes `target` when it passes
             // that range, and that range signals then.
             match state.ranges.iter().find(|r| r.end >= target).map(|r| r.id) {
-                Some(id) => self.changed[slot(id)].wait(&mut state),
+                Some(id) => state.wait(&self.changed[slot(id)]),
                 // Not reserved yet (no caller waits for that): look again shortly rather
                 // than wait for a signal that may never come.
                 None => {
-                    let _ = self.changed[0].wait_for(&mut state, Duration::from_millis(1));
+                    let _ = state.wait_for(&self.changed[0], Duration::from_millis(1));
                 }
             }
         }

@@ -25,7 +25,12 @@
 //! lane's own cache line, so an uncontended append writes no line another appender writes
 //! beyond the insert lock's. `loom_model` below checks the protocol with every interleaving
 //! of two inserters and a waiter.
+//!
+//! In the writer's lock order (writer/mod.rs, checked in debug builds by lock_order.rs) a
+//! lane's owner lock is level [`LANE`], claimed before the insert lock, one per thread; its
+//! gate is [`LANE_GATE`], taken with no lock held but the thread's own lane or the insert lock.
 
+use crate::lock_order::{Domain, LANE, LANE_GATE};
 use crossbeam::utils::CachePadded;
 use sync::{AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
@@ -37,9 +42,9 @@ struct Lane {
     /// began at: the end of the record before it), or `IDLE`.
     start: AtomicU64,
     /// Held by the appender using this lane, from its claim to its finish.
-    owner: Mutex<()>,
+    owner: Mutex<(), LANE>,
     /// The number of threads waiting on `changed`; the lane becomes idle under it.
-    gate: Mutex<u32>,
+    gate: Mutex<u32, LANE_GATE>,
     changed: Condvar,
 }
 
@@ -54,19 +59,19 @@ pub(super) struct Insertions {
 pub(super) struct InLane<'a> {
     insertions: &'a Insertions,
     index: usize,
-    _owner: MutexGuard<'a, ()>,
+    _owner: MutexGuard<'a, (), LANE>,
 }
 
 impl Insertions {
     /// `count` lanes (at least one): as many appenders as lanes seal and copy at once; more
     /// wait for a lane.
-    pub(super) fn new(count: usize) -> Insertions {
+    pub(super) fn new(count: usize, domain: Domain) -> Insertions {
         let lanes = (0..count.max(1))
             .map(|_| {
                 CachePadded::new(Lane {
                     start: AtomicU64::new(IDLE),
-                    owner: Mutex::new(()),
-                    gate: Mutex::new(0),
+                    owner: Mutex::new((), domain),
+                    gate: Mutex::new(0, domain),
                     changed: Condvar::new(),
                 })
             })
@@ -177,22 +182,8 @@ impl Drop for InLane<'_> {
 /// both: `lock` returns the guard, `wait` takes and returns it.
 #[cfg(not(loom))]
 mod sync {
-    pub(super) use parking_lot::MutexGuard;
+    pub(super) use crate::lock_order::{OrderedGuard as MutexGuard, OrderedMutex as Mutex};
     pub(super) use std::sync::atomic::{AtomicU64, Ordering};
-
-    pub(super) struct Mutex<T>(parking_lot::Mutex<T>);
-
-    impl<T> Mutex<T> {
-        pub(super) fn new(value: T) -> Self {
-            Mutex(parking_lot::Mutex::new(value))
-        }
-        pub(super) fn lock(&self) -> MutexGuard<'_, T> {
-            self.0.lock()
-        }
-        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-            self.0.try_lock()
-        }
-    }
 
     pub(super) struct Condvar(parking_lot::Condvar);
 
@@ -200,8 +191,11 @@ mod sync {
         pub(super) fn new() -> Self {
             Condvar(parking_lot::Condvar::new())
         }
-        pub(super) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-            self.0.wait(&mut guard);
+        pub(super) fn wait<'a, T, const LEVEL: u8>(
+            &self,
+            mut guard: MutexGuard<'a, T, LEVEL>,
+        ) -> MutexGuard<'a, T, LEVEL> {
+            guard.wait(&self.0);
             guard
         }
         pub(super) fn notify_all(&self) {
@@ -212,22 +206,39 @@ mod sync {
 
 #[cfg(loom)]
 mod sync {
-    pub(super) use loom::sync::MutexGuard;
     pub(super) use loom::sync::atomic::{AtomicU64, Ordering};
+    use std::ops::{Deref, DerefMut};
 
-    pub(super) struct Mutex<T>(loom::sync::Mutex<T>);
+    /// loom's mutex, with the level of the lock order as the writer's mutexes carry it (the
+    /// model checks interleavings, not the order).
+    pub(super) struct Mutex<T, const LEVEL: u8>(loom::sync::Mutex<T>);
+
+    pub(super) struct MutexGuard<'a, T, const LEVEL: u8>(loom::sync::MutexGuard<'a, T>);
+
+    impl<T, const LEVEL: u8> Deref for MutexGuard<'_, T, LEVEL> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            &self.0
+        }
+    }
+
+    impl<T, const LEVEL: u8> DerefMut for MutexGuard<'_, T, LEVEL> {
+        fn deref_mut(&mut self) -> &mut T {
+            &mut self.0
+        }
+    }
 
     // Lock poisoning cannot happen in the model (no code here panics while holding a lock),
     // so a poisoned lock is a failed model run.
-    impl<T> Mutex<T> {
-        pub(super) fn new(value: T) -> Self {
+    impl<T, const LEVEL: u8> Mutex<T, LEVEL> {
+        pub(super) fn new(value: T, _domain: crate::lock_order::Domain) -> Self {
             Mutex(loom::sync::Mutex::new(value))
         }
-        pub(super) fn lock(&self) -> MutexGuard<'_, T> {
-            self.0.lock().expect("loom model: lock poisoned")
+        pub(super) fn lock(&self) -> MutexGuard<'_, T, LEVEL> {
+            MutexGuard(self.0.lock().expect("loom model: lock poisoned"))
         }
-        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-            self.0.try_lock().ok()
+        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T, LEVEL>> {
+            self.0.try_lock().ok().map(MutexGuard)
         }
     }
 
@@ -237,8 +248,11 @@ mod sync {
         pub(super) fn new() -> Self {
             Condvar(loom::sync::Condvar::new())
         }
-        pub(super) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-            self.0.wait(guard).expect("loom model: lock poisoned")
+        pub(super) fn wait<'a, T, const LEVEL: u8>(
+            &self,
+            guard: MutexGuard<'a, T, LEVEL>,
+        ) -> MutexGuard<'a, T, LEVEL> {
+            MutexGuard(self.0.wait(guard.0).expect("loom model: lock poisoned"))
         }
         pub(super) fn notify_all(&self) {
             self.0.notify_all();
@@ -282,7 +296,7 @@ mod loom_model {
     fn check(lanes: usize) {
         loom::model(move || {
             let log = Arc::new(Log {
-                insertions: Insertions::new(lanes),
+                insertions: Insertions::new(lanes, crate::lock_order::Domain::new()),
                 pos: loom::sync::Mutex::new(0),
                 copied: [AtomicBool::new(false), AtomicBool::new(false)],
             });
@@ -321,29 +335,42 @@ mod loom_model {
 #[cfg(test)]
 mod tests {
     use super::{IDLE, Insertions};
-    use std::sync::Arc;
+    use crate::lock_order::Domain;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
 
     #[test]
     fn an_idle_log_has_nothing_in_progress_and_never_waits() {
-        let insertions = Insertions::new(4);
+        let insertions = Insertions::new(4, Domain::new());
         assert_eq!(insertions.lowest_in_progress(), IDLE);
         insertions.wait_finished(u64::MAX - 1, None);
     }
 
     #[test]
     fn the_lowest_start_in_progress_is_what_bounds_a_write_out() {
-        let insertions = Insertions::new(4);
+        let insertions = Insertions::new(4, Domain::new());
         let a = insertions.claim(0);
-        let b = insertions.claim(0);
-        assert_ne!(a.index(), b.index(), "a busy lane is not claimed twice");
         a.begin(100);
-        b.begin(40);
-        assert_eq!(insertions.lowest_in_progress(), 40);
-        // Nothing starts below 40: no wait.
-        insertions.wait_finished(40, None);
+        // The second appender on a thread of its own: a thread holds one lane at a time (the
+        // lock order, checked in debug builds).
+        let (begun, done) = (Barrier::new(2), Barrier::new(2));
+        std::thread::scope(|s| {
+            let a_index = a.index();
+            let (insertions, begun, done) = (&insertions, &begun, &done);
+            s.spawn(move || {
+                let b = insertions.claim(0);
+                assert_ne!(a_index, b.index(), "a busy lane is not claimed twice");
+                b.begin(40);
+                begun.wait();
+                done.wait();
+            });
+            begun.wait();
+            assert_eq!(insertions.lowest_in_progress(), 40);
+            // Nothing starts below 40: no wait.
+            insertions.wait_finished(40, None);
+            done.wait();
+        });
         // Its own lane is skipped: an appender making room never waits for itself.
-        drop(b);
         assert_eq!(insertions.lowest_in_progress(), 100);
         insertions.wait_finished(100, None);
         insertions.wait_finished(200, Some(a.index()));
@@ -353,7 +380,7 @@ mod tests {
 
     #[test]
     fn a_waiter_wakes_when_the_insertion_below_it_finishes() {
-        let insertions = Arc::new(Insertions::new(2));
+        let insertions = Arc::new(Insertions::new(2, Domain::new()));
         let copied = Arc::new(AtomicU64::new(0));
         let lane = insertions.claim(0);
         lane.begin(10);

@@ -59,6 +59,16 @@
 //!
 //! The event listener is called with none of these held.
 //!
+//! In debug builds the order is checked on every acquisition (lock_order.rs): each of these
+//! mutexes carries its level (a lane's owner 0, insert 1, write 2, in-flight 3, slot 4, IV
+//! prefix 5, poison cause 6, a lane's gate and the preparer's state after them, with the
+//! exceptions above: a lane's gate only under the thread's own lane or the insert lock, the
+//! preparer's state only under those and the write lock, the poison cause never under the
+//! in-flight lock, one lane and one slot per thread), and a thread that takes one while
+//! holding one of the same log it may not panics, so every test that writes a log checks the
+//! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
+//! a thread waits for on a condition variable, or on the round counter, is not checked.
+//!
 //! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
 //! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
 //! Whenever neither the insert nor the write lock is held, and the log is not poisoned, they
@@ -121,7 +131,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
 use crate::Lsn;
 use crate::compress;
@@ -130,6 +140,7 @@ use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
+use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
@@ -380,10 +391,10 @@ pub struct Wal {
     /// since it would repeat this process's IVs.
     opener: u32,
     ivs: CachePadded<IvSource>,
-    insert: CachePadded<Mutex<InsertState>>,
+    insert: CachePadded<OrderedMutex<InsertState, { lock_order::INSERT }>>,
     /// Insertions in progress: reserved under the insert lock, sealed and copied after it.
     insertions: insertions::Insertions,
-    slots: Box<[Mutex<Slot>]>,
+    slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]>,
     /// The insert position as the appenders' reservations left it: the end of the last record
     /// whose bytes are reserved (a record boundary), stored under the insert lock. Records
     /// below it may still be being copied (`insertions`); `inserted_to` says how far they are.
@@ -397,7 +408,7 @@ pub struct Wal {
     /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
     /// unsynced records durable would turn their loss in a machine crash into corruption.
     synced_to: CachePadded<AtomicU64>,
-    write: CachePadded<Mutex<WriteState>>,
+    write: CachePadded<OrderedMutex<WriteState, { lock_order::WRITE }>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
     /// Group commit: whether a flush round is under way, and a count of finished rounds
@@ -406,7 +417,7 @@ pub struct Wal {
     poisoned: AtomicBool,
     /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
     /// held after it.
-    poison_reason: Mutex<Option<PoisonCause>>,
+    poison_reason: OrderedMutex<Option<PoisonCause>, { lock_order::POISON }>,
     /// Statistics, readable without any lock.
     counters: Counters,
     /// Hears of events; calls happen with no lock of the log held.
@@ -460,14 +471,19 @@ impl Wal {
     ) -> Result<Wal> {
         let geo = resume.geo;
         let nslots = (config.buffer_size as u64 / geo.page_size).max(4) as usize;
-        let slots: Box<[Mutex<Slot>]> = (0..nslots)
+        // This log's mutexes: the lock order is checked among them (debug builds).
+        let domain = Domain::new();
+        let slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]> = (0..nslots)
             .map(|_| {
-                Mutex::new(Slot {
-                    page: NO_PAGE,
-                    rem_len: 0,
-                    cipher: None,
-                    data: vec![0u8; geo.page_size as usize],
-                })
+                OrderedMutex::new(
+                    Slot {
+                        page: NO_PAGE,
+                        rem_len: 0,
+                        cipher: None,
+                        data: vec![0u8; geo.page_size as usize],
+                    },
+                    domain,
+                )
             })
             .collect();
         let end = resume.end;
@@ -480,7 +496,7 @@ impl Wal {
             slot.data[..prefix.len()].copy_from_slice(&prefix);
         }
         let keys = Arc::new(arc_swap::ArcSwap::new(keys));
-        let preparer = Arc::new(Preparer::default());
+        let preparer = Arc::new(Preparer::new(domain));
         let preparer_thread = if config.prepare_segments {
             let maker = Maker {
                 storage: config.storage.clone(),
@@ -506,26 +522,29 @@ impl Wal {
             rotation: rotate::Rotation::new(config, end)?,
             keys,
             opener: std::process::id(),
-            ivs: CachePadded::new(IvSource::new()?),
-            insert: CachePadded::new(Mutex::new(InsertState { pos: end })),
-            insertions: insertions::Insertions::new(lane_count()),
+            ivs: CachePadded::new(IvSource::new(domain)?),
+            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end }, domain)),
+            insertions: insertions::Insertions::new(lane_count(), domain),
             slots,
             insert_end: CachePadded::new(AtomicU64::new(end)),
             written_to: CachePadded::new(AtomicU64::new(end)),
-            inflight: inflight::InFlight::new(end),
+            inflight: inflight::InFlight::new(end, domain),
             flushed_to: CachePadded::new(AtomicU64::new(end)),
             synced_to: CachePadded::new(AtomicU64::new(end)),
-            write: CachePadded::new(Mutex::new(WriteState {
-                reserved_to: end,
-                segment_key: None,
-                files: Vec::new(),
-                dirty: Vec::new(),
-                imaged: (NO_PAGE, 0),
-                hint_unsynced: None,
-            })),
+            write: CachePadded::new(OrderedMutex::new(
+                WriteState {
+                    reserved_to: end,
+                    segment_key: None,
+                    files: Vec::new(),
+                    dirty: Vec::new(),
+                    imaged: (NO_PAGE, 0),
+                    hint_unsynced: None,
+                },
+                domain,
+            )),
             group: CachePadded::new(GroupCommit::default()),
             poisoned: AtomicBool::new(false),
-            poison_reason: Mutex::new(None),
+            poison_reason: OrderedMutex::new(None, domain),
             counters: Counters::default(),
             listener: config.listener.clone(),
             reported_segment: AtomicU64::new(geo.segment_start(end)),
@@ -905,7 +924,7 @@ impl Wal {
         page: u64,
         rem_len: Option<u32>,
         own: Option<usize>,
-    ) -> Result<MutexGuard<'_, Slot>> {
+    ) -> Result<OrderedGuard<'_, Slot, { lock_order::SLOT }>> {
         let index = self.slot_index(page);
         let ring = self.slots.len() as u64 * self.geo.page_size;
         let free_from = (page + self.geo.page_size).saturating_sub(ring);

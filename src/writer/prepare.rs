@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
 
 use super::Wal;
 use super::recycle::{REKEY_SUFFIX, make_segment, make_unnamed, write_header};
@@ -35,6 +35,7 @@ use crate::config::Mode;
 use crate::crypto::{KCV_LEN, Keys};
 use crate::error::{Error, Result};
 use crate::format::{self, Geometry, SegmentHeader};
+use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::storage::{Storage, StorageFile};
 
 /// What the preparer knows; one lock, never held during I/O.
@@ -58,9 +59,8 @@ struct State {
 }
 
 /// Shared between the `Wal` and its preparer thread.
-#[derive(Default)]
 pub(super) struct Preparer {
-    state: Mutex<State>,
+    state: OrderedMutex<State, { lock_order::PREPARER }>,
     changed: Condvar,
 }
 
@@ -95,6 +95,14 @@ impl Maker {
 }
 
 impl Preparer {
+    /// Nothing wanted, nothing prepared; its lock in `domain` (its log's).
+    pub(super) fn new(domain: Domain) -> Preparer {
+        Preparer {
+            state: OrderedMutex::new(State::default(), domain),
+            changed: Condvar::new(),
+        }
+    }
+
     /// Starts the preparer thread; it ends when [`Preparer::close`] is called.
     pub(super) fn spawn(preparer: &Arc<Preparer>, maker: Maker) -> Result<JoinHandle<()>> {
         let preparer = preparer.clone();
@@ -124,7 +132,7 @@ impl Preparer {
             if !wait {
                 return None;
             }
-            self.changed.wait(&mut state);
+            state.wait(&self.changed);
         }
     }
 
@@ -256,7 +264,7 @@ impl Wal {
             state.wanted = None;
         }
         while state.busy == Some(start) || state.swapping == Some(start) {
-            self.preparer.changed.wait(&mut state);
+            state.wait(&self.preparer.changed);
         }
         let (checks, file) = match state.ready.take() {
             Some((s, checks, file)) if s == start => (checks, file),
@@ -369,7 +377,7 @@ impl Wal {
             {
                 let mut state = self.preparer.state.lock();
                 while state.busy == Some(next) {
-                    self.preparer.changed.wait(&mut state);
+                    state.wait(&self.preparer.changed);
                 }
                 // Prepared under the old key: replaced below. Its handle is closed here.
                 if state.ready.as_ref().is_some_and(|r| r.0 == next) {
