@@ -21,6 +21,12 @@ use crate::storage::StorageFile;
 /// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
 /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
 /// Otherwise the record is the torn tail of a crash, the end of the log.
+///
+/// Only page headers valid at their address count. A reused segment file is not wiped: the
+/// pages the log has not reached (or a crash kept from reaching) still carry the headers of
+/// the file's earlier life, with their old LSNs and old durable hints. Each names another page
+/// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
+/// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
     let start_page = files.geo.page_start(invalid.lsn);
     for page in files.page_headers_from(start_page)? {
@@ -189,7 +195,10 @@ const CHUNK: u64 = 1 << 20;
 /// Makes `[keep, size)` of the tail segment `file` read as zeros, by writing zeros where the
 /// bytes are not zero already, block by block. Bytes a crashed open wrote after the end sit at
 /// the very positions the next records take: a remnant record there could read as valid after
-/// a new record of the same length. Written zeros, not a hole (`set_len` down and up again):
+/// a new record of the same length. In a reused file the pages the log never reached hold the
+/// file's earlier life, which readers reject by address; they are zeroed too (a torn write may
+/// have put a crashed open's sectors among them, and the writer resumes in this segment
+/// assuming zeros after the end), once, by the first open after the log ended in the file. Written zeros, not a hole (`set_len` down and up again):
 /// durable commits into a hole allocate its blocks, so each fdatasync would also commit
 /// file-system metadata until the next segment, which is created whole for that reason. A file
 /// cut short is extended with written zeros; a longer one is cut to `size`.

@@ -33,7 +33,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use super::Wal;
-use super::recycle::make_segment;
+use super::recycle::{MadeSegment, make_segment};
 use super::segments::new_segment_header;
 use crate::Lsn;
 use crate::config::Mode;
@@ -51,7 +51,8 @@ pub(crate) const TMP_SUFFIX: &str = ".tmp";
 pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
 
 /// Suffix of a free file being made into a segment (`<segment name>.reuse.tmp`; see
-/// `recycle::reuse_free`): until its wipe is done it still holds its earlier life's pages.
+/// `recycle::reuse_free`): until its header is rewritten and synced, it is still the old
+/// segment.
 /// Ends in [`TMP_SUFFIX`]: the open removes it like any unfinished segment.
 pub(crate) const REUSE_SUFFIX: &str = ".reuse.tmp";
 
@@ -72,7 +73,7 @@ struct State {
     /// The segment being prepared right now.
     busy: Option<u64>,
     /// A prepared segment, the key check values its header lists, and its open handle.
-    ready: Option<(u64, KeyChecks, Box<dyn StorageFile>)>,
+    ready: Option<(u64, KeyChecks, MadeSegment)>,
     /// The last preparation that failed. It may have failed after its rename (at the directory
     /// sync), leaving a segment file under its name whose header lists the keys of its time.
     failed: Option<u64>,
@@ -108,7 +109,7 @@ pub(super) struct Maker {
 type KeyChecks = Vec<(u32, [u8; KCV_LEN])>;
 
 impl Maker {
-    fn make(&self, start: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
+    fn make(&self, start: u64) -> Option<(KeyChecks, MadeSegment)> {
         let header = new_segment_header(
             self.mode,
             self.geometry,
@@ -158,7 +159,7 @@ impl Preparer {
     /// Records the end of a preparation; `None` when it failed, which leaves nothing behind:
     /// the writer creates the segment itself when it gets there, and meets the error (or not:
     /// space may have been freed by then).
-    fn finish_job(&self, start: u64, made: Option<(KeyChecks, Box<dyn StorageFile>)>) {
+    fn finish_job(&self, start: u64, made: Option<(KeyChecks, MadeSegment)>) {
         let mut state = self.state.lock();
         state.busy = None;
         match made {
@@ -192,7 +193,7 @@ impl Preparer {
 struct EndClaim<'a> {
     preparer: &'a Preparer,
     next: u64,
-    placed: Option<(KeyChecks, Box<dyn StorageFile>)>,
+    placed: Option<(KeyChecks, MadeSegment)>,
 }
 
 impl Drop for EndClaim<'_> {
@@ -274,9 +275,10 @@ impl Wal {
     /// A segment prepared before the data key was rotated lists the old key, which the records
     /// and pages written from now on do not use. A rotation normally puts its own replacement
     /// in place (`swap_in`); when it could not (its preparation failed, or segments are not
-    /// prepared ahead), the stale segment is removed here (it holds nothing but its header
-    /// and zeros) and the caller creates the segment anew, listing the active key.
-    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
+    /// prepared ahead), the stale segment is removed here (it holds no record of the log:
+    /// its header, and zeros or a reused file's old bytes) and the caller creates the segment
+    /// anew, listing the active key.
+    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<MadeSegment>> {
         let mut state = self.preparer.state.lock();
         if state.wanted == Some(start) {
             // Not started yet: the writer is faster than the preparer; it makes it itself.
@@ -380,7 +382,7 @@ impl Wal {
         claim.placed = self.place_staged(staged, next);
     }
 
-    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
+    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, MadeSegment)> {
         let Staged {
             mut header,
             tmp,
@@ -407,7 +409,13 @@ impl Wal {
             self.storage.sync_dir(&self.dir)
         })();
         match placed {
-            Ok(()) => Some((header.key_checks, file)),
+            Ok(()) => Some((
+                header.key_checks,
+                MadeSegment {
+                    file,
+                    reused: false,
+                },
+            )),
             Err(_) => {
                 drop(file);
                 let _ = self.storage.remove(&tmp);
