@@ -212,7 +212,7 @@ pub(crate) struct IvSource {
 /// Sequence numbers a thread takes from an [`IvSource`] at a time.
 const IV_BLOCK: u64 = 64;
 const _: () = assert!(
-    (1u64 << 32) % IV_BLOCK == 0,
+    (1u64 << 32).is_multiple_of(IV_BLOCK),
     "a block must not straddle two epochs"
 );
 
