@@ -147,9 +147,8 @@ fn old_bytes_of_a_reused_file_past_the_end_are_never_read() {
     );
     assert!(!free.exists(), "the free file was reused");
     let now = read_segment(dir, NEW);
-    assert_eq!(
-        now[3 * PAGE as usize..],
-        old[3 * PAGE as usize..],
+    assert!(
+        now[3 * PAGE as usize..] == old[3 * PAGE as usize..],
         "the pages not written yet keep the file's old bytes (no wipe)"
     );
     // A follower started now stops at the end.
