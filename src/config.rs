@@ -271,14 +271,16 @@ impl Config {
     /// turns recycling off: every segment is a new file, and the open removes free files left
     /// by an earlier one.
     ///
-    /// A reused file gets its new header page, and zeros over every other page, fdatasync'ed,
-    /// before it takes the segment's name: no segment holds anything of a file's earlier life.
-    /// What reuse saves is the new file's block allocation and the purge's unlink (which also
-    /// trims the blocks on a file system mounted with `discard`), not the zeros. A file is
-    /// reused only by the same log, only when its header is format version 3 and lists exactly
-    /// the active data key (a rotated-out key's ciphertext is unlinked with its segment, never
-    /// kept), and only under a later name in the same 4 GiB window of LSNs as the one it had, so
-    /// that readers would reject any stale byte by its address even if a wipe were lost.
+    /// A reused file gets its new header page, fdatasync'ed, before it takes the segment's
+    /// name; its other pages are not wiped, and keep the old segment's pages until the writer
+    /// covers them (the writer writes each page of a reused file whole the first time, so the
+    /// log is followed by zeros inside the pages it wrote). What reuse saves is the new file's
+    /// block allocation and zeros and the purge's unlink (which also trims the blocks on a file
+    /// system mounted with `discard`). A file is reused only by the same log, only when its
+    /// header is format version 3 or later and lists exactly the active data key (a
+    /// rotated-out key's ciphertext is unlinked with its segment, never kept), and only under a
+    /// later name in the same 4 GiB window of LSNs as the one it had: readers reject its old
+    /// pages by their page addresses and its old records by their LSN-bound checksums.
     /// docs/FORMAT.md and docs/SECURITY.md say more.
     pub fn recycle_segments(mut self, files: usize) -> Config {
         self.recycle_segments = files;

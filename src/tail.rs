@@ -164,7 +164,10 @@ const CHUNK: u64 = 1 << 20;
 /// Makes `[keep, size)` of the tail segment `file` read as zeros, by writing zeros where the
 /// bytes are not zero already, block by block. Bytes a crashed open wrote after the end sit at
 /// the very positions the next records take: a remnant record there could read as valid after
-/// a new record of the same length. Written zeros, not a hole (`set_len` down and up again):
+/// a new record of the same length. In a reused file the pages the log never reached hold the
+/// file's earlier life, which readers reject by address; they are zeroed too (a torn write may
+/// have put a crashed open's sectors among them, and the writer resumes in this segment
+/// assuming zeros after the end), once, by the first open after the log ended in the file. Written zeros, not a hole (`set_len` down and up again):
 /// durable commits into a hole allocate its blocks, so each fdatasync would also commit
 /// file-system metadata until the next segment, which is created whole for that reason. A file
 /// cut short is extended with written zeros; a longer one is cut to `size`.

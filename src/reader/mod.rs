@@ -267,6 +267,12 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// earlier writes had put on disk. So a torn rewrite ends the log at or after every hint,
 /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
 /// Otherwise the record is the torn tail of a crash, the end of the log.
+///
+/// Only page headers valid at their address count. A reused segment file is not wiped: the
+/// pages the log has not reached (or a crash kept from reaching) still carry the headers of
+/// the file's earlier life, with their old LSNs and old durable hints. Each names another page
+/// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
+/// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
     let start_page = files.geo.page_start(invalid.lsn);
     for page in files.page_headers_from(start_page)? {

@@ -247,7 +247,11 @@ impl Wal {
             }
             let appended = run_start != page;
             let mut pages = 0;
+            // Whether the page this run's images end in is imaged for the first time (pages are
+            // imaged in order, so one past the last imaged page never was).
+            let mut first_image = false;
             while page < target && self.geo.segment_start(page) == segment {
+                first_image = w.imaged.0 == super::NO_PAGE || page > w.imaged.0;
                 let image_at = buf.bytes.len();
                 buf.bytes.resize(image_at + ps as usize, 0);
                 let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
@@ -256,13 +260,17 @@ impl Wal {
                 pages += 1;
                 page += ps;
             }
-            if pages > 0 && self.mode != Mode::PageLevel {
+            let file = self.file_for(w, segment)?;
+            let old_bytes = first_image && w.reused.contains(&segment);
+            if pages > 0 && self.mode != Mode::PageLevel && !old_bytes {
                 // The last page image ends where the range ends, not at the page's end: the
                 // file holds zeros after it already (recovery zeroed the log past its end at
-                // open, and a segment this open makes is zero-filled), and this open only ever
-                // extends a page. Successive commits' ranges then share no bytes, so none waits
-                // for another's write (`InFlight::wait_clear`). pagelevel writes its zeros: its
-                // whole-page rewrites are ordered under the write lock.
+                // open, a segment this open makes new is zero-filled, and the first image of a
+                // page of a reused file, whose old bytes are still there, goes to the page's
+                // end: `recycle::MadeSegment`), and this open only ever extends a page.
+                // Successive commits' ranges then share no bytes, so none waits for another's
+                // write (`InFlight::wait_clear`). pagelevel writes its zeros: its whole-page
+                // rewrites are ordered under the write lock.
                 let last = page - ps;
                 let end = target.min(page).max(last + PAGE_HEADER_LEN as u64);
                 buf.bytes.truncate(at + (end - run_start) as usize);
@@ -271,7 +279,6 @@ impl Wal {
                 .here()
                 .pages_written
                 .add(pages + u64::from(appended));
-            let file = self.file_for(w, segment)?;
             buf.runs.push(Run {
                 segment,
                 file,

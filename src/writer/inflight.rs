@@ -4,8 +4,9 @@
 //! A range is registered (under the write lock, so ranges are registered in LSN order, each
 //! starting where the one before ended) with the stretch of the files its writes cover, from
 //! its first written byte to the end of its last page image (a pagelevel page image writes
-//! zeros after its valid part; in the other modes an image ends with the range, so ranges
-//! share bytes only where a page is written again from its header). Its writer then waits
+//! zeros after its valid part, and so does the first image of a page of a reused file; in the
+//! other cases an image ends with the range, so ranges share bytes only where a page is written
+//! again from its header or has such an image). Its writer then waits
 //! until no earlier range that is still in flight covers any of the same bytes
 //! ([`InFlight::wait_clear`]): a page's image lands before any later append to that page is
 //! issued, and a shorter image of a page never lands after a longer one. Ranges that share no bytes are written in parallel. `landed_to` moves over a

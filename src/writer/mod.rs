@@ -346,6 +346,9 @@ struct WriteState {
     /// one: its header lists only the keys of its time.
     segment_key: Option<(u64, u32)>,
     files: Vec<(u64, Arc<dyn StorageFile>)>,
+    /// The segments of `files` made from a reused file, whose pages hold old bytes where this
+    /// open has not written yet (see `recycle::MadeSegment`).
+    reused: Vec<u64>,
     dirty: Vec<u64>,
     /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
@@ -536,6 +539,7 @@ impl Wal {
                     reserved_to: end,
                     segment_key: None,
                     files: Vec::new(),
+                    reused: Vec::new(),
                     dirty: Vec::new(),
                     imaged: (NO_PAGE, 0),
                     hint_unsynced: None,

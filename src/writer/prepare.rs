@@ -28,7 +28,7 @@ use arc_swap::ArcSwap;
 use parking_lot::Condvar;
 
 use super::Wal;
-use super::recycle::{REKEY_SUFFIX, make_segment, make_unnamed, write_header};
+use super::recycle::{MadeSegment, REKEY_SUFFIX, make_segment, make_unnamed, write_header};
 use super::segments::new_segment_header;
 use crate::Lsn;
 use crate::config::Mode;
@@ -46,7 +46,7 @@ struct State {
     /// The segment being prepared right now.
     busy: Option<u64>,
     /// A prepared segment, the key check values its header lists, and its open handle.
-    ready: Option<(u64, KeyChecks, Box<dyn StorageFile>)>,
+    ready: Option<(u64, KeyChecks, MadeSegment)>,
     /// The last preparation that failed. It may have failed after its rename (at the directory
     /// sync), leaving a segment file under its name whose header lists the keys of its time.
     failed: Option<u64>,
@@ -81,7 +81,7 @@ pub(super) struct Maker {
 type KeyChecks = Vec<(u32, [u8; KCV_LEN])>;
 
 impl Maker {
-    fn make(&self, start: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
+    fn make(&self, start: u64) -> Option<(KeyChecks, MadeSegment)> {
         let header = new_segment_header(
             self.mode,
             self.geometry,
@@ -139,7 +139,7 @@ impl Preparer {
     /// Records the end of a preparation; `None` when it failed, which leaves nothing behind:
     /// the writer creates the segment itself when it gets there, and meets the error (or not:
     /// space may have been freed by then).
-    fn finish_job(&self, start: u64, made: Option<(KeyChecks, Box<dyn StorageFile>)>) {
+    fn finish_job(&self, start: u64, made: Option<(KeyChecks, MadeSegment)>) {
         let mut state = self.state.lock();
         state.busy = None;
         match made {
@@ -173,7 +173,7 @@ impl Preparer {
 struct EndClaim<'a> {
     preparer: &'a Preparer,
     next: u64,
-    placed: Option<(KeyChecks, Box<dyn StorageFile>)>,
+    placed: Option<(KeyChecks, MadeSegment)>,
 }
 
 impl Drop for EndClaim<'_> {
@@ -255,9 +255,10 @@ impl Wal {
     /// A segment prepared before the data key was rotated lists the old key, which the records
     /// and pages written from now on do not use. A rotation normally puts its own replacement
     /// in place (`swap_in`); when it could not (its preparation failed, or segments are not
-    /// prepared ahead), the stale segment is removed here (it holds nothing but its header
-    /// and zeros) and the caller creates the segment anew, listing the active key.
-    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<Box<dyn StorageFile>>> {
+    /// prepared ahead), the stale segment is removed here (it holds no record of the log:
+    /// its header, and zeros or a reused file's old bytes) and the caller creates the segment
+    /// anew, listing the active key.
+    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<MadeSegment>> {
         let mut state = self.preparer.state.lock();
         if state.wanted == Some(start) {
             // Not started yet: the writer is faster than the preparer; it makes it itself.
@@ -361,7 +362,7 @@ impl Wal {
         claim.placed = self.place_staged(staged, next);
     }
 
-    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, Box<dyn StorageFile>)> {
+    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, MadeSegment)> {
         let Staged {
             mut header,
             tmp,
@@ -388,7 +389,13 @@ impl Wal {
             self.storage.sync_dir(&self.dir)
         })();
         match placed {
-            Ok(()) => Some((header.key_checks, file)),
+            Ok(()) => Some((
+                header.key_checks,
+                MadeSegment {
+                    file,
+                    reused: false,
+                },
+            )),
             Err(_) => {
                 drop(file);
                 let _ = self.storage.remove(&tmp);

@@ -14,16 +14,15 @@
 //! retires, renamed `<segment name>.free` (a name no listing takes for a segment). Making a
 //! segment (the preparer, [`Wal::prepare_next_segment`], or the writer itself) takes one of them
 //! when one fits: renamed to the new segment's temporary name, its header page rewritten (the
-//! new header, zeros after it), every other page overwritten with zeros, fdatasync'ed, renamed
-//! to the segment's name, directory synced. A segment file never holds old content under a
-//! segment's name (DESIGN.md): the wipe comes before the rename, and a crash before it leaves a
-//! temporary file, which the open removes.
+//! new header, zeros after it), fdatasync'ed, renamed to the segment's name, directory synced.
+//! The other pages are not wiped: they keep the old segment's pages and records until the
+//! writer covers them, as PostgreSQL recycles its WAL segments. A crash before the rename
+//! leaves a temporary file, which the open removes.
 //!
-//! What reuse saves: no new file's blocks to allocate (and no extents to commit with them), and
-//! no unlink at the purge, which on a file system mounted with `discard` also trims the freed
-//! blocks (median 4.3 ms per 16 MiB segment against 0.16 ms to rename). The zeros are still
-//! written: the measured cost of a segment's worth of zeros beside a commit-bound log is in
-//! docs/BENCHMARKS.md ("Reused segment files").
+//! What reuse saves: no new file's blocks to allocate (and no extents to commit with them), no
+//! unlink at the purge, which on a file system mounted with `discard` also trims the freed
+//! blocks (median 4.3 ms per 16 MiB segment against 0.16 ms to rename), and no segment's worth
+//! of zeros: making a segment from a free file writes one page and syncs it.
 //!
 //! A file is reused only when
 //! - its header is this log's, with the log's geometry and mode, format version 3 or later;
@@ -32,11 +31,22 @@
 //! - its old start and the new one lie in the same 4 GiB window of LSNs
 //!   ([`format::same_lsn_window`]), and the new one is later.
 //!
-//! The last two conditions are what readers need to reject stale bytes by their address alone
-//! (a page header carries its page's LSN; from format version 3 a record's checksum covers the
-//! low 32 bits of its LSN, and within one window those differ for every two LSNs). The wipe
-//! makes them a second line: a page whose zeros a device lost still reads as stale, never as
-//! a record.
+//! The last two conditions are what lets readers reject the old bytes by their address alone,
+//! deterministically. A page the writer has not written yet carries the page header of its old
+//! life, whose LSN is not the page's: it is not a page of the log, so the log ends before it,
+//! and its durable hint counts for nothing (recovery's torn-tail rule reads only valid page
+//! headers). A record of the old life, intact at its old offset, fails its checksum at the new
+//! LSN (from format version 3 a record's checksum covers the low 32 bits of its LSN, and within
+//! one window those differ for every two LSNs), and within one window the earlier lives of a
+//! file all had other starts.
+//!
+//! Inside a page the writer has written, what follows the end of the log must be zeros, as in
+//! a new file: there the page header is the new one, and old bytes could be rejected only by
+//! the checksum, which a plaintext payload can carry a record to match (an embedder's bytes) and
+//! which other old bytes pass once in 2^32. So the writer writes the first image of each page
+//! of a reused file to the page's end ([`MadeSegment`]), and recovery zeroes the tail segment
+//! after the end as for any log. Only a torn write then leaves old bytes inside a written page,
+//! as a torn write leaves bytes of any earlier write: the end of the log is there, before them.
 //!
 //! A free file that can never fit (another window, an older key, a damaged header) is removed
 //! when it is met. A crash at any step leaves either a free file (reused or removed later), a
@@ -50,7 +60,7 @@ use super::Wal;
 use crate::Lsn;
 use crate::error::{Error, Result};
 use crate::format::{self, SegmentHeader};
-use crate::storage::{Storage, StorageFile, write_zeros};
+use crate::storage::{Storage, StorageFile};
 
 /// Suffix of a segment file still being created.
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
@@ -61,7 +71,8 @@ pub(crate) const TMP_SUFFIX: &str = ".tmp";
 pub(crate) const REKEY_SUFFIX: &str = ".rekey.tmp";
 
 /// Suffix of a free file being made into a segment (`<segment name>.reuse.tmp`; see
-/// `recycle::reuse_free`): until its wipe is done it still holds its earlier life's pages.
+/// `recycle::reuse_free`): until its header is rewritten and synced, it is still the old
+/// segment.
 /// Ends in [`TMP_SUFFIX`]: the open removes it like any unfinished segment.
 pub(crate) const REUSE_SUFFIX: &str = ".reuse.tmp";
 
@@ -133,12 +144,13 @@ fn remove_free(storage: &dyn Storage, dir: &Path, old: Lsn) -> Result<()> {
     }
 }
 
-/// Overwrites every page of a reused file but the header page with zeros, with ordinary writes
-/// ([`write_zeros`], not [`StorageFile::fill_zeros`], which is only for bytes that are zero
-/// already).
-fn wipe_pages(file: &dyn StorageFile, header: &SegmentHeader) -> std::io::Result<()> {
-    let geo = header.geometry;
-    write_zeros(file, geo.page_size, geo.segment_size - geo.page_size)
+/// A segment file made for the writer, and whether it is a reused file: its pages after the
+/// header then still hold its earlier life's bytes, which the writer covers page by page as it
+/// writes (the first image of each page goes to the page's end, `Wal::build_pages`), so that
+/// within the pages it wrote the log is followed by zeros, as in a file made new.
+pub(crate) struct MadeSegment {
+    pub(crate) file: Box<dyn StorageFile>,
+    pub(crate) reused: bool,
 }
 
 /// Makes the segment `header` describes: from a free file when `recycle` and one fits
@@ -149,11 +161,14 @@ pub(crate) fn make_segment(
     dir: &Path,
     header: &SegmentHeader,
     recycle: bool,
-) -> Result<Box<dyn StorageFile>> {
+) -> Result<MadeSegment> {
     if recycle && let Ok(Some(file)) = reuse_free(storage, dir, header) {
-        return Ok(file);
+        return Ok(MadeSegment { file, reused: true });
     }
-    create_segment(storage, dir, header)
+    Ok(MadeSegment {
+        file: create_segment(storage, dir, header)?,
+        reused: false,
+    })
 }
 
 /// Makes the segment `header` describes from a free file of `dir`, newest first, removing each
@@ -195,8 +210,9 @@ pub(crate) fn reuse_free(
                 storage.remove(&tmp)?;
                 return Ok(None);
             }
+            // The header page only: the other pages keep their bytes until the writer covers
+            // them (see the module documentation).
             write_header(file.as_ref(), header)?;
-            wipe_pages(file.as_ref(), header)?;
             file.sync_data()?;
             storage.rename(&tmp, &path)?;
             storage.sync_dir(dir)?;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::recycle::{free_file_name, make_segment};
+use super::recycle::{MadeSegment, free_file_name, make_segment};
 use super::{Wal, WriteState};
 use crate::Lsn;
 use crate::config::Mode;
@@ -35,21 +35,30 @@ impl Wal {
         while w.files.len() >= 2 {
             w.files.remove(0);
         }
-        let file = match self.take_prepared(segment)? {
-            Some(file) => file,
+        let made = match self.take_prepared(segment)? {
+            Some(made) => made,
             None => self.open_or_create(segment)?,
         };
-        let file: Arc<dyn StorageFile> = Arc::from(file);
+        let file: Arc<dyn StorageFile> = Arc::from(made.file);
         w.files.push((segment, file.clone()));
+        w.reused.retain(|s| w.files.iter().any(|(f, _)| f == s));
+        if made.reused {
+            w.reused.push(segment);
+        }
         self.want_prepared(segment + self.geo.segment_size);
         Ok(file)
     }
 
-    /// Opens the segment at `segment`, creating it here if it does not exist.
-    fn open_or_create(&self, segment: u64) -> Result<Box<dyn StorageFile>> {
+    /// Opens the segment at `segment`, creating it here if it does not exist. One that exists
+    /// is the tail segment recovery zeroed after the end, or a rotation's replacement (made
+    /// new): not a reused file.
+    fn open_or_create(&self, segment: u64) -> Result<MadeSegment> {
         let path = self.dir.join(format::segment_file_name(Lsn(segment)));
         match self.storage.open(&path, true) {
-            Ok(file) => Ok(file),
+            Ok(file) => Ok(MadeSegment {
+                file,
+                reused: false,
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => make_segment(
                 self.storage.as_ref(),
                 &self.dir,

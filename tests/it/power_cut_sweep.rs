@@ -12,6 +12,13 @@
 //! `flush` in Durable mode, by `sync` or `close` in either mode — replay from the checkpoint it
 //! kept (if any), and take a new record.
 //!
+//! Purged segments are kept for reuse (two free files), and reuse does not wipe them: every
+//! reused file holds the records of its earlier life (each was a full segment of the log), so
+//! the images hold old pages and records past the end of the log, and a torn write into a
+//! reused file leaves old sectors between new ones. Each configuration must reuse a file, and
+//! each mode twelve. After every flush and sync a reader opened on the live files must read
+//! every record written so far and nothing else. The counts are printed per configuration.
+//!
 //! By default a sample of the steps is imaged (about 40 images per mode, page size and sync
 //! mode); `WALCRYPT_SWEEP=full` images every step. WALCRYPT_CRASH_SEED sets the seed.
 
@@ -58,15 +65,24 @@ struct Sweep {
     rng: Mutex<Rng>,
     /// Percent of steps imaged.
     sample: u64,
+    seed: u64,
     armed: AtomicBool,
     /// The workload's operation under way, for the messages.
     doing: Mutex<&'static str>,
     images: AtomicU64,
     checks: AtomicU64,
+    /// Free files made into segments (renamed to a segment's temporary name): each holds the
+    /// records of its earlier life, as reuse does not wipe it.
+    reuses: AtomicU64,
+    /// Records a reader opened on the live files read (`check_live`).
+    live_reads: AtomicU64,
 }
 
 impl Step for Sweep {
     fn before(&self, step: &str) {
+        if step.starts_with("rename ") && step.contains(".free to ") {
+            self.reuses.fetch_add(1, Ordering::Relaxed);
+        }
         if !self.armed.load(Ordering::Relaxed) || !self.rng.lock().unwrap().chance(self.sample) {
             return;
         }
@@ -77,7 +93,10 @@ impl Step for Sweep {
 
 impl Sweep {
     fn what(&self) -> String {
-        format!("{} {:?} {} B pages", self.mode, self.sync, self.page)
+        format!(
+            "{} {:?} {} B pages, seed {}",
+            self.mode, self.sync, self.page, self.seed
+        )
     }
 
     fn config(&self) -> Config {
@@ -291,7 +310,7 @@ fn restart(
 }
 
 /// One configuration's workload. Returns (images, acknowledged-record checks).
-fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize) -> (u64, u64) {
+fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize) -> Counts {
     let tmp = tempfile::tempdir().unwrap();
     let first_dir = tmp.path().join("wal-0");
     let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("sweep").unwrap());
@@ -306,10 +325,13 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
         expect: Mutex::new(Expect::default()),
         rng: Mutex::new(Rng::new(seed)),
         sample,
+        seed,
         armed: AtomicBool::new(false),
         doing: Mutex::new("open"),
         images: AtomicU64::new(0),
         checks: AtomicU64::new(0),
+        reuses: AtomicU64::new(0),
+        live_reads: AtomicU64::new(0),
     });
     let mut rng = Rng::new(seed ^ 0x5eed_5eed);
     let storage = || -> Arc<dyn Storage> {
@@ -373,12 +395,16 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
                     let mut expect = sweep.expect.lock().unwrap();
                     expect.acked_to = expect.acked_to.max(end);
                 }
+                check_live(&sweep, &dir, &wal, end);
             }
             70..=76 => {
                 let end = wal.end_lsn();
                 wal.sync().unwrap();
-                let mut expect = sweep.expect.lock().unwrap();
-                expect.acked_to = expect.acked_to.max(end);
+                {
+                    let mut expect = sweep.expect.lock().unwrap();
+                    expect.acked_to = expect.acked_to.max(end);
+                }
+                check_live(&sweep, &dir, &wal, end);
             }
             77..=86 => {
                 // A purge of all but the last segment or two; some fail halfway.
@@ -466,27 +492,103 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
     }
     sweep.armed.store(false, Ordering::Relaxed);
     wal.close().unwrap();
-    (
-        sweep.images.load(Ordering::Relaxed),
-        sweep.checks.load(Ordering::Relaxed),
-    )
+    Counts {
+        images: sweep.images.load(Ordering::Relaxed),
+        checks: sweep.checks.load(Ordering::Relaxed),
+        reuses: sweep.reuses.load(Ordering::Relaxed),
+        live_reads: sweep.live_reads.load(Ordering::Relaxed),
+    }
+}
+
+/// What one configuration's workload did.
+#[derive(Default)]
+struct Counts {
+    images: u64,
+    checks: u64,
+    reuses: u64,
+    live_reads: u64,
+}
+
+/// A reader opened on the live files while the log is open, right after everything before
+/// `end` was written out: it reads every record before `end` that the purges kept, each the one
+/// appended at its LSN, and nothing else, whatever the reused files hold past the end.
+fn check_live(sweep: &Sweep, dir: &Path, wal: &Wal, end: Lsn) {
+    let keys = if sweep.mode.is_encrypted() {
+        KeyStore::open(dir.join(STORE), sweep.kek.clone())
+            .unwrap_or_else(|e| panic!("{}: live key store: {e}", sweep.what()))
+            .ring()
+    } else {
+        walcrypt::KeyRing::generate().unwrap()
+    };
+    let what = format!("{} live read to {end}", sweep.what());
+    let expect = sweep.expect.lock().unwrap();
+    let reader = Reader::open(dir, Some(keys)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut last = None;
+    let mut n = 0;
+    for r in reader.records_from(Lsn::default()) {
+        let r = r.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let id = id_of(r.kind, &r.payload, &what);
+        assert_eq!(
+            expect.written.get(&r.lsn),
+            Some(&id),
+            "{what}: record {id} read at {}",
+            r.lsn
+        );
+        last = Some(r.lsn);
+        n += 1;
+    }
+    // The records a purge may have taken (before `oldest`) aside.
+    let written_last = expect
+        .written
+        .range(expect.oldest..end.max(expect.oldest))
+        .next_back()
+        .map(|(l, _)| *l);
+    assert_eq!(
+        last.max(written_last),
+        last,
+        "{what}: the reader stopped early"
+    );
+    assert_eq!(wal.end_lsn(), end, "{what}");
+    sweep.live_reads.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Every sync mode and page size for `mode`.
 fn sweep_mode(mode: Mode) {
     let seed = seed_from_env("WALCRYPT_CRASH_SEED");
     let full = std::env::var("WALCRYPT_SWEEP").is_ok_and(|v| v == "full");
-    let (sample, ops) = if full { (100, 300) } else { (3, 110) };
-    let (mut images, mut checks) = (0, 0);
+    let (sample, ops) = if full { (100, 300) } else { (3, 150) };
+    let mut all = Counts::default();
     for sync in [SyncMode::Durable, SyncMode::Buffered] {
         for page in [512, 4096, 8192] {
-            let (i, c) = run(mode, sync, page, seed, sample, ops);
-            images += i;
-            checks += c;
+            let c = run(mode, sync, page, seed, sample, ops);
+            println!(
+                "{mode} {sync:?} {page} B pages: {} crash images, {} acknowledged-record \
+                 checks, {} reused files, {} records read live",
+                c.images, c.checks, c.reuses, c.live_reads
+            );
+            assert!(
+                c.reuses >= 2,
+                "{mode} {sync:?} {page}: only {} reuses",
+                c.reuses
+            );
+            all.images += c.images;
+            all.checks += c.checks;
+            all.reuses += c.reuses;
+            all.live_reads += c.live_reads;
         }
     }
-    println!("{mode}, seed {seed}: {images} crash images, {checks} acknowledged-record checks");
+    let Counts {
+        images,
+        checks,
+        reuses,
+        live_reads,
+    } = all;
+    println!(
+        "{mode}, seed {seed}: {images} crash images, {checks} acknowledged-record checks, \
+         {reuses} reused files, {live_reads} records read live"
+    );
     assert!(images >= 15, "{mode}: only {images} crash images");
+    assert!(reuses >= 12, "{mode}: only {reuses} reused files");
 }
 
 #[test]
