@@ -169,6 +169,7 @@ impl Wal {
         }
         let id = self.inflight.register(target, lo, hi);
         w.reserved_to = target;
+        w.data_end = target;
         Ok(Some(Reserved {
             wal: self,
             id,
@@ -523,7 +524,7 @@ impl Wal {
         self.write_locked(w, target, same)?;
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
-            self.synced_to.store(target, Ordering::Release);
+            self.synced_to.fetch_max(target, Ordering::AcqRel);
             self.refresh_hint(w)?;
         }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
@@ -588,7 +589,10 @@ impl Wal {
             return Ok(());
         }
         let ps = self.geo.page_size;
-        let valid = (w.reserved_to.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
+        // Up to the end of the log's bytes, not `reserved_to`: after a jump over unused log
+        // (a segment switch) the rest of this page holds only what its slot kept from the page
+        // one ring length earlier, and zeros belong there.
+        let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         let mut image = vec![0u8; ps as usize];
         self.page_image(w, page, valid as usize, synced, &mut image)?;
         let segment = self.geo.segment_start(page);
@@ -658,5 +662,47 @@ mod tests {
         assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
         assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
         assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+    }
+
+    /// After a segment switch, the page holding the switch record is written again with the
+    /// new durable hint (`refresh_hint`, at `sync`): with zeros after the record, not what the
+    /// page's buffer slot still holds from the page one ring length earlier.
+    #[test]
+    fn the_hint_rewrite_after_a_switch_writes_zeros_after_the_switch_record() {
+        use std::io::{Read, Seek, SeekFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(Mode::Plaintext)
+            .sync(crate::SyncMode::Buffered)
+            .page_size(512)
+            .segment_size(64 * 1024)
+            .buffer_size(2048);
+        let wal = Wal::open(dir.path(), config).unwrap();
+        // Past the ring's first lap (4 slots of 512 bytes), every slot holds records.
+        for i in 0..60u32 {
+            wal.append(1, &[0xA5; 90][..(40 + i as usize % 50)])
+                .unwrap();
+        }
+        wal.flush(wal.end_lsn()).unwrap();
+        let end = u64::from(wal.end_lsn());
+        wal.switch_segment().unwrap();
+        let switch_end = wal.write.lock().data_end;
+        assert!(switch_end > end, "the switch record follows the log's end");
+        wal.sync().unwrap();
+        let page = wal.geo.page_start(switch_end - 1);
+        let segment = wal.geo.segment_start(page);
+        let rest = (page + wal.geo.page_size - switch_end) as usize;
+        assert!(rest > 0, "the switch record ends inside its page");
+        let path = dir
+            .path()
+            .join(crate::format::segment_file_name(crate::Lsn(segment)));
+        let mut file = std::fs::File::open(path).unwrap();
+        file.seek(SeekFrom::Start(switch_end - segment)).unwrap();
+        let mut after = vec![0u8; rest];
+        file.read_exact(&mut after).unwrap();
+        assert!(
+            after.iter().all(|&b| b == 0),
+            "bytes after the switch record in its page: {:?}",
+            &after[..after.len().min(32)]
+        );
     }
 }

@@ -342,6 +342,11 @@ struct WriteState {
     /// Everything before it is reserved: written, or being written by the thread that
     /// reserved it (`InFlight`). Not a record boundary (see `written_to`).
     reserved_to: u64,
+    /// The end of the log's bytes in the files: `reserved_to` as the last write-out left it,
+    /// before any jump over unused log (a segment switch, a resume on a fresh page). Past it,
+    /// the page that holds it has no record bytes, only what its buffer slot kept from an
+    /// earlier page: `refresh_hint` rewrites that page up to here, zeros after.
+    data_end: u64,
     /// A segment (created before the key was rotated) whose pages use this key, not the active
     /// one: its header lists only the keys of its time.
     segment_key: Option<(u64, u32)>,
@@ -537,6 +542,7 @@ impl Wal {
             write: CachePadded::new(OrderedMutex::new(
                 WriteState {
                     reserved_to: end,
+                    data_end: end,
                     segment_key: None,
                     files: Vec::new(),
                     reused: Vec::new(),
@@ -1077,7 +1083,8 @@ impl Wal {
         let (mut w, held_since) = flush::timed_lock(&self.write);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
-            self.synced_to.store(target, Ordering::Release);
+            // A switch or another sync under the lock before this one may have stored more.
+            self.synced_to.fetch_max(target, Ordering::AcqRel);
             self.flushed_to.fetch_max(target, Ordering::AcqRel);
             self.refresh_hint(&mut w)?;
             self.debug_check_positions(&w);
