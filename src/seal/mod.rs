@@ -225,7 +225,8 @@ impl Seal {
         let len = self.stored_len(at.version, payload.len(), flags);
         if out.len() != len {
             return Err(Error::Config(format!(
-                "a record of {len} bytes sealed into a buffer of {} bytes",
+                "a record of {len} bytes at lsn {} sealed into a buffer of {} bytes",
+                crate::Lsn(at.lsn),
                 out.len()
             )));
         }

@@ -800,7 +800,7 @@ impl Wal {
         Ok((first, lsns.into_iter().map(Lsn).collect()))
     }
 
-    /// Seals `records` at their LSNs into `sealed` and copies each into the buffer.
+    /// Seals each of `records` at its LSN into `sealed` and copies it into the buffer.
     fn seal_and_copy(
         &self,
         records: &[Pending<'_>],
@@ -818,15 +818,11 @@ impl Wal {
         // in progress (`switch_segment_installing`), so these are the keys of the segment the
         // records land in.
         let keys = self.keys.load();
-        for ((record, iv), &lsn) in records.iter().zip(ivs).zip(lsns) {
-            self.seal_at(&keys, lsn, *iv, record, sealed)?;
-        }
         let own = Some(inserting.lane.index());
-        let mut begin = 0;
-        for (record, &lsn) in records.iter().zip(lsns) {
-            let len = self.record_len(record);
-            self.copy_at(lsn, &sealed[begin..begin + len], own)?;
-            begin += len;
+        for ((record, iv), &lsn) in records.iter().zip(ivs).zip(lsns) {
+            let begin = sealed.len();
+            self.seal_at(&keys, lsn, *iv, record, sealed)?;
+            self.copy_at(lsn, &sealed[begin..], own)?;
         }
         Ok(())
     }
