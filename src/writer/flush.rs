@@ -65,7 +65,7 @@ impl Drop for Reserved<'_> {
             return;
         }
         let wal = self.wal;
-        if !wal.poisoned.load(Ordering::Acquire) {
+        if !wal.poison.is_set() {
             let position = wal.written_to.load(Ordering::Acquire);
             let error = wal.broken_invariant(
                 "write segment",
@@ -188,7 +188,7 @@ impl Wal {
     }
 
     fn write_runs(&self, id: u64, buf: &WriteBuffer) -> Result<()> {
-        if !self.inflight.wait_clear(id, &self.poisoned) {
+        if !self.inflight.wait_clear(id, self.poison.flag()) {
             // Poisoned while it waited: the range is not written.
             self.check_poison()?;
             return Err(self.broken_invariant(
@@ -211,7 +211,7 @@ impl Wal {
         if self.written_to.load(Ordering::Acquire) >= target {
             return Ok(());
         }
-        if self.inflight.wait_landed(target, &self.poisoned) {
+        if self.inflight.wait_landed(target, self.poison.flag()) {
             return Ok(());
         }
         self.check_poison()?;
@@ -540,7 +540,7 @@ impl Wal {
     /// `synced_to <= flushed_to <= insert_end`, `flushed_to <= written_to <= reserved_to`.
     /// Every test that writes a log checks them this way; release builds pay nothing.
     pub(super) fn debug_check_positions(&self, w: &WriteState) {
-        if cfg!(debug_assertions) && !self.poisoned.load(Ordering::Acquire) {
+        if cfg!(debug_assertions) && !self.poison.is_set() {
             let synced = self.synced_to.load(Ordering::Acquire);
             let flushed = self.flushed_to.load(Ordering::Acquire);
             let written = self.written_to.load(Ordering::Acquire);
@@ -618,8 +618,7 @@ impl Wal {
     pub fn shutdown(&self) -> Result<()> {
         let result = self.finish();
         if result.is_ok() {
-            self.closed.store(true, Ordering::Release);
-            self.poisoned.store(true, Ordering::Release);
+            self.poison.close();
         }
         result
     }

@@ -48,7 +48,7 @@
 //! 5. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
-//! 6. the **poison cause** (`poison_reason`): set or cloned, under any of the above but the
+//! 6. the **poison cause** (`poison`, poison.rs): set or cloned, under any of the above but the
 //!    in-flight lock, or none; nothing is taken while it is held.
 //!
 //! The **preparer's state** (`Preparer`, prepare.rs) sits outside this order: it is taken with
@@ -126,8 +126,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
@@ -138,7 +137,7 @@ use crate::compress;
 use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
-use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
+use crate::events::{FlushRound, RecoverySummary};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
 use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
@@ -150,8 +149,10 @@ mod group;
 mod inflight;
 mod insertions;
 mod open;
+mod poison;
 mod prepare;
 mod recycle;
+mod report;
 mod rotate;
 mod segments;
 
@@ -184,7 +185,7 @@ struct Inserting<'a> {
 
 impl Drop for Inserting<'_> {
     fn drop(&mut self) {
-        if !self.finished && !self.wal.poisoned.load(Ordering::Acquire) {
+        if !self.finished && !self.wal.poison.is_set() {
             let at = self.wal.insert_end.load(Ordering::Acquire);
             let error = self.wal.broken_invariant(
                 "append",
@@ -422,20 +423,12 @@ pub struct Wal {
     /// Group commit: whether a flush round is under way, and a count of finished rounds
     /// (group.rs).
     group: CachePadded<GroupCommit>,
-    poisoned: AtomicBool,
-    /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
-    /// held after it.
-    poison_reason: OrderedMutex<Option<PoisonCause>, { lock_order::POISON }>,
+    /// Whether the log may still be written, why not, and whether it was closed (poison.rs).
+    poison: poison::Poison,
     /// Statistics, readable without any lock.
     counters: Counters,
-    /// Hears of events; calls happen with no lock of the log held.
-    listener: Option<Arc<dyn EventListener>>,
-    /// Start of the newest segment reported to the listener.
-    reported_segment: AtomicU64,
-    /// Whether the poisoning was reported to the listener.
-    poison_reported: AtomicBool,
-    /// What the open that made this `Wal` found.
-    recovery: OnceLock<RecoverySummary>,
+    /// The listener, and what it has been told (report.rs).
+    reports: report::Reports,
     /// Segments prepared ahead (see `prepare`), and the thread that prepares them.
     preparer: Arc<Preparer>,
     preparer_thread: Option<std::thread::JoinHandle<()>>,
@@ -452,9 +445,6 @@ pub struct Wal {
     control: Mutex<crate::control::Control>,
     /// How far a hold may fall behind the end before a purge gives it up.
     max_hold_bytes: u64,
-    /// Set by [`Wal::shutdown`] (before `poisoned`, which then refuses every later call with
-    /// [`Error::Closed`] at no cost to the hot path's one check).
-    closed: AtomicBool,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -553,20 +543,15 @@ impl Wal {
                 domain,
             )),
             group: CachePadded::new(GroupCommit::default()),
-            poisoned: AtomicBool::new(false),
-            poison_reason: OrderedMutex::new(None, domain),
+            poison: poison::Poison::new(domain),
             counters: Counters::default(),
-            listener: config.listener.clone(),
-            reported_segment: AtomicU64::new(geo.segment_start(end)),
-            poison_reported: AtomicBool::new(false),
-            recovery: OnceLock::new(),
+            reports: report::Reports::new(config.listener.clone(), Lsn(geo.segment_start(end))),
             preparer,
             preparer_thread,
             tail_format: resume.tail_format,
             recycle: config.recycle_segments,
             control: Mutex::new(crate::control::Control::default()),
             max_hold_bytes: config.max_hold_bytes,
-            closed: AtomicBool::new(false),
             _dir_lock: dir_lock,
         })
     }
@@ -784,7 +769,7 @@ impl Wal {
                 }
                 result
             })
-            .map_err(|e| match self.poisoned.load(Ordering::Acquire) {
+            .map_err(|e| match self.poison.is_set() {
                 true => e,
                 false => self.poison_error(e),
             })?;
@@ -1028,15 +1013,12 @@ impl Wal {
     /// What the open that made this `Wal` found: where the log ended, how much was replayed,
     /// and whether damage was cut away ([`crate::RecoveryMode::TruncateAtDamage`]).
     pub fn recovery_summary(&self) -> Option<&RecoverySummary> {
-        self.recovery.get()
+        self.reports.recovery()
     }
 
     /// Records what recovery found and tells the listener.
     pub(crate) fn recovered(&self, summary: RecoverySummary) {
-        if let Some(listener) = &self.listener {
-            listener.on_recovery(&summary);
-        }
-        let _ = self.recovery.set(summary);
+        self.reports.recovered(summary);
     }
 
     /// Rewrites the page holding the end of the log (same records, fresh header) and syncs it.
@@ -1098,7 +1080,7 @@ impl Wal {
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
     fn lead_round(&self, lsn: u64, round: Option<group::RoundEnd<'_>>) -> Result<()> {
-        let Some(listener) = &self.listener else {
+        let Some(listener) = self.reports.listener() else {
             return self.lead_flush(lsn);
         };
         let started = Instant::now();
@@ -1125,29 +1107,17 @@ impl Wal {
     /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
     /// at the exits of the public operations, with no lock held; one branch without listener.
     fn deliver_events(&self) {
-        let Some(listener) = &self.listener else {
+        let Some(listener) = self.reports.listener() else {
             return;
         };
         let segment = self
             .geo
             .segment_start(self.written_to.load(Ordering::Acquire));
-        // A plain load first: the read-modify-write happens only at a switch, not per append.
-        if segment > self.reported_segment.load(Ordering::Acquire) {
-            let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
-            if segment > reported {
-                listener.on_segment_switch(&SegmentSwitch {
-                    from: Lsn(reported),
-                    to: Lsn(segment),
-                });
-            }
+        if let Some(switch) = self.reports.switch_to(Lsn(segment)) {
+            listener.on_segment_switch(&switch);
         }
-        if self.poisoned.load(Ordering::Acquire)
-            && !self.poison_reported.swap(true, Ordering::AcqRel)
-        {
-            let cause = self.poison_reason.lock().clone();
-            if let Some(cause) = cause {
-                listener.on_poisoned(&cause);
-            }
+        if let Some(cause) = self.poison.take_unreported() {
+            listener.on_poisoned(&cause);
         }
     }
 
@@ -1171,20 +1141,7 @@ impl Wal {
     }
 
     fn check_poison(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
-            if self.closed.load(Ordering::Acquire) {
-                return Err(Error::Closed(self.dir.clone()));
-            }
-            // The cause is recorded before the flag is set, so it is always there.
-            let cause = self.poison_reason.lock().clone();
-            return Err(Error::Poisoned(cause.unwrap_or_else(|| PoisonCause {
-                op: "write the log",
-                path: self.dir.clone(),
-                kind: std::io::ErrorKind::Other,
-                message: "an earlier operation failed".into(),
-            })));
-        }
-        Ok(())
+        self.poison.check(&self.dir)
     }
 
     fn poison(&self, op: &'static str, segment: u64, e: std::io::Error) -> Error {
@@ -1205,11 +1162,7 @@ impl Wal {
     }
 
     fn poison_error(&self, error: Error) -> Error {
-        self.poison_reason
-            .lock()
-            .get_or_insert_with(|| PoisonCause::of(&error));
-        self.poisoned.store(true, Ordering::Release);
-        error
+        self.poison.set(error)
     }
 }
 
@@ -1256,7 +1209,7 @@ impl Drop for Wal {
         if let Some(thread) = self.preparer_thread.take() {
             let _ = thread.join();
         }
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.poison.is_set() {
             return;
         }
         // A forked child dropping its copy writes nothing (`check_process`).
