@@ -3,12 +3,11 @@
 //! tracked in `inflight`), group-commit flushes, fdatasync and close. The segment files the
 //! pages go into (handles, creation, switch and purge) are managed in `segments`.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use std::sync::Arc;
 
-use crate::lock_order::{self, OrderedGuard, OrderedMutex};
+use crate::lock_order::{OrderedGuard, OrderedMutex};
 
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
@@ -66,7 +65,7 @@ impl Drop for Reserved<'_> {
         }
         let wal = self.wal;
         if !wal.poison.is_set() {
-            let position = wal.written_to.load(Ordering::Acquire);
+            let position = wal.inflight.written().0;
             let error = wal.broken_invariant(
                 "write segment",
                 position,
@@ -182,7 +181,7 @@ impl Wal {
     /// landed. A failure poisons the log; the range then never lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
         self.write_runs(range.id, &range.buf)?;
-        self.inflight.land(range.id, &self.written_to);
+        self.inflight.land(range.id);
         range.landed = true;
         Ok(())
     }
@@ -193,7 +192,7 @@ impl Wal {
             self.check_poison()?;
             return Err(self.broken_invariant(
                 "write segment",
-                self.written_to.load(Ordering::Acquire),
+                self.inflight.written().0,
                 "a write-out was refused by a log that is not poisoned".into(),
             ));
         }
@@ -208,7 +207,7 @@ impl Wal {
     /// Waits until everything before `target` has landed; an error if the log was poisoned
     /// first.
     pub(super) fn wait_landed(&self, target: u64) -> Result<()> {
-        if self.written_to.load(Ordering::Acquire) >= target {
+        if self.inflight.written().0 >= target {
             return Ok(());
         }
         if self.inflight.wait_landed(target, self.poison.flag()) {
@@ -226,7 +225,7 @@ impl Wal {
     /// contiguous stretch of the file.
     fn build_pages(&self, w: &mut WriteState, target: u64, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
-        let hint = self.synced_to.load(Ordering::Acquire);
+        let hint = self.positions.synced().0;
         let mut page = self.geo.page_start(w.reserved_to);
         while page < target {
             if self.geo.is_header_page(page) {
@@ -310,23 +309,14 @@ impl Wal {
 
     /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
     /// it belongs to) if the slot holds another page.
-    fn slot_holding(
-        &self,
-        page: u64,
-    ) -> Result<OrderedGuard<'_, super::Slot, { lock_order::SLOT }>> {
-        let slot = self.slots[self.slot_index(page)].lock();
-        if slot.page != page {
-            return Err(self.broken_invariant(
+    fn slot_holding(&self, page: u64) -> Result<super::buffer::SlotGuard<'_>> {
+        self.buffer.holding(Lsn(page)).map_err(|wrong| {
+            self.broken_invariant(
                 "write page",
                 page,
-                format!(
-                    "page {} is not in the write buffer (it holds {})",
-                    Lsn(page),
-                    Lsn(slot.page)
-                ),
-            ));
-        }
-        Ok(slot)
+                format!("page {} is not in the write buffer: {}", Lsn(page), wrong.0),
+            )
+        })
     }
 
     /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
@@ -442,7 +432,7 @@ impl Wal {
             if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.insert_end.load(Ordering::Acquire) < lsn {
+            if self.reservations.end().0 < lsn {
                 return Err(Error::LsnNotAvailable(Lsn(lsn)));
             }
             let seen = self.group.rounds();
@@ -503,7 +493,7 @@ impl Wal {
         self.wait_landed(target)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes landed.
         self.check_poison()?;
-        self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        self.positions.raise_flushed(Lsn(target));
         Ok(())
     }
 
@@ -524,41 +514,27 @@ impl Wal {
         self.write_locked(w, target, same)?;
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
-            self.synced_to.fetch_max(target, Ordering::AcqRel);
+            self.positions.raise_synced(Lsn(target));
             self.refresh_hint(w)?;
         }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
         // the lock may have failed meanwhile), as on the Buffered path.
         self.check_poison()?;
-        self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        self.positions.raise_flushed(Lsn(target));
         self.debug_check_positions(w);
         Ok(())
     }
 
     /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as
-    /// far as the write lock (held by the caller, about to release it) can see it:
-    /// `synced_to <= flushed_to <= insert_end`, `flushed_to <= written_to <= reserved_to`.
-    /// Every test that writes a log checks them this way; release builds pay nothing.
+    /// far as the write lock (held by the caller, about to release it) can see it
+    /// ([`super::positions::Positions::check_order`]).
     pub(super) fn debug_check_positions(&self, w: &WriteState) {
-        if cfg!(debug_assertions) && !self.poison.is_set() {
-            let synced = self.synced_to.load(Ordering::Acquire);
-            let flushed = self.flushed_to.load(Ordering::Acquire);
-            let written = self.written_to.load(Ordering::Acquire);
-            let complete = self.insert_end.load(Ordering::Acquire);
-            debug_assert!(
-                synced <= flushed && flushed <= complete,
-                "positions out of order: synced {} flushed {} complete {}",
-                Lsn(synced),
-                Lsn(flushed),
-                Lsn(complete)
-            );
-            debug_assert!(
-                flushed <= written && written <= w.reserved_to,
-                "positions out of order: flushed {} written {} reserved {}",
-                Lsn(flushed),
-                Lsn(written),
-                Lsn(w.reserved_to)
-            );
+        if !self.poison.is_set() {
+            self.positions.check_order(|| super::positions::Seen {
+                end: self.reservations.end(),
+                written: self.inflight.written(),
+                reserved: Lsn(w.reserved_to),
+            });
         }
     }
 
@@ -578,12 +554,12 @@ impl Wal {
     /// for it (a `sync` with nothing new appended costs no fdatasync): the hint is true
     /// whether or not this write survives a crash. `close` syncs it.
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
-        let synced = self.synced_to.load(Ordering::Acquire);
+        let synced = self.positions.synced().0;
         let (page, hint) = w.imaged;
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        if self.slots[self.slot_index(page)].lock().page != page {
+        if !self.buffer.holds(Lsn(page)) {
             // The page is complete and its slot holds a newer page, whose first write-out
             // will carry the hint.
             return Ok(());
@@ -656,7 +632,8 @@ mod tests {
         let lsn = wal.append(1, b"record").unwrap();
         // Not an I/O error: the slot of the page to write claims to hold another page.
         let page = wal.geo.page_start(u64::from(lsn));
-        wal.slots[wal.slot_index(page)].lock().page = page + wal.geo.page_size;
+        wal.buffer
+            .mislabel(crate::Lsn(page), crate::Lsn(page + wal.geo.page_size));
         assert!(wal.flush(lsn).is_err());
         assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
         assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));

@@ -17,7 +17,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crossbeam::utils::CachePadded;
 use parking_lot::Condvar;
+
+use crate::Lsn;
 
 use crate::lock_order::{self, Domain, OrderedMutex};
 
@@ -53,6 +56,9 @@ const WAKE_SLOTS: usize = 16;
 pub(super) struct InFlight {
     state: OrderedMutex<State, { lock_order::INFLIGHT }>,
     changed: [Condvar; WAKE_SLOTS],
+    /// `landed_to`, readable without the lock (the writer's `written_to`): stored under the
+    /// lock, so it only grows.
+    written: CachePadded<AtomicU64>,
 }
 
 fn slot(id: u64) -> usize {
@@ -71,7 +77,13 @@ impl InFlight {
                 domain,
             ),
             changed: std::array::from_fn(|_| Condvar::new()),
+            written: CachePadded::new(AtomicU64::new(landed_to)),
         }
+    }
+
+    /// Everything before it has landed in the files.
+    pub(super) fn written(&self) -> Lsn {
+        Lsn(self.written.load(Ordering::Acquire))
     }
 
     /// Registers a range ending at `end` whose writes cover `[lo, hi)`; returns its id.
@@ -118,8 +130,8 @@ impl InFlight {
     }
 
     /// Marks range `id` landed, moves `landed_to` over every landed range at the front and
-    /// publishes it in `written_to` (inside this lock, so it only grows).
-    pub(super) fn land(&self, id: u64, written_to: &AtomicU64) {
+    /// publishes it in `written` (inside this lock, so it only grows).
+    pub(super) fn land(&self, id: u64) {
         let mut state = self.state.lock();
         if let Some(range) = state.ranges.iter_mut().find(|r| r.id == id) {
             range.landed = true;
@@ -131,7 +143,7 @@ impl InFlight {
                 wake |= 1 << slot(range.id);
             }
         }
-        written_to.fetch_max(state.landed_to, Ordering::AcqRel);
+        self.written.fetch_max(state.landed_to, Ordering::AcqRel);
         drop(state);
         for (i, changed) in self.changed.iter().enumerate() {
             if wake & (1 << i) != 0 {
@@ -173,18 +185,18 @@ impl InFlight {
         }
     }
 
-    /// Moves `landed_to` (and `written_to`) to `to` over a part of the log left unused (a
+    /// Moves `landed_to` (and `written`) to `to` over a part of the log left unused (a
     /// segment switch, a resume on a fresh page). Called under the write lock with nothing in
     /// flight; false, and nothing moved, if a range is still in flight (the caller poisons
     /// the log: moving past a range that has not landed would let a flush return early).
     #[must_use]
-    pub(super) fn jump(&self, to: u64, written_to: &AtomicU64) -> bool {
+    pub(super) fn jump(&self, to: u64) -> bool {
         let mut state = self.state.lock();
         if !state.ranges.is_empty() {
             return false;
         }
         state.landed_to = state.landed_to.max(to);
-        written_to.fetch_max(state.landed_to, Ordering::AcqRel);
+        self.written.fetch_max(state.landed_to, Ordering::AcqRel);
         true
     }
 }

@@ -18,10 +18,11 @@
 //! 0. **group commit** (`group`, group.rs) takes no lock: a flusher becomes a round's leader
 //!    by a compare-and-swap with no lock of the log held, and the others sleep on the round
 //!    counter (no lock held either) until the round ends. It orders flushers, never data.
-//! 1. the **insert lock** (`insert`): reserves bytes at the insert position and publishes the
-//!    reservation's start in the appender's lane. Nothing else happens inside it. The
-//!    exclusive paths (switch, rotation, resume) hold it while they wait for the insertions in
-//!    progress to finish, which never take it again, and then copy their control record.
+//! 1. the **insert lock** (`Reservations`, reserve.rs): reserves bytes at the insert
+//!    position and publishes the reservation's start in the appender's lane. Nothing else
+//!    happens inside it. The exclusive paths (switch, rotation, resume) hold it while they
+//!    wait for the insertions in progress to finish, which never take it again, and then
+//!    copy their control record.
 //!    An **insertion lane** (`insertions`) is claimed before it and held until the copy ends;
 //!    waiting for a lane's insertion (`Insertions::wait_finished`) is done with no lock held
 //!    but the insert lock (exclusive paths), and only for insertions that began earlier in the
@@ -43,8 +44,8 @@
 //!    an earlier range covering the same bytes, or for everything below a position, to land.
 //!    Nothing is taken while it is held, so the threads that land ranges never wait for the
 //!    insert or write lock.
-//! 4. a **slot lock** per buffer page (`slots`), held only for a memcpy (and, in pagelevel,
-//!    to draw the page's IV at its first write-out).
+//! 4. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), held only for a memcpy
+//!    (and, in pagelevel, to draw the page's IV at its first write-out).
 //! 5. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
@@ -69,13 +70,24 @@
 //! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
 //! a thread waits for on a condition variable, or on the round counter, is not checked.
 //!
-//! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
-//! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
-//! Whenever neither the insert nor the write lock is held, and the log is not poisoned, they
-//! satisfy
+//! The writer's state is split into parts that each own their state, their lock if they
+//! have one, and their invariants, so no other file can take a lock out of order or move a
+//! position backwards: the reservations (reserve.rs: the insert lock, the end of the log, the
+//! insertion lanes), the page buffer (buffer.rs: the slots and their locks), the write-outs
+//! in flight (inflight.rs: the in-flight lock, `written_to`), the flushed and synced
+//! positions (positions.rs), group commit (group.rs), poisoning (poison.rs: the flag and the
+//! cause's lock) and the listener's reports (report.rs). The write lock and its
+//! `WriteState` (the segment files and how far they are reserved) belong to the write side:
+//! this file, flush.rs and segments.rs.
+//!
+//! Five positions (LSNs: `insert_end` in the reservations, the insert position under their
+//! lock, `written_to` in the in-flight part, `flushed_to` and `synced_to` in the positions part,
+//! `WriteState::reserved_to` under the write lock), and one computed from the lanes, say how
+//! far the log has come. Whenever neither the insert nor the write lock is held, and the log
+//! is not poisoned, they satisfy
 //!
 //! ```text
-//! synced_to <= flushed_to <= inserted_to() <= insert_end == insert.pos
+//! synced_to <= flushed_to <= inserted_to() <= insert_end == insert position
 //!              flushed_to <= written_to    <= reserved_to <= insert_end
 //! ```
 //!
@@ -126,11 +138,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::Lsn;
 use crate::compress;
@@ -139,10 +150,11 @@ use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
 use crate::events::{FlushRound, RecoverySummary};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
-use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
+use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
+mod buffer;
 mod checkpoint;
 mod flush;
 mod group;
@@ -150,16 +162,21 @@ mod inflight;
 mod insertions;
 mod open;
 mod poison;
+mod positions;
 mod prepare;
 mod recycle;
 mod report;
+mod reserve;
 mod rotate;
 mod segments;
+mod stats;
 
 use group::GroupCommit;
 use prepare::{Maker, Preparer};
+use stats::Counters;
+pub use stats::WalStats;
 
-const NO_PAGE: u64 = u64::MAX;
+use buffer::NO_PAGE;
 
 /// Proof that `Wal::check_process` passed on this call path: only it makes one, and
 /// `write_locked` takes one, so no write-out can skip the fork check.
@@ -186,7 +203,7 @@ struct Inserting<'a> {
 impl Drop for Inserting<'_> {
     fn drop(&mut self) {
         if !self.finished && !self.wal.poison.is_set() {
-            let at = self.wal.insert_end.load(Ordering::Acquire);
+            let at = self.wal.reservations.end().0;
             let error = self.wal.broken_invariant(
                 "append",
                 at,
@@ -213,7 +230,7 @@ fn sample_insert_hold() -> bool {
 }
 
 /// A number per thread, so a thread keeps trying the same insertion lane first.
-fn lane_hint() -> usize {
+pub(super) fn lane_hint() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -232,111 +249,6 @@ const SEAL_BUFFER_KEEP: usize = 256 << 10;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
-///
-/// Lock hold times are measured with a monotonic clock from the moment the lock is acquired
-/// to the moment it is released. For an acquisition that does not wait, the clock is read
-/// just before it (outside the lock), so the hold includes the acquiring compare-and-swap; a
-/// thread that waits reads the clock once it holds the lock, so waiting never counts as held.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WalStats {
-    /// Records appended.
-    pub appends: u64,
-    /// Payload bytes appended.
-    pub payload_bytes: u64,
-    /// Record bytes (headers and payloads) placed in the log.
-    pub record_bytes: u64,
-    /// Total time the insert lock was held, in nanoseconds: estimated from one hold in 16
-    /// per thread (timed as the write lock is, see above), counted 16 times. The hold is a few lines of arithmetic, shorter than the two clock
-    /// reads that would time it; timing every hold cost more than the hold.
-    pub insert_lock_ns: u64,
-    /// Times the write lock was taken.
-    pub write_lock_acquisitions: u64,
-    /// Total time the write lock was held, in nanoseconds (including fdatasync).
-    pub write_lock_ns: u64,
-    /// Of that, time spent encrypting pages (pagelevel only), in nanoseconds.
-    pub write_lock_encrypt_ns: u64,
-    /// Of that, time spent in fdatasync, in nanoseconds.
-    pub fsync_ns: u64,
-    /// fdatasync calls.
-    pub fsyncs: u64,
-    /// Page images written (a partly filled page may be written several times).
-    pub pages_written: u64,
-    /// Times an appender found the buffer full and had to write pages out itself.
-    pub buffer_full_waits: u64,
-}
-
-struct InsertState {
-    /// End of the last record placed in the buffer (the next record starts at or after it).
-    pos: u64,
-}
-
-/// One counter of [`WalStats`]: updated with relaxed atomic adds, so reading the statistics
-/// never takes a lock (and never waits out an fdatasync).
-#[derive(Default)]
-pub(super) struct Counter(AtomicU64);
-
-impl Counter {
-    pub(super) fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// One shard of the counters behind [`Wal::stats`], one counter per field.
-#[derive(Default)]
-pub(super) struct Shard {
-    appends: Counter,
-    payload_bytes: Counter,
-    record_bytes: Counter,
-    insert_lock_ns: Counter,
-    buffer_full_waits: Counter,
-    pub(super) write_lock_acquisitions: Counter,
-    pub(super) write_lock_ns: Counter,
-    pub(super) write_lock_encrypt_ns: Counter,
-    pub(super) fsync_ns: Counter,
-    pub(super) fsyncs: Counter,
-    pub(super) pages_written: Counter,
-}
-
-/// Shards of the counters, each on cache lines of its own: a thread adds to the shard of its
-/// lane hint, so appenders on different threads write no statistics line in common, and
-/// [`Wal::stats`] sums the shards.
-pub(super) struct Counters(Box<[CachePadded<Shard>]>);
-
-/// Shards of [`Counters`]: enough that up to this many appending threads never share one.
-const COUNTER_SHARDS: usize = 16;
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters((0..COUNTER_SHARDS).map(|_| Default::default()).collect())
-    }
-}
-
-impl Counters {
-    /// This thread's shard.
-    pub(super) fn here(&self) -> &Shard {
-        &self.0[lane_hint() % self.0.len()]
-    }
-
-    /// The sum of one counter over the shards.
-    fn sum(&self, counter: impl Fn(&Shard) -> &Counter) -> u64 {
-        self.0.iter().map(|shard| counter(shard).get()).sum()
-    }
-}
-
-struct Slot {
-    page: u64,
-    rem_len: u32,
-    /// pagelevel: the key id and IV of this page, drawn at its first write-out and kept for
-    /// every rewrite within this open, so a rewrite repeats the durable bytes exactly.
-    cipher: Option<(u32, [u8; IV_LEN])>,
-    data: Vec<u8>,
 }
 
 struct WriteState {
@@ -400,23 +312,12 @@ pub struct Wal {
     /// since it would repeat this process's IVs.
     opener: u32,
     ivs: CachePadded<IvSource>,
-    insert: CachePadded<OrderedMutex<InsertState, { lock_order::INSERT }>>,
-    /// Insertions in progress: reserved under the insert lock, sealed and copied after it.
-    insertions: insertions::Insertions,
-    slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]>,
-    /// The insert position as the appenders' reservations left it: the end of the last record
-    /// whose bytes are reserved (a record boundary), stored under the insert lock. Records
-    /// below it may still be being copied (`insertions`); `inserted_to` says how far they are.
-    insert_end: CachePadded<AtomicU64>,
-    /// Everything before this position has been written to the files.
-    written_to: CachePadded<AtomicU64>,
-    /// Record boundary through which `flush` guarantees hold (written for `Buffered`,
-    /// fdatasync'ed for `Durable`).
-    flushed_to: CachePadded<AtomicU64>,
-    /// Record boundary through which the log is fdatasync'ed. Stamped into page headers as the
-    /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
-    /// unsynced records durable would turn their loss in a machine crash into corruption.
-    synced_to: CachePadded<AtomicU64>,
+    /// The insert lock, the end of the log and the insertions in progress (reserve.rs).
+    reservations: reserve::Reservations,
+    /// The WAL buffer's page slots (buffer.rs).
+    buffer: buffer::PageBuffer,
+    /// How far the log is flushed and synced (positions.rs).
+    positions: positions::Positions,
     write: CachePadded<OrderedMutex<WriteState, { lock_order::WRITE }>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
@@ -440,11 +341,8 @@ pub struct Wal {
     tail_format: (u64, u32),
     /// How many purged segment files are kept for reuse (see `recycle`).
     recycle: usize,
-    /// The control file's contents (last checkpoint, retention holds; see `checkpoint`).
-    /// Taken with no lock of the log held; only the rotation's ring lock is taken under it.
-    control: Mutex<crate::control::Control>,
-    /// How far a hold may fall behind the end before a purge gives it up.
-    max_hold_bytes: u64,
+    /// The control file's contents and the holds' limit (checkpoint.rs).
+    retention: checkpoint::Retention,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -454,7 +352,7 @@ impl std::fmt::Debug for Wal {
             .field("dir", &self.dir)
             .field("mode", &self.mode)
             .field("sync", &self.sync)
-            .field("end", &Lsn(self.insert_end.load(Ordering::Relaxed)))
+            .field("end", &self.reservations.end())
             .finish_non_exhaustive()
     }
 }
@@ -468,30 +366,13 @@ impl Wal {
         dir_lock: Box<dyn Send + Sync>,
     ) -> Result<Wal> {
         let geo = resume.geo;
-        let nslots = (config.buffer_size as u64 / geo.page_size).max(4) as usize;
         // This log's mutexes: the lock order is checked among them (debug builds).
         let domain = Domain::new();
-        let slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]> = (0..nslots)
-            .map(|_| {
-                OrderedMutex::new(
-                    Slot {
-                        page: NO_PAGE,
-                        rem_len: 0,
-                        cipher: None,
-                        data: vec![0u8; geo.page_size as usize],
-                    },
-                    domain,
-                )
-            })
-            .collect();
+        let pages = (config.buffer_size as u64 / geo.page_size) as usize;
+        let buffer = buffer::PageBuffer::new(pages, geo.page_size, domain);
         let end = resume.end;
         if let Some((prefix, rem_len)) = resume.tail_page {
-            let page = geo.page_start(end);
-            let index = (page / geo.page_size) as usize % nslots;
-            let mut slot = slots[index].lock();
-            slot.page = page;
-            slot.rem_len = rem_len;
-            slot.data[..prefix.len()].copy_from_slice(&prefix);
+            buffer.preload(Lsn(geo.page_start(end)), &prefix, rem_len);
         }
         let keys = Arc::new(arc_swap::ArcSwap::new(keys));
         let preparer = Arc::new(Preparer::new(domain));
@@ -521,14 +402,10 @@ impl Wal {
             keys,
             opener: std::process::id(),
             ivs: CachePadded::new(IvSource::new(domain)?),
-            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end }, domain)),
-            insertions: insertions::Insertions::new(lane_count(), domain),
-            slots,
-            insert_end: CachePadded::new(AtomicU64::new(end)),
-            written_to: CachePadded::new(AtomicU64::new(end)),
+            reservations: reserve::Reservations::new(Lsn(end), lane_count(), domain),
+            buffer,
             inflight: inflight::InFlight::new(end, domain),
-            flushed_to: CachePadded::new(AtomicU64::new(end)),
-            synced_to: CachePadded::new(AtomicU64::new(end)),
+            positions: positions::Positions::new(Lsn(end)),
             write: CachePadded::new(OrderedMutex::new(
                 WriteState {
                     reserved_to: end,
@@ -550,8 +427,7 @@ impl Wal {
             preparer_thread,
             tail_format: resume.tail_format,
             recycle: config.recycle_segments,
-            control: Mutex::new(crate::control::Control::default()),
-            max_hold_bytes: config.max_hold_bytes,
+            retention: checkpoint::Retention::new(config.max_hold_bytes),
             _dir_lock: dir_lock,
         })
     }
@@ -577,18 +453,18 @@ impl Wal {
     /// `flush(wal.end_lsn())` waits for them and makes all of them durable, and
     /// [`Wal::checkpoint`] at it covers them.
     pub fn end_lsn(&self) -> Lsn {
-        Lsn(self.insert_end.load(Ordering::Acquire))
+        self.reservations.end()
     }
 
     /// The record boundary through which `flush` has completed.
     pub fn flushed_lsn(&self) -> Lsn {
-        Lsn(self.flushed_to.load(Ordering::Acquire))
+        self.positions.flushed()
     }
 
     /// The record boundary through which the log is fdatasync'ed (what page headers carry as
     /// their durable hint).
     pub(crate) fn synced_lsn(&self) -> u64 {
-        self.synced_to.load(Ordering::Acquire)
+        self.positions.synced().0
     }
 
     /// What a follower in this process needs to read the files: storage and expanded keys.
@@ -686,7 +562,7 @@ impl Wal {
 
     /// Rotates the data key when the rotation policy says it is due (after an append).
     fn rotate_if_due(&self, appended: bool) {
-        if appended && self.rotation.due(self.insert_end.load(Ordering::Relaxed)) {
+        if appended && self.rotation.due(self.reservations.end().0) {
             self.rotate_by_policy();
         }
     }
@@ -721,33 +597,10 @@ impl Wal {
             .collect::<Result<Vec<_>>>()?;
         // Allocated before the lock: the lock only does arithmetic.
         let mut lsns = Vec::with_capacity(records.len());
-        let lane = self.insertions.claim(lane_hint());
-        let timed = sample_insert_hold();
-        let (mut ins, held_since) = match timed {
-            true => {
-                let (ins, since) = flush::timed_lock(&self.insert);
-                (ins, Some(since))
-            }
-            false => (self.insert.lock(), None),
-        };
-        let start = ins.pos;
-        let mut pos = start;
-        for &len in &lens {
-            let lsn = self.geo.skip_headers(pos);
-            lsns.push(lsn);
-            pos = self.end_of(lsn, len);
-        }
-        debug_assert!(
-            pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
-            "a reservation from {} to {} places records outside it",
-            Lsn(start),
-            Lsn(pos)
-        );
-        ins.pos = pos;
-        lane.begin(start);
-        self.insert_end.store(pos, Ordering::Release);
-        let held = held_since.map(|since| since.elapsed().as_nanos() as u64);
-        drop(ins);
+        let lane = self.reservations.claim_lane(lane_hint());
+        let held =
+            self.reservations
+                .reserve(&self.geo, &lens, &lane, &mut lsns, sample_insert_hold());
         if let Some(held) = held {
             self.counters
                 .here()
@@ -778,11 +631,11 @@ impl Wal {
         self.counters.here().appends.add(records.len() as u64);
         self.counters.here().payload_bytes.add(payload_bytes as u64);
         self.counters.here().record_bytes.add(total as u64);
-        let first = Lsn(lsns[0]);
+        let first = lsns[0];
         if lsns.len() == 1 {
             return Ok((first, Vec::new()));
         }
-        Ok((first, lsns.into_iter().map(Lsn).collect()))
+        Ok((first, lsns))
     }
 
     /// Seals each of `records` at its LSN into `sealed` and copies it into the buffer.
@@ -790,7 +643,7 @@ impl Wal {
         &self,
         records: &[Pending<'_>],
         ivs: &[Option<[u8; IV_LEN]>],
-        lsns: &[u64],
+        lsns: &[Lsn],
         total: usize,
         inserting: &Inserting<'_>,
         sealed: &mut Vec<u8>,
@@ -806,8 +659,8 @@ impl Wal {
         let own = Some(inserting.lane.index());
         for ((record, iv), &lsn) in records.iter().zip(ivs).zip(lsns) {
             let begin = sealed.len();
-            self.seal_at(&keys, lsn, *iv, record, sealed)?;
-            self.copy_at(lsn, &sealed[begin..], own)?;
+            self.seal_at(&keys, lsn.0, *iv, record, sealed)?;
+            self.copy_at(lsn.0, &sealed[begin..], own)?;
         }
         Ok(())
     }
@@ -891,123 +744,54 @@ impl Wal {
         Ok(())
     }
 
-    /// Copies a record into the buffer at the insert position, for the paths that place a
-    /// record under the insert lock with no insertion in progress (segment switch, resume);
-    /// returns its (start, end). The caller moves the insert position.
-    fn copy_in(&self, ins: &mut InsertState, sealed: &[u8]) -> Result<(u64, u64)> {
-        let lsn = self.geo.skip_headers(ins.pos);
+    /// Copies a record into the buffer at the first place for record bytes at or after `pos`,
+    /// for the paths that place a record with the insert lock held exclusively (segment
+    /// switch, resume); returns its (start, end). The caller moves the insert position.
+    fn copy_in(&self, pos: Lsn, sealed: &[u8]) -> Result<(u64, u64)> {
+        let lsn = self.geo.skip_headers(pos.0);
         self.copy_at(lsn, sealed, None)?;
         Ok((lsn, self.end_of(lsn, sealed.len())))
     }
 
-    fn slot_index(&self, page: u64) -> usize {
-        (page / self.geo.page_size) as usize % self.slots.len()
-    }
-
     /// The slot of `page`, locked, holding `page`: claimed for it if it still holds an older
-    /// page, once that page has landed in full. The slot's previous page is at most the page
-    /// one ring length before `page`, so it has landed once `written_to` reaches the end of
-    /// that one; until then this thread makes room by writing out everything before `page`.
-    /// Appenders copying into one page claim its slot in any order; the one entering the page
-    /// at its body's start sets how much of its record continues there (`rem_len`).
+    /// page, once that page has landed in full ([`buffer::PageBuffer::claim`]); until then
+    /// this thread makes room by writing out everything before `page`. Appenders copying into
+    /// one page claim its slot in any order; the one entering the page at its body's start
+    /// sets how much of its record continues there (`rem_len`).
     fn claim_slot(
         &self,
         page: u64,
         rem_len: Option<u32>,
         own: Option<usize>,
-    ) -> Result<OrderedGuard<'_, Slot, { lock_order::SLOT }>> {
-        let index = self.slot_index(page);
-        let ring = self.slots.len() as u64 * self.geo.page_size;
-        let free_from = (page + self.geo.page_size).saturating_sub(ring);
+    ) -> Result<buffer::SlotGuard<'_>> {
         loop {
+            match self
+                .buffer
+                .claim(Lsn(page), rem_len, self.inflight.written())
             {
-                let mut slot = self.slots[index].lock();
-                if slot.page == page {
-                    if let Some(rem_len) = rem_len {
-                        slot.rem_len = rem_len;
-                    }
-                    return Ok(slot);
-                }
-                if slot.page != NO_PAGE && slot.page > page {
-                    return Err(self.broken_invariant(
-                        "copy a record",
-                        page,
-                        format!(
-                            "the buffer slot of page {} holds the later page {}",
-                            Lsn(page),
-                            Lsn(slot.page)
-                        ),
-                    ));
-                }
-                let written = self.written_to.load(Ordering::Acquire);
-                if written >= free_from {
-                    // Slot reuse: the page it held has landed in full.
-                    debug_assert!(
-                        slot.page == NO_PAGE || written >= slot.page + self.geo.page_size,
-                        "slot of page {} reused for page {} before it landed (written to {})",
-                        Lsn(slot.page),
-                        Lsn(page),
-                        Lsn(written)
-                    );
-                    // No zeroing here: the writer copies only bytes below its target and
-                    // writes zeros after them.
-                    slot.cipher = None;
-                    slot.page = page;
-                    slot.rem_len = rem_len.unwrap_or(0);
-                    return Ok(slot);
-                }
+                Ok(Some(slot)) => return Ok(slot),
+                Ok(None) => {}
+                Err(wrong) => return Err(self.broken_invariant("copy a record", page, wrong.0)),
             }
             self.counters.here().buffer_full_waits.add(1);
             // Everything before `page` is reserved; the insertions that reserved it (earlier
             // in the log than this thread's) finish, then this thread writes it out. Its own
             // bytes before `page` are copied already.
-            self.insertions.wait_finished(page, own);
+            self.reservations.wait_finished(Lsn(page), own);
             self.write_out(page)?;
         }
     }
 
-    /// A position through which every record is in the buffer: the insert position, or the
-    /// start of the lowest insertion still in progress. A record boundary.
+    /// A position through which every record is in the buffer
+    /// ([`reserve::Reservations::inserted_to`]).
     fn inserted_to(&self) -> u64 {
-        // The insert position first: every reservation below it has published its start in
-        // its lane before storing it (`insert`), so the lanes read next show it, or it is done.
-        let end = self.insert_end.load(Ordering::SeqCst);
-        end.min(self.insertions.lowest_in_progress())
+        self.reservations.inserted_to().0
     }
 
-    /// Waits until the record holding `lsn` (or, with `lsn` the end of the log, every record
-    /// reserved) is in the buffer, and returns a record boundary through which everything is:
-    /// the target for a flush of `lsn`. Called with no lock of the log held: the insertions it
-    /// waits for may need the write lock to make room.
+    /// Waits until the record holding `lsn` (or every record, at the end) is in the buffer
+    /// ([`reserve::Reservations::inserted_through`]).
     fn inserted_through(&self, lsn: u64) -> u64 {
-        let end = self.insert_end.load(Ordering::SeqCst);
-        let need = if lsn < end { lsn + 1 } else { end };
-        let now = self.inserted_to();
-        if now >= need {
-            return now;
-        }
-        self.insertions.wait_finished(need, None);
-        self.inserted_to()
-    }
-
-    /// What this `Wal` has done since it was opened. Reads atomic counters and takes no lock,
-    /// so it never waits for a write or an fdatasync. The counters are read one by one while
-    /// other threads work: each is exact, the set is not one instant's snapshot.
-    pub fn stats(&self) -> WalStats {
-        let c = &self.counters;
-        WalStats {
-            appends: c.sum(|s| &s.appends),
-            payload_bytes: c.sum(|s| &s.payload_bytes),
-            record_bytes: c.sum(|s| &s.record_bytes),
-            insert_lock_ns: c.sum(|s| &s.insert_lock_ns),
-            write_lock_acquisitions: c.sum(|s| &s.write_lock_acquisitions),
-            write_lock_ns: c.sum(|s| &s.write_lock_ns),
-            write_lock_encrypt_ns: c.sum(|s| &s.write_lock_encrypt_ns),
-            fsync_ns: c.sum(|s| &s.fsync_ns),
-            fsyncs: c.sum(|s| &s.fsyncs),
-            pages_written: c.sum(|s| &s.pages_written),
-            buffer_full_waits: c.sum(|s| &s.buffer_full_waits),
-        }
+        self.reservations.inserted_through(Lsn(lsn)).0
     }
 
     /// What the open that made this `Wal` found: where the log ended, how much was replayed,
@@ -1026,7 +810,7 @@ impl Wal {
     /// a durable hint beyond the new end, which a reader would take for damage after the end;
     /// the rewrite stamps the hint of the log as it now is.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
-        let end = self.insert_end.load(Ordering::Acquire);
+        let end = self.reservations.end().0;
         let page = self.geo.page_start(end);
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
@@ -1056,14 +840,14 @@ impl Wal {
         let same = self.check_process()?;
         // Every record appended before this call, and all before them, is in the buffer;
         // waited for before the write lock, which those insertions may need.
-        let target = self.inserted_through(self.insert_end.load(Ordering::SeqCst));
+        let target = self.inserted_through(self.reservations.end().0);
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = flush::timed_lock(&self.write);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             // A switch or another sync under the lock before this one may have stored more.
-            self.synced_to.fetch_max(target, Ordering::AcqRel);
-            self.flushed_to.fetch_max(target, Ordering::AcqRel);
+            self.positions.raise_synced(Lsn(target));
+            self.positions.raise_flushed(Lsn(target));
             self.refresh_hint(&mut w)?;
             self.debug_check_positions(&w);
             Ok(())
@@ -1100,8 +884,8 @@ impl Wal {
     /// True when `flush(lsn)` has nothing left to do: the record at `lsn` is flushed, or `lsn`
     /// is the end of the log and everything before it is.
     fn flushed_through(&self, lsn: u64) -> bool {
-        let flushed = self.flushed_to.load(Ordering::Acquire);
-        flushed > lsn || (flushed == lsn && self.insert_end.load(Ordering::Acquire) == lsn)
+        self.positions
+            .flushed_through(Lsn(lsn), || self.reservations.end())
     }
 
     /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
@@ -1110,9 +894,7 @@ impl Wal {
         let Some(listener) = self.reports.listener() else {
             return;
         };
-        let segment = self
-            .geo
-            .segment_start(self.written_to.load(Ordering::Acquire));
+        let segment = self.geo.segment_start(self.inflight.written().0);
         if let Some(switch) = self.reports.switch_to(Lsn(segment)) {
             listener.on_segment_switch(&switch);
         }

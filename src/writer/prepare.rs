@@ -21,7 +21,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
@@ -319,7 +318,7 @@ impl Wal {
         };
         let start = self
             .geo
-            .segment_start(self.insert_end.load(Ordering::Acquire))
+            .segment_start(self.reservations.end().0)
             .checked_add(self.geo.segment_size)?;
         if !ahead || !self.preparable(start) {
             return None;

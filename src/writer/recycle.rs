@@ -288,7 +288,7 @@ impl Wal {
         if self.recycle == 0 && free.is_empty() {
             return Ok((Vec::new(), false));
         }
-        let end = self.insert_end.load(std::sync::atomic::Ordering::Acquire);
+        let end = self.reservations.end().0;
         let next = self
             .geo
             .segment_start(end)

@@ -38,7 +38,7 @@ impl Reports {
             return None;
         }
         let reported = self.reported_segment.fetch_max(segment.0, Ordering::AcqRel);
-        (segment.0 > reported).then(|| SegmentSwitch {
+        (segment.0 > reported).then_some(SegmentSwitch {
             from: Lsn(reported),
             to: segment,
         })

@@ -165,8 +165,7 @@ impl Wal {
         }
         switched?;
         *self.rotation.ring.lock() = ring;
-        self.rotation
-            .restart(self.insert_end.load(Ordering::Acquire));
+        self.rotation.restart(self.reservations.end().0);
         Ok(())
     }
 
@@ -177,7 +176,7 @@ impl Wal {
         let Some(_one) = self.rotation.busy.try_lock() else {
             return; // another thread is rotating
         };
-        if !self.rotation.due(self.insert_end.load(Ordering::Acquire)) {
+        if !self.rotation.due(self.reservations.end().0) {
             return;
         }
         let result = self
@@ -186,8 +185,7 @@ impl Wal {
             .and_then(|(_, ring)| self.install(ring));
         if let Err(e) = result {
             *self.rotation.last_error.lock() = Some(e.to_string());
-            self.rotation
-                .restart(self.insert_end.load(Ordering::Acquire));
+            self.rotation.restart(self.reservations.end().0);
         }
     }
 

@@ -4,7 +4,6 @@
 //! Segments made ahead of time are in `prepare`; writing pages into them is in `flush`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::recycle::{MadeSegment, free_file_name, make_segment};
 use super::{Wal, WriteState};
@@ -101,12 +100,12 @@ impl Wal {
         // pays one fdatasync); in `Durable` mode it already is.
         // The last checkpoint and the retention holds in force keep what they need.
         let lsn = Lsn(self.purge_limit(u64::from(lsn))?);
-        let wanted = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
-        if self.synced_to.load(Ordering::Acquire) < wanted {
+        let wanted = u64::from(lsn).min(self.positions.flushed().0);
+        if self.positions.synced().0 < wanted {
             self.sync_all()?;
         }
-        let flushed = self.flushed_to.load(Ordering::Acquire);
-        let limit = u64::from(lsn).min(self.synced_to.load(Ordering::Acquire));
+        let flushed = self.positions.flushed().0;
+        let limit = u64::from(lsn).min(self.positions.synced().0);
         let holding = self.segment_holding_end(flushed);
         let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
@@ -199,18 +198,17 @@ impl Wal {
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
         let same = self.check_process()?;
-        let mut ins = self.insert.lock();
-        // With the insert lock held nothing new is reserved; the insertions already reserved
-        // finish (sealed under the keys they loaded, which this segment's header lists).
-        self.insertions.wait_finished(ins.pos, None);
-        let lsn = self.geo.skip_headers(ins.pos);
+        // Nothing new is reserved from here on, and everything reserved is in the buffer
+        // (sealed under the keys its insertion loaded, which this segment's header lists).
+        let mut ins = self.reservations.exclusive();
+        let lsn = self.geo.skip_headers(ins.pos().0);
         let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
         // page that may never be written again.
         let (start, mut end) = self
-            .copy_in(&mut ins, &sealed)
+            .copy_in(ins.pos(), &sealed)
             .map_err(|e| self.poison_error(e))?;
         // The record may straddle a segment boundary: the segment holding its last byte is the
         // one it ends (`Geometry::after_switch`, which the readers follow), and the log leaves
@@ -219,13 +217,12 @@ impl Wal {
         // a purge removed the one before) finds a switch record first, not the unused rest.
         // It fits: the tail is shorter than a switch record, and a page body is longer than two.
         if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
-            ins.pos = end;
-            let lsn = self.geo.skip_headers(ins.pos);
+            let lsn = self.geo.skip_headers(end);
             // Sealed afresh, never the first record again: two tags under one nonce would
             // give away the hash key.
             let sealed = self.switch_record(lsn).map_err(|e| self.poison_error(e))?;
             end = self
-                .copy_in(&mut ins, &sealed)
+                .copy_in(Lsn(end), &sealed)
                 .map_err(|e| self.poison_error(e))?
                 .1;
         }
@@ -247,10 +244,9 @@ impl Wal {
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
         w.reserved_to = next;
-        self.synced_to.store(next, Ordering::Release);
-        self.flushed_to.fetch_max(next, Ordering::AcqRel);
-        ins.pos = next;
-        self.insert_end.store(next, Ordering::Release);
+        self.positions.raise_synced(Lsn(next));
+        self.positions.raise_flushed(Lsn(next));
+        ins.move_to(Lsn(next));
         if let Some(keys) = keys {
             self.keys.store(keys);
             if claim && self.preparable(next) {
@@ -308,28 +304,26 @@ impl Wal {
     /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
     /// counter block. The rest of the page stays unused.
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
-        let end = self.insert_end.load(Ordering::Acquire);
+        let end = self.reservations.end().0;
         let payload = end.to_le_bytes();
         let resume = super::Pending {
             kind: 0,
             flags: RECORD_FLAG_RESUME,
             stored: &payload,
         };
-        let mut ins = self.insert.lock();
-        let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
+        let mut ins = self.reservations.exclusive();
+        let page_end = self.geo.page_start(ins.pos().0) + self.geo.page_size;
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
             self.jump_unused(page_end)?;
             w.reserved_to = page_end;
         }
-        ins.pos = page_end;
         let lsn = self.geo.skip_headers(page_end);
         let mut sealed = Vec::new();
         self.seal_at(&self.keys.load(), lsn, None, &resume, &mut sealed)?;
-        let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
-        ins.pos = resumed;
-        self.insert_end.store(resumed, Ordering::Release);
+        let (_, resumed) = self.copy_in(Lsn(page_end), &sealed)?;
+        ins.move_to(Lsn(resumed));
         Ok(())
     }
 
@@ -337,7 +331,7 @@ impl Wal {
     /// write lock, with nothing in flight; a range still in flight is a broken invariant and
     /// poisons the log.
     fn jump_unused(&self, to: u64) -> Result<()> {
-        if self.inflight.jump(to, &self.written_to) {
+        if self.inflight.jump(to) {
             return Ok(());
         }
         let error = self.broken_invariant(
