@@ -401,3 +401,38 @@ mod tests {
         let _i = insert.lock();
     }
 }
+
+/// The shared-line ledger's count of mutex holds (line_ledger.rs).
+#[cfg(all(test, feature = "line-ledger"))]
+mod ledger_tests {
+    use super::*;
+    use crate::line_ledger::{LineCounts, take_thread_counts, take_thread_sites};
+
+    #[test]
+    fn a_mutex_hold_counts_two_writes_and_a_transfer_when_another_thread_held_it_last() {
+        let lock = OrderedMutex::<u32, INSERT>::new(0, Domain::new());
+        take_thread_counts();
+        *lock.lock() += 1;
+        assert_eq!(
+            take_thread_counts(),
+            LineCounts {
+                writes: 2,
+                transfers: 0
+            }
+        );
+        std::thread::scope(|s| {
+            s.spawn(|| *lock.lock() += 1);
+        });
+        *lock.lock() += 1;
+        assert_eq!(
+            take_thread_sites(),
+            vec![(
+                "insert",
+                LineCounts {
+                    writes: 2,
+                    transfers: 1
+                }
+            )]
+        );
+    }
+}

@@ -12,6 +12,10 @@
 //! issued, and a shorter image of a page never lands after a longer one. Ranges that share no bytes are written in parallel. `landed_to` moves over a
 //! range only when it and every range before it have landed; a range that failed never lands,
 //! and the log is poisoned, so `landed_to` stops below it for good.
+//!
+//! In the shared-line ledger (line_ledger.rs) every thread that registers, lands or waits
+//! writes the in-flight lock's line (its holds are counted as "in-flight"), and each landing
+//! raises `written_to` (counted once that position is a shared-line wrapper).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +23,57 @@ use std::time::Duration;
 
 use parking_lot::Condvar;
 
+use crate::line_ledger::{LineBool, LineU64};
 use crate::lock_order::{self, Domain, OrderedMutex};
+
+/// `written_to` as [`InFlight::land`] and [`InFlight::jump`] raise it: the writer's position,
+/// a bare `AtomicU64` or a shared-line wrapper (line_ledger.rs, whose write is counted).
+pub(super) trait WrittenTo {
+    /// `fetch_max(to, AcqRel)`.
+    fn raise(&self, to: u64);
+}
+
+impl WrittenTo for AtomicU64 {
+    #[inline]
+    fn raise(&self, to: u64) {
+        self.fetch_max(to, Ordering::AcqRel);
+    }
+}
+
+impl WrittenTo for LineU64 {
+    #[inline]
+    fn raise(&self, to: u64) {
+        self.fetch_max(to, Ordering::AcqRel);
+    }
+}
+
+impl<T: WrittenTo> WrittenTo for crossbeam::utils::CachePadded<T> {
+    #[inline]
+    fn raise(&self, to: u64) {
+        (**self).raise(to);
+    }
+}
+
+/// The writer's poison flag as the waits here read it, a bare `AtomicBool` or a shared-line
+/// wrapper.
+pub(super) trait Poisoned {
+    /// `load(Acquire)`.
+    fn is_set(&self) -> bool;
+}
+
+impl Poisoned for AtomicBool {
+    #[inline]
+    fn is_set(&self) -> bool {
+        self.load(Ordering::Acquire)
+    }
+}
+
+impl Poisoned for LineBool {
+    #[inline]
+    fn is_set(&self) -> bool {
+        self.load(Ordering::Acquire)
+    }
+}
 
 struct Range {
     id: u64,
@@ -93,10 +147,10 @@ impl InFlight {
     /// Waits until no range registered before `id` that is still in flight covers any byte
     /// range `id` covers. False when the log was poisoned meanwhile: the range must not be
     /// written.
-    pub(super) fn wait_clear(&self, id: u64, poisoned: &AtomicBool) -> bool {
+    pub(super) fn wait_clear(&self, id: u64, poisoned: &impl Poisoned) -> bool {
         let mut state = self.state.lock();
         loop {
-            if poisoned.load(Ordering::Acquire) {
+            if poisoned.is_set() {
                 return false;
             }
             let Some(me) = state.ranges.iter().position(|r| r.id == id) else {
@@ -119,7 +173,7 @@ impl InFlight {
 
     /// Marks range `id` landed, moves `landed_to` over every landed range at the front and
     /// publishes it in `written_to` (inside this lock, so it only grows).
-    pub(super) fn land(&self, id: u64, written_to: &AtomicU64) {
+    pub(super) fn land(&self, id: u64, written_to: &impl WrittenTo) {
         let mut state = self.state.lock();
         if let Some(range) = state.ranges.iter_mut().find(|r| r.id == id) {
             range.landed = true;
@@ -131,7 +185,7 @@ impl InFlight {
                 wake |= 1 << slot(range.id);
             }
         }
-        written_to.fetch_max(state.landed_to, Ordering::AcqRel);
+        written_to.raise(state.landed_to);
         drop(state);
         for (i, changed) in self.changed.iter().enumerate() {
             if wake & (1 << i) != 0 {
@@ -151,13 +205,13 @@ impl InFlight {
 
     /// Waits until everything before `target` has landed. False when the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64, poisoned: &AtomicBool) -> bool {
+    pub(super) fn wait_landed(&self, target: u64, poisoned: &impl Poisoned) -> bool {
         let mut state = self.state.lock();
         loop {
             if state.landed_to >= target {
                 return true;
             }
-            if poisoned.load(Ordering::Acquire) {
+            if poisoned.is_set() {
                 return false;
             }
             // The first range reaching `target`: `landed_to` passes `target` when it passes
@@ -178,13 +232,13 @@ impl InFlight {
     /// flight; false, and nothing moved, if a range is still in flight (the caller poisons
     /// the log: moving past a range that has not landed would let a flush return early).
     #[must_use]
-    pub(super) fn jump(&self, to: u64, written_to: &AtomicU64) -> bool {
+    pub(super) fn jump(&self, to: u64, written_to: &impl WrittenTo) -> bool {
         let mut state = self.state.lock();
         if !state.ranges.is_empty() {
             return false;
         }
         state.landed_to = state.landed_to.max(to);
-        written_to.fetch_max(state.landed_to, Ordering::AcqRel);
+        written_to.raise(state.landed_to);
         true
     }
 }
