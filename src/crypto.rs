@@ -24,6 +24,7 @@ use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 pub use crate::format::{IV_LEN, KCV_LEN, KEY_LEN};
 pub(crate) use crate::keys::{Key, KeyRing};
+use crate::line_ledger::LineU64;
 use crate::lock_order::{self, Domain, OrderedMutex};
 
 type Aes256CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
@@ -221,7 +222,9 @@ pub fn ctr_apply_keystream(key: &Key, iv: &[u8; IV_LEN], data: &mut [u8]) {
 /// 2^32).
 pub(crate) struct IvSource {
     /// Next sequence number not yet in any thread's block; bits 32.. select the prefix epoch.
-    next: AtomicU64,
+    /// Written once per [`IV_BLOCK`] IVs a thread draws; a shared-line wrapper
+    /// (line_ledger.rs).
+    next: LineU64,
     /// Tells this source's blocks from another's in a thread's cache.
     id: u64,
     first_prefix: u64,
@@ -246,7 +249,7 @@ impl IvSource {
     pub(crate) fn new(domain: Domain) -> Result<IvSource> {
         static IDS: AtomicU64 = AtomicU64::new(1);
         Ok(IvSource {
-            next: AtomicU64::new(0),
+            next: LineU64::named("iv.next", 0),
             id: IDS.fetch_add(1, Ordering::Relaxed),
             first_prefix: random_u64("an IV prefix")?,
             later: OrderedMutex::new(Vec::new(), domain),

@@ -131,6 +131,11 @@ mod events;
 mod format;
 pub mod inspect;
 mod keys;
+// The shared-line ledger: public, with its counts, only under the feature `line-ledger`.
+#[cfg(feature = "line-ledger")]
+pub mod line_ledger;
+#[cfg(not(feature = "line-ledger"))]
+mod line_ledger;
 mod lock_order;
 mod reader;
 mod recovery;

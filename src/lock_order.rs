@@ -14,6 +14,10 @@
 //! that works on two logs at once (a `Storage` whose writes append to another log) holds the
 //! write lock of one while it takes the insert lock of the other, which is no deadlock.
 //!
+//! With the cargo feature `line-ledger`, every hold is counted in the shared-line ledger
+//! (line_ledger.rs): two writes to the lock word (acquisition and release), two more per
+//! condition-variable wait, and a line transfer when another thread took it last.
+//!
 //! Condition variables wait on the guard itself ([`OrderedGuard::wait`]): the mutex is
 //! released while the thread sleeps, and retaken in the same place of the order, so the level
 //! stays on the stack.
@@ -61,9 +65,9 @@ fn may_hold(level: u8) -> u32 {
     }
 }
 
-/// The name of a level, for the check's message.
-#[cfg(debug_assertions)]
-fn name(level: u8) -> &'static str {
+/// The name of a level, for the check's message and the shared-line ledger's label.
+#[cfg(any(debug_assertions, feature = "line-ledger"))]
+const fn name(level: u8) -> &'static str {
     match level {
         LANE => "lane",
         INSERT => "insert",
@@ -106,6 +110,9 @@ pub(crate) struct OrderedMutex<T, const LEVEL: u8> {
     mutex: Mutex<T>,
     #[cfg(debug_assertions)]
     domain: u64,
+    /// The thread that last took it, for the shared-line ledger (line_ledger.rs).
+    #[cfg(feature = "line-ledger")]
+    line: crate::line_ledger::LastWriter,
 }
 
 impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
@@ -117,6 +124,8 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
             mutex: Mutex::new(value),
             #[cfg(debug_assertions)]
             domain: domain.id,
+            #[cfg(feature = "line-ledger")]
+            line: crate::line_ledger::LastWriter::new(),
         }
     }
 
@@ -129,10 +138,14 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
         let guard = self.mutex.lock();
         #[cfg(debug_assertions)]
         held::push(self.domain, LEVEL);
+        #[cfg(feature = "line-ledger")]
+        self.line.wrote(name(LEVEL));
         OrderedGuard {
             guard,
             #[cfg(debug_assertions)]
             domain: self.domain,
+            #[cfg(feature = "line-ledger")]
+            line: &self.line,
         }
     }
 
@@ -146,10 +159,14 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
         let guard = self.mutex.try_lock()?;
         #[cfg(debug_assertions)]
         held::push(self.domain, LEVEL);
+        #[cfg(feature = "line-ledger")]
+        self.line.wrote(name(LEVEL));
         Some(OrderedGuard {
             guard,
             #[cfg(debug_assertions)]
             domain: self.domain,
+            #[cfg(feature = "line-ledger")]
+            line: &self.line,
         })
     }
 }
@@ -159,6 +176,21 @@ pub(crate) struct OrderedGuard<'a, T, const LEVEL: u8> {
     guard: MutexGuard<'a, T>,
     #[cfg(debug_assertions)]
     domain: u64,
+    #[cfg(feature = "line-ledger")]
+    line: &'a crate::line_ledger::LastWriter,
+}
+
+impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
+    /// Counts a condition-variable wait in the shared-line ledger: a release of the lock
+    /// word and its acquisition again.
+    #[inline]
+    fn waited(&self) {
+        #[cfg(feature = "line-ledger")]
+        {
+            crate::line_ledger::count(name(LEVEL), 1, 0);
+            self.line.wrote(name(LEVEL));
+        }
+    }
 }
 
 impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
@@ -166,12 +198,15 @@ impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
     #[inline]
     pub(crate) fn wait(&mut self, condvar: &Condvar) {
         condvar.wait(&mut self.guard);
+        self.waited();
     }
 
     /// Waits on `condvar` for at most `timeout`, releasing the lock while asleep.
     #[inline]
     pub(crate) fn wait_for(&mut self, condvar: &Condvar, timeout: Duration) -> WaitTimeoutResult {
-        condvar.wait_for(&mut self.guard, timeout)
+        let result = condvar.wait_for(&mut self.guard, timeout);
+        self.waited();
+        result
     }
 }
 
@@ -190,10 +225,14 @@ impl<T, const LEVEL: u8> DerefMut for OrderedGuard<'_, T, LEVEL> {
     }
 }
 
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "line-ledger"))]
 impl<T, const LEVEL: u8> Drop for OrderedGuard<'_, T, LEVEL> {
     fn drop(&mut self) {
+        #[cfg(debug_assertions)]
         held::pop(self.domain, LEVEL);
+        // The release writes the lock word too; the thread holding it wrote it last.
+        #[cfg(feature = "line-ledger")]
+        crate::line_ledger::count(name(LEVEL), 1, 0);
     }
 }
 
@@ -360,5 +399,40 @@ mod tests {
         let insert = OrderedMutex::<u32, INSERT>::new(0, two);
         let _w = write.lock();
         let _i = insert.lock();
+    }
+}
+
+/// The shared-line ledger's count of mutex holds (line_ledger.rs).
+#[cfg(all(test, feature = "line-ledger"))]
+mod ledger_tests {
+    use super::*;
+    use crate::line_ledger::{LineCounts, take_thread_counts, take_thread_sites};
+
+    #[test]
+    fn a_mutex_hold_counts_two_writes_and_a_transfer_when_another_thread_held_it_last() {
+        let lock = OrderedMutex::<u32, INSERT>::new(0, Domain::new());
+        take_thread_counts();
+        *lock.lock() += 1;
+        assert_eq!(
+            take_thread_counts(),
+            LineCounts {
+                writes: 2,
+                transfers: 0
+            }
+        );
+        std::thread::scope(|s| {
+            s.spawn(|| *lock.lock() += 1);
+        });
+        *lock.lock() += 1;
+        assert_eq!(
+            take_thread_sites(),
+            vec![(
+                "insert",
+                LineCounts {
+                    writes: 2,
+                    transfers: 1
+                }
+            )]
+        );
     }
 }

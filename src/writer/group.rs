@@ -10,16 +10,32 @@
 //! steps on each side makes one of them see the other, and the sleep compares `rounds` in the
 //! kernel, so a bump after the follower's last read makes it return at once. `loom_model`
 //! checks this with every interleaving of two flushers.
+//!
+//! All three are written by every flusher, so they are shared-line wrappers
+//! (line_ledger.rs), counted with the feature `line-ledger`; the futex wait and wake on
+//! `rounds` are not counted.
 
-use sync::{AtomicBool, AtomicU32, Ordering, fence};
+use crate::line_ledger::{LineBool, LineU32};
+use sync::{Ordering, fence};
 
-#[derive(Default)]
 pub(super) struct GroupCommit {
-    leading: AtomicBool,
-    rounds: AtomicU32,
-    sleepers: AtomicU32,
+    leading: LineBool,
+    rounds: LineU32,
+    sleepers: LineU32,
     #[cfg(loom)]
     park: sync::Park,
+}
+
+impl Default for GroupCommit {
+    fn default() -> GroupCommit {
+        GroupCommit {
+            leading: LineBool::named("group.leading", false),
+            rounds: LineU32::named("group.rounds", 0),
+            sleepers: LineU32::named("group.sleepers", 0),
+            #[cfg(loom)]
+            park: sync::Park::default(),
+        }
+    }
 }
 
 /// Ends a group-commit round when dropped (also when the leader unwinds): wakes every
@@ -67,17 +83,17 @@ impl GroupCommit {
 
     #[cfg(not(loom))]
     fn sleep(&self, seen: u32) {
-        atomic_wait::wait(&self.rounds, seen);
+        atomic_wait::wait(self.rounds.raw(), seen);
     }
 
     #[cfg(not(loom))]
     fn wake_all(&self) {
-        atomic_wait::wake_all(&self.rounds);
+        atomic_wait::wake_all(self.rounds.raw());
     }
 
     #[cfg(loom)]
     fn sleep(&self, seen: u32) {
-        self.park.sleep(&self.rounds, seen);
+        self.park.sleep(self.rounds.raw(), seen);
     }
 
     #[cfg(loom)]
@@ -88,12 +104,12 @@ impl GroupCommit {
 
 #[cfg(not(loom))]
 mod sync {
-    pub(super) use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+    pub(super) use std::sync::atomic::{Ordering, fence};
 }
 
 #[cfg(loom)]
 mod sync {
-    pub(super) use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+    pub(super) use loom::sync::atomic::{AtomicU32, Ordering, fence};
 
     /// The kernel's wait-on-address, as the model sees it: the comparison with the expected
     /// value and the sleep are one step under a lock the wake also takes.

@@ -12,16 +12,20 @@
 //! issued, and a shorter image of a page never lands after a longer one. Ranges that share no bytes are written in parallel. `landed_to` moves over a
 //! range only when it and every range before it have landed; a range that failed never lands,
 //! and the log is poisoned, so `landed_to` stops below it for good.
+//!
+//! In the shared-line ledger (line_ledger.rs) every thread that registers, lands or waits
+//! writes the in-flight lock's line (its holds are counted as "in-flight"), and each landing
+//! raises `written_to`, which this part owns (a wrapper: counted).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crossbeam::utils::CachePadded;
 use parking_lot::Condvar;
 
 use crate::Lsn;
-
+use crate::line_ledger::{LineBool, LineU64};
 use crate::lock_order::{self, Domain, OrderedMutex};
 
 struct Range {
@@ -58,7 +62,7 @@ pub(super) struct InFlight {
     changed: [Condvar; WAKE_SLOTS],
     /// `landed_to`, readable without the lock (the writer's `written_to`): stored under the
     /// lock, so it only grows.
-    written: CachePadded<AtomicU64>,
+    written: CachePadded<LineU64>,
 }
 
 fn slot(id: u64) -> usize {
@@ -77,7 +81,7 @@ impl InFlight {
                 domain,
             ),
             changed: std::array::from_fn(|_| Condvar::new()),
-            written: CachePadded::new(AtomicU64::new(landed_to)),
+            written: CachePadded::new(LineU64::named("written_to", landed_to)),
         }
     }
 
@@ -105,7 +109,7 @@ impl InFlight {
     /// Waits until no range registered before `id` that is still in flight covers any byte
     /// range `id` covers. False when the log was poisoned meanwhile: the range must not be
     /// written.
-    pub(super) fn wait_clear(&self, id: u64, poisoned: &AtomicBool) -> bool {
+    pub(super) fn wait_clear(&self, id: u64, poisoned: &LineBool) -> bool {
         let mut state = self.state.lock();
         loop {
             if poisoned.load(Ordering::Acquire) {
@@ -163,7 +167,7 @@ impl InFlight {
 
     /// Waits until everything before `target` has landed. False when the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64, poisoned: &AtomicBool) -> bool {
+    pub(super) fn wait_landed(&self, target: u64, poisoned: &LineBool) -> bool {
         let mut state = self.state.lock();
         loop {
             if state.landed_to >= target {

@@ -30,17 +30,19 @@
 //! lane's owner lock is level [`LANE`], claimed before the insert lock, one per thread; its
 //! gate is [`LANE_GATE`], taken with no lock held but the thread's own lane or the insert lock.
 
+use crate::line_ledger::LineU64;
 use crate::lock_order::{Domain, LANE, LANE_GATE};
 use crossbeam::utils::CachePadded;
-use sync::{AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use sync::{Condvar, Mutex, MutexGuard, Ordering};
 
 /// A lane with no insertion in progress.
 pub(super) const IDLE: u64 = u64::MAX;
 
 struct Lane {
     /// Start of the insertion in progress on this lane (the insert position its reservation
-    /// began at: the end of the record before it), or `IDLE`.
-    start: AtomicU64,
+    /// began at: the end of the record before it), or `IDLE`. A shared-line wrapper
+    /// (line_ledger.rs): its appender writes it twice per insertion, and a waiter reads it.
+    start: LineU64,
     /// Held by the appender using this lane, from its claim to its finish.
     owner: Mutex<(), LANE>,
     /// The number of threads waiting on `changed`; the lane becomes idle under it.
@@ -69,7 +71,7 @@ impl Insertions {
         let lanes = (0..count.max(1))
             .map(|_| {
                 CachePadded::new(Lane {
-                    start: AtomicU64::new(IDLE),
+                    start: LineU64::named("lane.start", IDLE),
                     owner: Mutex::new((), domain),
                     gate: Mutex::new(0, domain),
                     changed: Condvar::new(),
@@ -183,7 +185,7 @@ impl Drop for InLane<'_> {
 #[cfg(not(loom))]
 mod sync {
     pub(super) use crate::lock_order::{OrderedGuard as MutexGuard, OrderedMutex as Mutex};
-    pub(super) use std::sync::atomic::{AtomicU64, Ordering};
+    pub(super) use std::sync::atomic::Ordering;
 
     pub(super) struct Condvar(parking_lot::Condvar);
 
@@ -206,7 +208,7 @@ mod sync {
 
 #[cfg(loom)]
 mod sync {
-    pub(super) use loom::sync::atomic::{AtomicU64, Ordering};
+    pub(super) use loom::sync::atomic::Ordering;
     use std::ops::{Deref, DerefMut};
 
     /// loom's mutex, with the level of the lock order as the writer's mutexes carry it (the

@@ -13,12 +13,14 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::line_ledger::LineBool;
+
 use crate::error::{Error, PoisonCause, Result};
 use crate::lock_order::{self, Domain, OrderedMutex};
 
 pub(super) struct Poison {
     /// Set once the log may not be written any more; checked first by every operation.
-    poisoned: AtomicBool,
+    poisoned: LineBool,
     /// Why, set before `poisoned`.
     cause: OrderedMutex<Option<PoisonCause>, { lock_order::POISON }>,
     /// Whether the listener was told.
@@ -30,7 +32,7 @@ pub(super) struct Poison {
 impl Poison {
     pub(super) fn new(domain: Domain) -> Poison {
         Poison {
-            poisoned: AtomicBool::new(false),
+            poisoned: LineBool::named("poisoned", false),
             cause: OrderedMutex::new(None, domain),
             reported: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -43,7 +45,7 @@ impl Poison {
     }
 
     /// The flag itself, for the in-flight list's waits, which stop when it is set.
-    pub(super) fn flag(&self) -> &AtomicBool {
+    pub(super) fn flag(&self) -> &LineBool {
         &self.poisoned
     }
 

@@ -8,15 +8,16 @@
 //! older round after a newer one cannot move them back. The ordering of all positions
 //! (writer/mod.rs) is checked by [`Positions::check_order`] in debug builds.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crossbeam::utils::CachePadded;
 
 use crate::Lsn;
+use crate::line_ledger::LineU64;
 
 pub(super) struct Positions {
-    flushed: CachePadded<AtomicU64>,
-    synced: CachePadded<AtomicU64>,
+    flushed: CachePadded<LineU64>,
+    synced: CachePadded<LineU64>,
 }
 
 /// The positions of the whole log at one moment, as a thread holding the write lock sees
@@ -31,8 +32,8 @@ impl Positions {
     /// A log flushed and synced through `end` (where the open left it).
     pub(super) fn new(end: Lsn) -> Positions {
         Positions {
-            flushed: CachePadded::new(AtomicU64::new(end.0)),
-            synced: CachePadded::new(AtomicU64::new(end.0)),
+            flushed: CachePadded::new(LineU64::named("flushed_to", end.0)),
+            synced: CachePadded::new(LineU64::named("synced_to", end.0)),
         }
     }
 

@@ -2,16 +2,17 @@
 //! poisonings (poison.rs keeps whether that one was told) and what the open's recovery found.
 //! The listener is called with no lock of the log held, at the exits of the public operations.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use crate::Lsn;
 use crate::events::{EventListener, RecoverySummary, SegmentSwitch};
+use crate::line_ledger::LineU64;
 
 pub(super) struct Reports {
     listener: Option<Arc<dyn EventListener>>,
     /// Start of the newest segment reported to the listener.
-    reported_segment: AtomicU64,
+    reported_segment: LineU64,
     /// What the open that made this `Wal` found.
     recovery: OnceLock<RecoverySummary>,
 }
@@ -21,7 +22,7 @@ impl Reports {
     pub(super) fn new(listener: Option<Arc<dyn EventListener>>, segment: Lsn) -> Reports {
         Reports {
             listener,
-            reported_segment: AtomicU64::new(segment.0),
+            reported_segment: LineU64::named("reported_segment", segment.0),
             recovery: OnceLock::new(),
         }
     }

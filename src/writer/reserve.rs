@@ -12,7 +12,7 @@
 //!   passes a record still being copied;
 //! - reservations are consecutive: each starts where the one before it ended.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
@@ -20,6 +20,7 @@ use crossbeam::utils::CachePadded;
 use super::insertions::{InLane, Insertions};
 use crate::Lsn;
 use crate::format::Geometry;
+use crate::line_ledger::LineU64;
 use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 
 /// The insert lock's state: the end of the last record whose bytes are reserved (the next
@@ -29,7 +30,7 @@ struct InsertPosition(u64);
 pub(super) struct Reservations {
     lock: CachePadded<OrderedMutex<InsertPosition, { lock_order::INSERT }>>,
     /// The insert position as the last hold of the insert lock left it: `Wal::end_lsn`.
-    end: CachePadded<AtomicU64>,
+    end: CachePadded<LineU64>,
     lanes: Insertions,
 }
 
@@ -38,7 +39,7 @@ impl Reservations {
     pub(super) fn new(end: Lsn, lanes: usize, domain: Domain) -> Reservations {
         Reservations {
             lock: CachePadded::new(OrderedMutex::new(InsertPosition(end.0), domain)),
-            end: CachePadded::new(AtomicU64::new(end.0)),
+            end: CachePadded::new(LineU64::named("insert_end", end.0)),
             lanes: Insertions::new(lanes, domain),
         }
     }
@@ -141,7 +142,7 @@ impl Reservations {
 /// The insert lock held with no insertion in progress ([`Reservations::exclusive`]).
 pub(super) struct Exclusive<'a> {
     guard: OrderedGuard<'a, InsertPosition, { lock_order::INSERT }>,
-    end: &'a AtomicU64,
+    end: &'a LineU64,
 }
 
 impl Exclusive<'_> {

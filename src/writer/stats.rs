@@ -2,11 +2,12 @@
 //! cache lines of its own, added to with relaxed atomic adds and summed on read, so an
 //! appender writes no statistics line another appender writes and reading them takes no lock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crossbeam::utils::CachePadded;
 
 use super::{Wal, lane_hint};
+use crate::line_ledger::LineU64;
 
 /// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
 ///
@@ -44,8 +45,13 @@ pub struct WalStats {
 
 /// One counter of [`WalStats`]: updated with relaxed atomic adds, so reading the statistics
 /// never takes a lock (and never waits out an fdatasync).
-#[derive(Default)]
-pub(super) struct Counter(AtomicU64);
+pub(super) struct Counter(LineU64);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter(LineU64::named("stats", 0))
+    }
+}
 
 impl Counter {
     pub(super) fn add(&self, n: u64) {
