@@ -227,13 +227,13 @@ impl Wal {
     fn build_pages(&self, w: &mut WriteState, target: u64, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
         let hint = self.synced_to.load(Ordering::Acquire);
-        let mut page = self.geo.page_start(w.reserved_to);
+        let mut page = self.geo.page_start(Lsn(w.reserved_to)).0;
         while page < target {
-            if self.geo.is_header_page(page) {
+            if self.geo.is_header_page(Lsn(page)) {
                 page += ps;
                 continue;
             }
-            let segment = self.geo.segment_start(page);
+            let segment = self.geo.segment_start(Lsn(page)).0;
             let mut run_start = page;
             let at = buf.bytes.len();
             if let Some(from) = self.appendable(w, page, hint) {
@@ -251,7 +251,7 @@ impl Wal {
             // Whether the page this run's images end in is imaged for the first time (pages are
             // imaged in order, so one past the last imaged page never was).
             let mut first_image = false;
-            while page < target && self.geo.segment_start(page) == segment {
+            while page < target && self.geo.segment_start(Lsn(page)).0 == segment {
                 first_image = w.imaged.0 == super::NO_PAGE || page > w.imaged.0;
                 let image_at = buf.bytes.len();
                 buf.bytes.resize(image_at + ps as usize, 0);
@@ -303,7 +303,7 @@ impl Wal {
         let from = w.reserved_to;
         let appendable = self.mode != Mode::PageLevel
             && w.imaged == (page, hint)
-            && self.geo.page_start(from) == page
+            && self.geo.page_start(Lsn(from)).0 == page
             && from > page + PAGE_HEADER_LEN as u64;
         appendable.then_some(from)
     }
@@ -383,7 +383,7 @@ impl Wal {
     /// The key that encrypts pages of the segment holding `page` (pagelevel).
     fn page_key(&self, w: &WriteState, page: u64) -> u32 {
         match w.segment_key {
-            Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
+            Some((segment, key_id)) if segment == self.geo.segment_start(Lsn(page)).0 => key_id,
             _ => self.keys.load().active().unwrap_or(0),
         }
     }
@@ -595,7 +595,7 @@ impl Wal {
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         let mut image = vec![0u8; ps as usize];
         self.page_image(w, page, valid as usize, synced, &mut image)?;
-        let segment = self.geo.segment_start(page);
+        let segment = self.geo.segment_start(Lsn(page)).0;
         let file = self.file_for(w, segment)?;
         file.write_all_at(&image, page - segment)
             .map_err(|e| self.poison("write page", segment, e))?;
@@ -647,7 +647,7 @@ impl Wal {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Config, Error, KeyRing, Mode, Wal};
+    use crate::{Config, Error, KeyRing, Lsn, Mode, Wal};
 
     #[test]
     fn an_error_while_building_a_page_image_poisons() {
@@ -656,7 +656,7 @@ mod tests {
         let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
         let lsn = wal.append(1, b"record").unwrap();
         // Not an I/O error: the slot of the page to write claims to hold another page.
-        let page = wal.geo.page_start(u64::from(lsn));
+        let page = wal.geo.page_start(lsn).0;
         wal.slots[wal.slot_index(page)].lock().page = page + wal.geo.page_size;
         assert!(wal.flush(lsn).is_err());
         assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
@@ -688,8 +688,8 @@ mod tests {
         let switch_end = wal.write.lock().data_end;
         assert!(switch_end > end, "the switch record follows the log's end");
         wal.sync().unwrap();
-        let page = wal.geo.page_start(switch_end - 1);
-        let segment = wal.geo.segment_start(page);
+        let page = wal.geo.page_start(Lsn(switch_end - 1)).0;
+        let segment = wal.geo.segment_start(Lsn(page)).0;
         let rest = (page + wal.geo.page_size - switch_end) as usize;
         assert!(rest > 0, "the switch record ends inside its page");
         let path = dir

@@ -496,7 +496,7 @@ impl Wal {
             .collect();
         let end = resume.end;
         if let Some((prefix, rem_len)) = resume.tail_page {
-            let page = geo.page_start(end);
+            let page = geo.page_start(Lsn(end)).0;
             let index = (page / geo.page_size) as usize % nslots;
             let mut slot = slots[index].lock();
             slot.page = page;
@@ -557,7 +557,7 @@ impl Wal {
             poison_reason: OrderedMutex::new(None, domain),
             counters: Counters::default(),
             listener: config.listener.clone(),
-            reported_segment: AtomicU64::new(geo.segment_start(end)),
+            reported_segment: AtomicU64::new(geo.segment_start(Lsn(end)).0),
             poison_reported: AtomicBool::new(false),
             recovery: OnceLock::new(),
             preparer,
@@ -748,7 +748,7 @@ impl Wal {
         let start = ins.pos;
         let mut pos = start;
         for &len in &lens {
-            let lsn = self.geo.skip_headers(pos);
+            let lsn = self.geo.skip_headers(Lsn(pos)).0;
             lsns.push(lsn);
             pos = self.end_of(lsn, len);
         }
@@ -887,8 +887,8 @@ impl Wal {
         let mut pos = lsn;
         let mut done = 0;
         while done < sealed.len() {
-            pos = self.geo.skip_headers(pos);
-            let page = self.geo.page_start(pos);
+            pos = self.geo.skip_headers(Lsn(pos)).0;
+            let page = self.geo.page_start(Lsn(pos)).0;
             // The record that enters a page at its body's start says how much of it continues
             // there (zero when it starts there).
             let rem_len = (pos == page + PAGE_HEADER_LEN as u64).then(|| match done {
@@ -910,7 +910,7 @@ impl Wal {
     /// record under the insert lock with no insertion in progress (segment switch, resume);
     /// returns its (start, end). The caller moves the insert position.
     fn copy_in(&self, ins: &mut InsertState, sealed: &[u8]) -> Result<(u64, u64)> {
-        let lsn = self.geo.skip_headers(ins.pos);
+        let lsn = self.geo.skip_headers(Lsn(ins.pos)).0;
         self.copy_at(lsn, sealed, None)?;
         Ok((lsn, self.end_of(lsn, sealed.len())))
     }
@@ -1045,7 +1045,7 @@ impl Wal {
     /// the rewrite stamps the hint of the log as it now is.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
         let end = self.insert_end.load(Ordering::Acquire);
-        let page = self.geo.page_start(end);
+        let page = self.geo.page_start(Lsn(end)).0;
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
         }
@@ -1130,7 +1130,8 @@ impl Wal {
         };
         let segment = self
             .geo
-            .segment_start(self.written_to.load(Ordering::Acquire));
+            .segment_start(Lsn(self.written_to.load(Ordering::Acquire)))
+            .0;
         // A plain load first: the read-modify-write happens only at a switch, not per append.
         if segment > self.reported_segment.load(Ordering::Acquire) {
             let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
@@ -1195,7 +1196,7 @@ impl Wal {
     /// An internal invariant that failed: reported as a poisoning cause naming the segment of
     /// `lsn`, never a panic.
     fn broken_invariant(&self, op: &'static str, lsn: u64, message: String) -> Error {
-        let segment = self.geo.segment_start(lsn);
+        let segment = self.geo.segment_start(Lsn(lsn)).0;
         Error::Poisoned(PoisonCause {
             op,
             path: self.dir.join(format::segment_file_name(Lsn(segment))),
@@ -1223,7 +1224,7 @@ fn record_end(geo: &Geometry, lsn: u64, len: usize) -> u64 {
     let header = PAGE_HEADER_LEN as u64;
     let body = geo.page_size - header;
     let segment_bytes = (geo.segment_size / geo.page_size - 1) * body;
-    let in_segment = lsn - geo.segment_start(lsn);
+    let in_segment = lsn - geo.segment_start(Lsn(lsn)).0;
     let (page, in_page) = (in_segment / geo.page_size, in_segment % geo.page_size);
     let index = (lsn / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
     let last = index + len as u64 - 1;
@@ -1276,6 +1277,7 @@ impl Drop for Wal {
 #[cfg(test)]
 mod tests {
     use super::record_end;
+    use crate::Lsn;
     use crate::format::{Geometry, PAGE_HEADER_LEN};
 
     /// The copy's walk: page by page, skipping headers, as `copy_at` places the bytes.
@@ -1283,8 +1285,8 @@ mod tests {
         let mut pos = lsn;
         let mut left = len as u64;
         while left > 0 {
-            pos = geo.skip_headers(pos);
-            let n = left.min(geo.page_start(pos) + geo.page_size - pos);
+            pos = geo.skip_headers(Lsn(pos)).0;
+            let n = left.min(geo.page_start(Lsn(pos)).0 + geo.page_size - pos);
             pos += n;
             left -= n;
         }

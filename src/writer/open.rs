@@ -127,7 +127,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         let keys = Arc::new(Keys::new(&config.keys, log_id));
         let header = new_segment_header(config.mode, geo, log_id, 0, &keys);
         create_segment(storage.as_ref(), dir, &header)?;
-        let end = geo.skip_headers(0);
+        let end = geo.skip_headers(Lsn(0)).0;
         let resume = Resume {
             log_id: header.log_id,
             geo,
@@ -168,9 +168,10 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     )?;
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
-    let next_page = files.geo.page_start(end) + files.geo.page_size;
+    let next_page = files.geo.page_start(Lsn(end)).0 + files.geo.page_size;
     let needs_switch = needs_new_segment(&files, &keys, end)
-        && !(fresh_page && files.geo.segment_start(next_page) != files.geo.segment_start(end));
+        && !(fresh_page
+            && files.geo.segment_start(Lsn(next_page)).0 != files.geo.segment_start(Lsn(end)).0);
     let geo = files.geo;
     let resume = Resume {
         log_id: files.log_id,
@@ -213,7 +214,7 @@ fn refuse_checkpoint_without_log(
     geo: Geometry,
 ) -> Result<()> {
     // The end of a new, empty log: a checkpoint there lost nothing.
-    if geo.skip_headers(u64::from(from)) <= geo.skip_headers(0) {
+    if geo.skip_headers(from).0 <= geo.skip_headers(Lsn(0)).0 {
         return Ok(());
     }
     let exists = match list_segments(storage, dir) {
@@ -280,7 +281,7 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
 /// pagelevel mode, when `end` lies inside a page body that already holds records.
 fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: u64) -> bool {
-    let page = geo.page_start(end);
+    let page = geo.page_start(Lsn(end)).0;
     mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64
 }
 
@@ -344,7 +345,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     if end.is_multiple_of(files.geo.segment_size) {
         return false;
     }
-    let Some(seg) = files.segment(files.geo.segment_start(end)) else {
+    let Some(seg) = files.segment(files.geo.segment_start(Lsn(end)).0) else {
         return false;
     };
     if seg.header.version != format::FORMAT_VERSION {
@@ -361,7 +362,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
 /// starting there before its end follow its checksum rule. A log ending at a segment boundary
 /// continues in a new segment of the current version.
 fn tail_format(files: &LogFiles, end: u64) -> (u64, u32) {
-    let segment = files.geo.segment_start(end);
+    let segment = files.geo.segment_start(Lsn(end)).0;
     match files.segment(segment) {
         Some(seg) if !end.is_multiple_of(files.geo.segment_size) => {
             (segment + files.geo.segment_size, seg.header.version)

@@ -319,7 +319,8 @@ impl Wal {
         };
         let start = self
             .geo
-            .segment_start(self.insert_end.load(Ordering::Acquire))
+            .segment_start(Lsn(self.insert_end.load(Ordering::Acquire)))
+            .0
             .checked_add(self.geo.segment_size)?;
         if !ahead || !self.preparable(start) {
             return None;

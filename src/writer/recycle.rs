@@ -102,7 +102,7 @@ pub(crate) fn parse_free_file_name(name: &str) -> Option<Lsn> {
 /// Whether the file of the segment that started at `old` may become the segment at `new`: a
 /// later segment in the same 4 GiB window of LSNs.
 pub(crate) fn may_become(old: u64, new: u64) -> bool {
-    old < new && format::same_lsn_window(old, new)
+    old < new && format::same_lsn_window(Lsn(old), Lsn(new))
 }
 
 /// Whether a file whose header is `had` may become the segment whose header is `want`.
@@ -291,7 +291,8 @@ impl Wal {
         let end = self.insert_end.load(std::sync::atomic::Ordering::Acquire);
         let next = self
             .geo
-            .segment_start(end)
+            .segment_start(Lsn(end))
+            .0
             .saturating_add(self.geo.segment_size);
         let want = self.segment_header(next);
         let mut pooled = 0;

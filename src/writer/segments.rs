@@ -170,8 +170,8 @@ impl Wal {
     /// which may not exist yet) ends in that segment: were it purged, no segment would be left,
     /// and the next open would start a new log at LSN 0.
     fn segment_holding_end(&self, end: u64) -> u64 {
-        let start = self.geo.segment_start(end);
-        if end == self.geo.skip_headers(start) || end == start {
+        let start = self.geo.segment_start(Lsn(end)).0;
+        if end == self.geo.skip_headers(Lsn(start)).0 || end == start {
             start.saturating_sub(self.geo.segment_size)
         } else {
             start
@@ -203,7 +203,7 @@ impl Wal {
         // With the insert lock held nothing new is reserved; the insertions already reserved
         // finish (sealed under the keys they loaded, which this segment's header lists).
         self.insertions.wait_finished(ins.pos, None);
-        let lsn = self.geo.skip_headers(ins.pos);
+        let lsn = self.geo.skip_headers(Lsn(ins.pos)).0;
         let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert`: the buffer (and perhaps the files) hold part of a record that the
@@ -218,9 +218,9 @@ impl Wal {
         // makes that segment say so itself: a reader starting there (its oldest segment, once
         // a purge removed the one before) finds a switch record first, not the unused rest.
         // It fits: the tail is shorter than a switch record, and a page body is longer than two.
-        if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
+        if self.geo.segment_start(Lsn(end - 1)).0 != self.geo.segment_start(Lsn(start)).0 {
             ins.pos = end;
-            let lsn = self.geo.skip_headers(ins.pos);
+            let lsn = self.geo.skip_headers(Lsn(ins.pos)).0;
             // Sealed afresh, never the first record again: two tags under one nonce would
             // give away the hash key.
             let sealed = self.switch_record(lsn).map_err(|e| self.poison_error(e))?;
@@ -229,7 +229,7 @@ impl Wal {
                 .map_err(|e| self.poison_error(e))?
                 .1;
         }
-        let segment = self.geo.segment_start(end - 1);
+        let segment = self.geo.segment_start(Lsn(end - 1)).0;
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.
         let mut w = self.write.lock();
@@ -276,7 +276,7 @@ impl Wal {
         let key_id = if !sealed {
             0
         } else {
-            match self.listed_key(self.geo.segment_start(lsn))? {
+            match self.listed_key(self.geo.segment_start(Lsn(lsn)).0)? {
                 Some(key_id) => key_id,
                 None => keys.active().unwrap_or(0),
             }
@@ -316,7 +316,7 @@ impl Wal {
             stored: &payload,
         };
         let mut ins = self.insert.lock();
-        let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
+        let page_end = self.geo.page_start(Lsn(ins.pos)).0 + self.geo.page_size;
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
@@ -324,7 +324,7 @@ impl Wal {
             w.reserved_to = page_end;
         }
         ins.pos = page_end;
-        let lsn = self.geo.skip_headers(page_end);
+        let lsn = self.geo.skip_headers(Lsn(page_end)).0;
         let mut sealed = Vec::new();
         self.seal_at(&self.keys.load(), lsn, None, &resume, &mut sealed)?;
         let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
