@@ -15,11 +15,11 @@ use crate::crypto::IV_LEN;
 use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 
 /// A slot holding no page yet.
-pub(super) const NO_PAGE: u64 = u64::MAX;
+pub(super) const NO_PAGE: Lsn = Lsn(u64::MAX);
 
 pub(super) struct Slot {
     /// The page (its start) this slot holds, or `NO_PAGE`.
-    pub(super) page: u64,
+    pub(super) page: Lsn,
     /// How many bytes of a record continuing from the page before open this page's body.
     pub(super) rem_len: u32,
     /// pagelevel: the key id and IV of this page, drawn at its first write-out and kept for
@@ -62,30 +62,30 @@ impl PageBuffer {
         self.slots.len() as u64 * self.page_size
     }
 
-    fn slot_of(&self, page: u64) -> &OrderedMutex<Slot, { lock_order::SLOT }> {
-        &self.slots[(page / self.page_size) as usize % self.slots.len()]
+    fn slot_of(&self, page: Lsn) -> &OrderedMutex<Slot, { lock_order::SLOT }> {
+        &self.slots[(page.0 / self.page_size) as usize % self.slots.len()]
     }
 
     /// Puts the valid prefix of the page holding the end of a reopened log into its slot.
     pub(super) fn preload(&self, page: Lsn, prefix: &[u8], rem_len: u32) {
-        let mut slot = self.slot_of(page.0).lock();
-        slot.page = page.0;
+        let mut slot = self.slot_of(page).lock();
+        slot.page = page;
         slot.rem_len = rem_len;
         slot.data[..prefix.len()].copy_from_slice(prefix);
     }
 
     /// Whether the slot of `page` still holds it.
     pub(super) fn holds(&self, page: Lsn) -> bool {
-        self.slot_of(page.0).lock().page == page.0
+        self.slot_of(page).lock().page == page
     }
 
     /// The slot of `page`, locked; an error if it holds another page.
     pub(super) fn holding(&self, page: Lsn) -> Result<SlotGuard<'_>, WrongPage> {
-        let slot = self.slot_of(page.0).lock();
-        if slot.page != page.0 {
+        let slot = self.slot_of(page).lock();
+        if slot.page != page {
             return Err(WrongPage(format!(
                 "the buffer slot of page {page} holds page {}",
-                Lsn(slot.page)
+                slot.page
             )));
         }
         Ok(slot)
@@ -101,33 +101,33 @@ impl PageBuffer {
         rem_len: Option<u32>,
         written: Lsn,
     ) -> Result<Option<SlotGuard<'_>>, WrongPage> {
-        let mut slot = self.slot_of(page.0).lock();
-        if slot.page == page.0 {
+        let mut slot = self.slot_of(page).lock();
+        if slot.page == page {
             if let Some(rem_len) = rem_len {
                 slot.rem_len = rem_len;
             }
             return Ok(Some(slot));
         }
-        if slot.page != NO_PAGE && slot.page > page.0 {
+        if slot.page != NO_PAGE && slot.page > page {
             return Err(WrongPage(format!(
                 "the buffer slot of page {page} holds the later page {}",
-                Lsn(slot.page)
+                slot.page
             )));
         }
         // The slot's page is at most the page one ring length before `page`, so it has landed
         // once everything before that page's end has.
-        let free_from = (page.0 + self.page_size).saturating_sub(self.ring_bytes());
+        let free_from = (page + self.page_size).0.saturating_sub(self.ring_bytes());
         if written.0 < free_from {
             return Ok(None);
         }
         debug_assert!(
-            slot.page == NO_PAGE || written.0 >= slot.page + self.page_size,
+            slot.page == NO_PAGE || written >= slot.page + self.page_size,
             "slot of page {} reused for page {page} before it landed (written to {written})",
-            Lsn(slot.page),
+            slot.page,
         );
         // No zeroing: the writer copies only bytes below its target and writes zeros after.
         slot.cipher = None;
-        slot.page = page.0;
+        slot.page = page;
         slot.rem_len = rem_len.unwrap_or(0);
         Ok(Some(slot))
     }
@@ -135,6 +135,6 @@ impl PageBuffer {
     /// Test hook: makes the slot of `page` claim to hold `other`.
     #[cfg(test)]
     pub(super) fn mislabel(&self, page: Lsn, other: Lsn) {
-        self.slot_of(page.0).lock().page = other.0;
+        self.slot_of(page).lock().page = other;
     }
 }

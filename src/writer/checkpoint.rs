@@ -197,12 +197,12 @@ impl Wal {
     /// The oldest position a purge may reach for `lsn`: before the last checkpoint and every
     /// hold still in force. Holds that fell more than `max_hold_bytes` behind the end are given
     /// up first (saved).
-    pub(super) fn purge_limit(&self, lsn: u64) -> Result<u64> {
-        let end = self.reservations.end().0;
+    pub(super) fn purge_limit(&self, lsn: Lsn) -> Result<Lsn> {
+        let end = self.reservations.end();
         let mut control = self.retention.lock();
         let mut gave_up = false;
         for hold in control.holds.iter_mut().filter(|h| !h.lost) {
-            if end.saturating_sub(u64::from(hold.lsn)) > self.retention.max_hold_bytes {
+            if end.checked_distance(hold.lsn).unwrap_or(0) > self.retention.max_hold_bytes {
                 hold.lost = true;
                 gave_up = true;
             }
@@ -211,13 +211,13 @@ impl Wal {
             self.save_control(&mut control)?;
         }
         // A restart replays from the last checkpoint on disk: what it needs stays too.
-        let checkpoint = control.purge_floor.map_or(u64::MAX, u64::from);
+        let checkpoint = control.purge_floor.unwrap_or(Lsn(u64::MAX));
         Ok(control
             .holds
             .iter()
             .filter(|h| !h.lost)
-            .map(|h| u64::from(h.lsn))
-            .fold(lsn.min(checkpoint), u64::min))
+            .map(|h| h.lsn)
+            .fold(lsn.min(checkpoint), Lsn::min))
     }
 
     /// The key id the control file's checkpoint is sealed under, if any: a key it still

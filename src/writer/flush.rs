@@ -35,7 +35,7 @@ pub(super) struct WriteBuffer {
 
 /// A contiguous stretch of one segment file: `bytes[at..at + len]` goes to `offset`.
 struct Run {
-    segment: u64,
+    segment: Lsn,
     file: Arc<dyn StorageFile>,
     offset: u64,
     at: usize,
@@ -65,7 +65,7 @@ impl Drop for Reserved<'_> {
         }
         let wal = self.wal;
         if !wal.poison.is_set() {
-            let position = wal.inflight.written().0;
+            let position = wal.inflight.written();
             let error = wal.broken_invariant(
                 "write segment",
                 position,
@@ -99,7 +99,7 @@ impl Wal {
     /// releasing the lock, and waits until everything before `target` has landed. The appender
     /// that makes room in a full buffer comes here (under the insert lock), and checks first
     /// that it is the opener's process.
-    pub(super) fn write_out(&self, target: u64) -> Result<()> {
+    pub(super) fn write_out(&self, target: Lsn) -> Result<()> {
         self.check_process()?;
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
@@ -127,7 +127,7 @@ impl Wal {
     pub(super) fn write_locked(
         &self,
         w: &mut WriteState,
-        target: u64,
+        target: Lsn,
         _same: SameProcess,
     ) -> Result<()> {
         if let Some(range) = self.reserve(w, target)? {
@@ -140,7 +140,7 @@ impl Wal {
     /// and appends; pagelevel encrypts here) and registers it in flight. `None` when
     /// everything before `target` is reserved already. The caller writes the range with
     /// [`Wal::write_range`], with or without the write lock.
-    pub(super) fn reserve(&self, w: &mut WriteState, target: u64) -> Result<Option<Reserved<'_>>> {
+    pub(super) fn reserve(&self, w: &mut WriteState, target: Lsn) -> Result<Option<Reserved<'_>>> {
         self.check_poison()?;
         if target <= w.reserved_to {
             return Ok(None);
@@ -156,11 +156,11 @@ impl Wal {
         let lo = buf
             .runs
             .first()
-            .map_or(w.reserved_to, |r| r.offset + r.segment);
+            .map_or(w.reserved_to, |r| r.segment + r.offset);
         let hi = buf
             .runs
             .last()
-            .map_or(w.reserved_to, |r| r.offset + r.segment + r.len as u64);
+            .map_or(w.reserved_to, |r| r.segment + r.offset + r.len as u64);
         for run in &buf.runs {
             if !w.dirty.contains(&run.segment) {
                 w.dirty.push(run.segment);
@@ -192,7 +192,7 @@ impl Wal {
             self.check_poison()?;
             return Err(self.broken_invariant(
                 "write segment",
-                self.inflight.written().0,
+                self.inflight.written(),
                 "a write-out was refused by a log that is not poisoned".into(),
             ));
         }
@@ -206,8 +206,8 @@ impl Wal {
 
     /// Waits until everything before `target` has landed; an error if the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64) -> Result<()> {
-        if self.inflight.written().0 >= target {
+    pub(super) fn wait_landed(&self, target: Lsn) -> Result<()> {
+        if self.inflight.written() >= target {
             return Ok(());
         }
         if self.inflight.wait_landed(target, self.poison.flag()) {
@@ -223,9 +223,9 @@ impl Wal {
 
     /// Builds the bytes of `[reserved_to, target)` into `buf`: one run per segment, each a
     /// contiguous stretch of the file.
-    fn build_pages(&self, w: &mut WriteState, target: u64, buf: &mut WriteBuffer) -> Result<()> {
+    fn build_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
-        let hint = self.positions.synced().0;
+        let hint = self.positions.synced();
         let mut page = self.geo.page_start(w.reserved_to);
         while page < target {
             if self.geo.is_header_page(page) {
@@ -298,7 +298,7 @@ impl Wal {
     /// in `Buffered` mode, where the hint moves only at `sync`, a commit writes what it
     /// appended instead of a whole page. Never in pagelevel mode, whose rewrite repeats the
     /// whole encrypted body under the page's one IV.
-    fn appendable(&self, w: &WriteState, page: u64, hint: u64) -> Option<u64> {
+    fn appendable(&self, w: &WriteState, page: Lsn, hint: Lsn) -> Option<Lsn> {
         let from = w.reserved_to;
         let appendable = self.mode != Mode::PageLevel
             && w.imaged == (page, hint)
@@ -309,18 +309,18 @@ impl Wal {
 
     /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
     /// it belongs to) if the slot holds another page.
-    fn slot_holding(&self, page: u64) -> Result<super::buffer::SlotGuard<'_>> {
-        self.buffer.holding(Lsn(page)).map_err(|wrong| {
+    fn slot_holding(&self, page: Lsn) -> Result<super::buffer::SlotGuard<'_>> {
+        self.buffer.holding(page).map_err(|wrong| {
             self.broken_invariant(
                 "write page",
                 page,
-                format!("page {} is not in the write buffer: {}", Lsn(page), wrong.0),
+                format!("page {page} is not in the write buffer: {}", wrong.0),
             )
         })
     }
 
     /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
-    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+    fn page_tail(&self, page: Lsn, from: Lsn, out: &mut [u8]) -> Result<()> {
         let slot = self.slot_holding(page)?;
         let at = (from - page) as usize;
         out.copy_from_slice(&slot.data[at..at + out.len()]);
@@ -336,9 +336,9 @@ impl Wal {
     fn page_image(
         &self,
         w: &mut WriteState,
-        page: u64,
+        page: Lsn,
         valid: usize,
-        hint: u64,
+        hint: Lsn,
         out: &mut [u8],
     ) -> Result<()> {
         let (rem_len, cipher) = {
@@ -353,9 +353,9 @@ impl Wal {
         let mut header = PageHeader {
             flags: 0,
             key_id: 0,
-            page_lsn: Lsn(page),
+            page_lsn: page,
             rem_len,
-            durable_hint: Lsn(hint),
+            durable_hint: hint,
             iv: [0; 16],
         };
         if cipher.is_some() {
@@ -371,7 +371,7 @@ impl Wal {
     }
 
     /// The key that encrypts pages of the segment holding `page` (pagelevel).
-    fn page_key(&self, w: &WriteState, page: u64) -> u32 {
+    fn page_key(&self, w: &WriteState, page: Lsn) -> u32 {
         match w.segment_key {
             Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
             _ => self.keys.load().active().unwrap_or(0),
@@ -392,7 +392,7 @@ impl Wal {
             let file = match w.files.iter().find(|(s, _)| s == segment) {
                 Some((_, file)) => file.as_ref(),
                 None => {
-                    let path = self.dir.join(format::segment_file_name(Lsn(*segment)));
+                    let path = self.dir.join(format::segment_file_name(*segment));
                     reopened = self
                         .storage
                         .open(&path, true)
@@ -426,14 +426,13 @@ impl Wal {
     /// round for all the rest. Commits arriving together thus cost one write (and one
     /// fdatasync) between them.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
-        let lsn = u64::from(lsn);
         loop {
             self.check_poison()?;
             if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.reservations.end().0 < lsn {
-                return Err(Error::LsnNotAvailable(Lsn(lsn)));
+            if self.reservations.end() < lsn {
+                return Err(Error::LsnNotAvailable(lsn));
             }
             let seen = self.group.rounds();
             match self.group.lead() {
@@ -450,7 +449,7 @@ impl Wal {
     /// (Durable: and fdatasyncs), all under the lock. Buffered plaintext and perrecord:
     /// reserves and builds the range under the lock, writes it after releasing it, and waits
     /// until everything below its target has landed.
-    pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
+    pub(super) fn lead_flush(&self, lsn: Lsn) -> Result<()> {
         let same = self.check_process()?;
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
@@ -493,7 +492,7 @@ impl Wal {
         self.wait_landed(target)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes landed.
         self.check_poison()?;
-        self.positions.raise_flushed(Lsn(target));
+        self.positions.raise_flushed(target);
         Ok(())
     }
 
@@ -502,8 +501,8 @@ impl Wal {
     fn flush_locked(
         &self,
         w: &mut WriteState,
-        lsn: u64,
-        inserted: u64,
+        lsn: Lsn,
+        inserted: Lsn,
         same: SameProcess,
     ) -> Result<()> {
         if self.flushed_through(lsn) {
@@ -514,13 +513,13 @@ impl Wal {
         self.write_locked(w, target, same)?;
         if self.sync == SyncMode::Durable {
             self.sync_locked(w)?;
-            self.positions.raise_synced(Lsn(target));
+            self.positions.raise_synced(target);
             self.refresh_hint(w)?;
         }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
         // the lock may have failed meanwhile), as on the Buffered path.
         self.check_poison()?;
-        self.positions.raise_flushed(Lsn(target));
+        self.positions.raise_flushed(target);
         self.debug_check_positions(w);
         Ok(())
     }
@@ -533,7 +532,7 @@ impl Wal {
             self.positions.check_order(|| super::positions::Seen {
                 end: self.reservations.end(),
                 written: self.inflight.written(),
-                reserved: Lsn(w.reserved_to),
+                reserved: w.reserved_to,
             });
         }
     }
@@ -554,12 +553,12 @@ impl Wal {
     /// for it (a `sync` with nothing new appended costs no fdatasync): the hint is true
     /// whether or not this write survives a crash. `close` syncs it.
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
-        let synced = self.positions.synced().0;
+        let synced = self.positions.synced();
         let (page, hint) = w.imaged;
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        if !self.buffer.holds(Lsn(page)) {
+        if !self.buffer.holds(page) {
             // The page is complete and its slot holds a newer page, whose first write-out
             // will carry the hint.
             return Ok(());
@@ -631,9 +630,8 @@ mod tests {
         let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
         let lsn = wal.append(1, b"record").unwrap();
         // Not an I/O error: the slot of the page to write claims to hold another page.
-        let page = wal.geo.page_start(u64::from(lsn));
-        wal.buffer
-            .mislabel(crate::Lsn(page), crate::Lsn(page + wal.geo.page_size));
+        let page = wal.geo.page_start(lsn);
+        wal.buffer.mislabel(page, page + wal.geo.page_size);
         assert!(wal.flush(lsn).is_err());
         assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
         assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
@@ -659,18 +657,16 @@ mod tests {
                 .unwrap();
         }
         wal.flush(wal.end_lsn()).unwrap();
-        let end = u64::from(wal.end_lsn());
+        let end = wal.end_lsn();
         wal.switch_segment().unwrap();
         let switch_end = wal.write.lock().data_end;
         assert!(switch_end > end, "the switch record follows the log's end");
         wal.sync().unwrap();
         let page = wal.geo.page_start(switch_end - 1);
         let segment = wal.geo.segment_start(page);
-        let rest = (page + wal.geo.page_size - switch_end) as usize;
+        let rest = ((page + wal.geo.page_size) - switch_end) as usize;
         assert!(rest > 0, "the switch record ends inside its page");
-        let path = dir
-            .path()
-            .join(crate::format::segment_file_name(crate::Lsn(segment)));
+        let path = dir.path().join(crate::format::segment_file_name(segment));
         let mut file = std::fs::File::open(path).unwrap();
         file.seek(SeekFrom::Start(switch_end - segment)).unwrap();
         let mut after = vec![0u8; rest];

@@ -31,17 +31,17 @@ use crate::lock_order::{self, Domain, OrderedMutex};
 struct Range {
     id: u64,
     /// End of the reserved range (an LSN).
-    end: u64,
+    end: Lsn,
     /// The stretch of the log its writes cover, `[lo, hi)` in LSNs (file offsets are LSNs
     /// less the segment's start, so LSN order is file order within a segment).
-    lo: u64,
-    hi: u64,
+    lo: Lsn,
+    hi: Lsn,
     landed: bool,
 }
 
 struct State {
     /// Everything before it has landed (been written to the files).
-    landed_to: u64,
+    landed_to: Lsn,
     next_id: u64,
     /// Ranges not yet passed by `landed_to`, oldest first.
     ranges: VecDeque<Range>,
@@ -70,7 +70,7 @@ fn slot(id: u64) -> usize {
 }
 
 impl InFlight {
-    pub(super) fn new(landed_to: u64, domain: Domain) -> InFlight {
+    pub(super) fn new(landed_to: Lsn, domain: Domain) -> InFlight {
         InFlight {
             state: OrderedMutex::new(
                 State {
@@ -81,7 +81,7 @@ impl InFlight {
                 domain,
             ),
             changed: std::array::from_fn(|_| Condvar::new()),
-            written: CachePadded::new(LineU64::named("written_to", landed_to)),
+            written: CachePadded::new(LineU64::named("written_to", landed_to.0)),
         }
     }
 
@@ -92,7 +92,7 @@ impl InFlight {
 
     /// Registers a range ending at `end` whose writes cover `[lo, hi)`; returns its id.
     /// Called under the write lock, right after the range was reserved.
-    pub(super) fn register(&self, end: u64, lo: u64, hi: u64) -> u64 {
+    pub(super) fn register(&self, end: Lsn, lo: Lsn, hi: Lsn) -> u64 {
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -147,7 +147,7 @@ impl InFlight {
                 wake |= 1 << slot(range.id);
             }
         }
-        self.written.fetch_max(state.landed_to, Ordering::AcqRel);
+        self.written.fetch_max(state.landed_to.0, Ordering::AcqRel);
         drop(state);
         for (i, changed) in self.changed.iter().enumerate() {
             if wake & (1 << i) != 0 {
@@ -167,7 +167,7 @@ impl InFlight {
 
     /// Waits until everything before `target` has landed. False when the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64, poisoned: &LineBool) -> bool {
+    pub(super) fn wait_landed(&self, target: Lsn, poisoned: &LineBool) -> bool {
         let mut state = self.state.lock();
         loop {
             if state.landed_to >= target {
@@ -194,13 +194,13 @@ impl InFlight {
     /// flight; false, and nothing moved, if a range is still in flight (the caller poisons
     /// the log: moving past a range that has not landed would let a flush return early).
     #[must_use]
-    pub(super) fn jump(&self, to: u64) -> bool {
+    pub(super) fn jump(&self, to: Lsn) -> bool {
         let mut state = self.state.lock();
         if !state.ranges.is_empty() {
             return false;
         }
         state.landed_to = state.landed_to.max(to);
-        self.written.fetch_max(state.landed_to, Ordering::AcqRel);
+        self.written.fetch_max(state.landed_to.0, Ordering::AcqRel);
         true
     }
 }

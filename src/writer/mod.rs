@@ -203,7 +203,7 @@ struct Inserting<'a> {
 impl Drop for Inserting<'_> {
     fn drop(&mut self) {
         if !self.finished && !self.wal.poison.is_set() {
-            let at = self.wal.reservations.end().0;
+            let at = self.wal.reservations.end();
             let error = self.wal.broken_invariant(
                 "append",
                 at,
@@ -254,26 +254,26 @@ thread_local! {
 struct WriteState {
     /// Everything before it is reserved: written, or being written by the thread that
     /// reserved it (`InFlight`). Not a record boundary (see `written_to`).
-    reserved_to: u64,
+    reserved_to: Lsn,
     /// The end of the log's bytes in the files: `reserved_to` as the last write-out left it,
     /// before any jump over unused log (a segment switch, a resume on a fresh page). Past it,
     /// the page that holds it has no record bytes, only what its buffer slot kept from an
     /// earlier page: `refresh_hint` rewrites that page up to here, zeros after.
-    data_end: u64,
+    data_end: Lsn,
     /// A segment (created before the key was rotated) whose pages use this key, not the active
     /// one: its header lists only the keys of its time.
-    segment_key: Option<(u64, u32)>,
-    files: Vec<(u64, Arc<dyn StorageFile>)>,
+    segment_key: Option<(Lsn, u32)>,
+    files: Vec<(Lsn, Arc<dyn StorageFile>)>,
     /// The segments of `files` made from a reused file, whose pages hold old bytes where this
     /// open has not written yet (see `recycle::MadeSegment`).
-    reused: Vec<u64>,
-    dirty: Vec<u64>,
+    reused: Vec<Lsn>,
+    dirty: Vec<Lsn>,
     /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
-    imaged: (u64, u64),
+    imaged: (Lsn, Lsn),
     /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
     /// if any: `close` syncs it, so the hint survives a restart too.
-    hint_unsynced: Option<u64>,
+    hint_unsynced: Option<Lsn>,
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -281,12 +281,12 @@ pub(crate) struct Resume {
     pub(crate) log_id: u64,
     pub(crate) geo: Geometry,
     /// End of the valid log: the next record goes here.
-    pub(crate) end: u64,
+    pub(crate) end: Lsn,
     /// The valid prefix of the page holding `end`, decrypted, and that page's continuation length.
     pub(crate) tail_page: Option<(Vec<u8>, u32)>,
     /// The end of the segment holding `end` and that segment's format version (see
     /// `Wal::tail_format`).
-    pub(crate) tail_format: (u64, u32),
+    pub(crate) tail_format: (Lsn, u32),
 }
 
 /// An open write-ahead log. `Send + Sync`: share it between threads (by reference or `Arc`).
@@ -338,7 +338,7 @@ pub struct Wal {
     /// older than [`format::FORMAT_VERSION`] (a log written by an older build), the only such
     /// records are the switch record that leaves it at open and, in pagelevel, a resume record
     /// before it. Every segment after it is created at the current version.
-    tail_format: (u64, u32),
+    tail_format: (Lsn, u32),
     /// How many purged segment files are kept for reuse (see `recycle`).
     recycle: usize,
     /// The control file's contents and the holds' limit (checkpoint.rs).
@@ -372,7 +372,7 @@ impl Wal {
         let buffer = buffer::PageBuffer::new(pages, geo.page_size, domain);
         let end = resume.end;
         if let Some((prefix, rem_len)) = resume.tail_page {
-            buffer.preload(Lsn(geo.page_start(end)), &prefix, rem_len);
+            buffer.preload(geo.page_start(end), &prefix, rem_len);
         }
         let keys = Arc::new(arc_swap::ArcSwap::new(keys));
         let preparer = Arc::new(Preparer::new(domain));
@@ -402,10 +402,10 @@ impl Wal {
             keys,
             opener: std::process::id(),
             ivs: CachePadded::new(IvSource::new(domain)?),
-            reservations: reserve::Reservations::new(Lsn(end), lane_count(), domain),
+            reservations: reserve::Reservations::new(end, lane_count(), domain),
             buffer,
             inflight: inflight::InFlight::new(end, domain),
-            positions: positions::Positions::new(Lsn(end)),
+            positions: positions::Positions::new(end),
             write: CachePadded::new(OrderedMutex::new(
                 WriteState {
                     reserved_to: end,
@@ -414,7 +414,7 @@ impl Wal {
                     files: Vec::new(),
                     reused: Vec::new(),
                     dirty: Vec::new(),
-                    imaged: (NO_PAGE, 0),
+                    imaged: (NO_PAGE, Lsn(0)),
                     hint_unsynced: None,
                 },
                 domain,
@@ -422,7 +422,7 @@ impl Wal {
             group: CachePadded::new(GroupCommit::default()),
             poison: poison::Poison::new(domain),
             counters: Counters::default(),
-            reports: report::Reports::new(config.listener.clone(), Lsn(geo.segment_start(end))),
+            reports: report::Reports::new(config.listener.clone(), geo.segment_start(end)),
             preparer,
             preparer_thread,
             tail_format: resume.tail_format,
@@ -463,8 +463,8 @@ impl Wal {
 
     /// The record boundary through which the log is fdatasync'ed (what page headers carry as
     /// their durable hint).
-    pub(crate) fn synced_lsn(&self) -> u64 {
-        self.positions.synced().0
+    pub(crate) fn synced_lsn(&self) -> Lsn {
+        self.positions.synced()
     }
 
     /// What a follower in this process needs to read the files: storage and expanded keys.
@@ -562,7 +562,7 @@ impl Wal {
 
     /// Rotates the data key when the rotation policy says it is due (after an append).
     fn rotate_if_due(&self, appended: bool) {
-        if appended && self.rotation.due(self.reservations.end().0) {
+        if appended && self.rotation.due(self.reservations.end()) {
             self.rotate_by_policy();
         }
     }
@@ -659,8 +659,8 @@ impl Wal {
         let own = Some(inserting.lane.index());
         for ((record, iv), &lsn) in records.iter().zip(ivs).zip(lsns) {
             let begin = sealed.len();
-            self.seal_at(&keys, lsn.0, *iv, record, sealed)?;
-            self.copy_at(lsn.0, &sealed[begin..], own)?;
+            self.seal_at(&keys, lsn, *iv, record, sealed)?;
+            self.copy_at(lsn, &sealed[begin..], own)?;
         }
         Ok(())
     }
@@ -675,13 +675,13 @@ impl Wal {
     fn seal_at(
         &self,
         keys: &Keys,
-        lsn: u64,
+        lsn: Lsn,
         iv: Option<[u8; IV_LEN]>,
         record: &Pending<'_>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let at = At {
-            lsn,
+            lsn: lsn.0,
             version: self.version_at(lsn),
         };
         let len = self
@@ -704,12 +704,12 @@ impl Wal {
     }
 
     /// The end of a record of `len` bytes starting at `lsn`: [`record_end`] in this log.
-    fn end_of(&self, lsn: u64, len: usize) -> u64 {
+    fn end_of(&self, lsn: Lsn, len: usize) -> Lsn {
         record_end(&self.geo, lsn, len)
     }
 
     /// The format version of the segment a record starting at `lsn` lies in.
-    fn version_at(&self, lsn: u64) -> u32 {
+    fn version_at(&self, lsn: Lsn) -> u32 {
         let (tail_end, tail_version) = self.tail_format;
         if lsn < tail_end {
             tail_version
@@ -721,7 +721,7 @@ impl Wal {
     /// Copies a sealed record into the buffer at `lsn`, its reserved place, claiming the slot
     /// of each page it enters. `own` is the caller's insertion lane (none for the exclusive
     /// paths, which hold the insert lock with no insertion in progress).
-    fn copy_at(&self, lsn: u64, sealed: &[u8], own: Option<usize>) -> Result<()> {
+    fn copy_at(&self, lsn: Lsn, sealed: &[u8], own: Option<usize>) -> Result<()> {
         let mut pos = lsn;
         let mut done = 0;
         while done < sealed.len() {
@@ -747,8 +747,8 @@ impl Wal {
     /// Copies a record into the buffer at the first place for record bytes at or after `pos`,
     /// for the paths that place a record with the insert lock held exclusively (segment
     /// switch, resume); returns its (start, end). The caller moves the insert position.
-    fn copy_in(&self, pos: Lsn, sealed: &[u8]) -> Result<(u64, u64)> {
-        let lsn = self.geo.skip_headers(pos.0);
+    fn copy_in(&self, pos: Lsn, sealed: &[u8]) -> Result<(Lsn, Lsn)> {
+        let lsn = self.geo.skip_headers(pos);
         self.copy_at(lsn, sealed, None)?;
         Ok((lsn, self.end_of(lsn, sealed.len())))
     }
@@ -760,15 +760,12 @@ impl Wal {
     /// sets how much of its record continues there (`rem_len`).
     fn claim_slot(
         &self,
-        page: u64,
+        page: Lsn,
         rem_len: Option<u32>,
         own: Option<usize>,
     ) -> Result<buffer::SlotGuard<'_>> {
         loop {
-            match self
-                .buffer
-                .claim(Lsn(page), rem_len, self.inflight.written())
-            {
+            match self.buffer.claim(page, rem_len, self.inflight.written()) {
                 Ok(Some(slot)) => return Ok(slot),
                 Ok(None) => {}
                 Err(wrong) => return Err(self.broken_invariant("copy a record", page, wrong.0)),
@@ -777,21 +774,21 @@ impl Wal {
             // Everything before `page` is reserved; the insertions that reserved it (earlier
             // in the log than this thread's) finish, then this thread writes it out. Its own
             // bytes before `page` are copied already.
-            self.reservations.wait_finished(Lsn(page), own);
+            self.reservations.wait_finished(page, own);
             self.write_out(page)?;
         }
     }
 
     /// A position through which every record is in the buffer
     /// ([`reserve::Reservations::inserted_to`]).
-    fn inserted_to(&self) -> u64 {
-        self.reservations.inserted_to().0
+    fn inserted_to(&self) -> Lsn {
+        self.reservations.inserted_to()
     }
 
     /// Waits until the record holding `lsn` (or every record, at the end) is in the buffer
     /// ([`reserve::Reservations::inserted_through`]).
-    fn inserted_through(&self, lsn: u64) -> u64 {
-        self.reservations.inserted_through(Lsn(lsn)).0
+    fn inserted_through(&self, lsn: Lsn) -> Lsn {
+        self.reservations.inserted_through(lsn)
     }
 
     /// What the open that made this `Wal` found: where the log ended, how much was replayed,
@@ -810,7 +807,7 @@ impl Wal {
     /// a durable hint beyond the new end, which a reader would take for damage after the end;
     /// the rewrite stamps the hint of the log as it now is.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
-        let end = self.reservations.end().0;
+        let end = self.reservations.end();
         let page = self.geo.page_start(end);
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
@@ -840,14 +837,14 @@ impl Wal {
         let same = self.check_process()?;
         // Every record appended before this call, and all before them, is in the buffer;
         // waited for before the write lock, which those insertions may need.
-        let target = self.inserted_through(self.reservations.end().0);
+        let target = self.inserted_through(self.reservations.end());
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = flush::timed_lock(&self.write);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             // A switch or another sync under the lock before this one may have stored more.
-            self.positions.raise_synced(Lsn(target));
-            self.positions.raise_flushed(Lsn(target));
+            self.positions.raise_synced(target);
+            self.positions.raise_flushed(target);
             self.refresh_hint(&mut w)?;
             self.debug_check_positions(&w);
             Ok(())
@@ -863,7 +860,7 @@ impl Wal {
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
-    fn lead_round(&self, lsn: u64, round: Option<group::RoundEnd<'_>>) -> Result<()> {
+    fn lead_round(&self, lsn: Lsn, round: Option<group::RoundEnd<'_>>) -> Result<()> {
         let Some(listener) = self.reports.listener() else {
             return self.lead_flush(lsn);
         };
@@ -883,9 +880,9 @@ impl Wal {
 
     /// True when `flush(lsn)` has nothing left to do: the record at `lsn` is flushed, or `lsn`
     /// is the end of the log and everything before it is.
-    fn flushed_through(&self, lsn: u64) -> bool {
+    fn flushed_through(&self, lsn: Lsn) -> bool {
         self.positions
-            .flushed_through(Lsn(lsn), || self.reservations.end())
+            .flushed_through(lsn, || self.reservations.end())
     }
 
     /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
@@ -894,8 +891,8 @@ impl Wal {
         let Some(listener) = self.reports.listener() else {
             return;
         };
-        let segment = self.geo.segment_start(self.inflight.written().0);
-        if let Some(switch) = self.reports.switch_to(Lsn(segment)) {
+        let segment = self.geo.segment_start(self.inflight.written());
+        if let Some(switch) = self.reports.switch_to(segment) {
             listener.on_segment_switch(&switch);
         }
         if let Some(cause) = self.poison.take_unreported() {
@@ -926,18 +923,18 @@ impl Wal {
         self.poison.check(&self.dir)
     }
 
-    fn poison(&self, op: &'static str, segment: u64, e: std::io::Error) -> Error {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+    fn poison(&self, op: &'static str, segment: Lsn, e: std::io::Error) -> Error {
+        let path = self.dir.join(format::segment_file_name(segment));
         self.poison_error(Error::io(op, path, e))
     }
 
     /// An internal invariant that failed: reported as a poisoning cause naming the segment of
     /// `lsn`, never a panic.
-    fn broken_invariant(&self, op: &'static str, lsn: u64, message: String) -> Error {
+    fn broken_invariant(&self, op: &'static str, lsn: Lsn, message: String) -> Error {
         let segment = self.geo.segment_start(lsn);
         Error::Poisoned(PoisonCause {
             op,
-            path: self.dir.join(format::segment_file_name(Lsn(segment))),
+            path: self.dir.join(format::segment_file_name(segment)),
             kind: std::io::ErrorKind::Other,
             message,
         })
@@ -954,17 +951,17 @@ impl Wal {
 /// bytes (headers left out), and the index of the record's last byte a position again, so a
 /// record of any length costs the same. A record ending at a page's end ends at the next
 /// page's start, before its header, as the copy leaves the insert position.
-fn record_end(geo: &Geometry, lsn: u64, len: usize) -> u64 {
+fn record_end(geo: &Geometry, lsn: Lsn, len: usize) -> Lsn {
     let header = PAGE_HEADER_LEN as u64;
     let body = geo.page_size - header;
     let segment_bytes = (geo.segment_size / geo.page_size - 1) * body;
     let in_segment = lsn - geo.segment_start(lsn);
     let (page, in_page) = (in_segment / geo.page_size, in_segment % geo.page_size);
-    let index = (lsn / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
+    let index = (lsn.0 / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
     let last = index + len as u64 - 1;
     let (segment, in_segment) = (last / segment_bytes, last % segment_bytes);
     let (page, in_page) = (in_segment / body + 1, in_segment % body);
-    segment * geo.segment_size + page * geo.page_size + header + in_page + 1
+    Lsn(segment * geo.segment_size + page * geo.page_size + header + in_page + 1)
 }
 
 fn check_len(payload: &[u8]) -> Result<()> {
@@ -1011,6 +1008,7 @@ impl Drop for Wal {
 #[cfg(test)]
 mod tests {
     use super::record_end;
+    use crate::Lsn;
     use crate::format::{Geometry, PAGE_HEADER_LEN};
 
     /// The copy's walk: page by page, skipping headers, as `copy_at` places the bytes.
@@ -1018,8 +1016,8 @@ mod tests {
         let mut pos = lsn;
         let mut left = len as u64;
         while left > 0 {
-            pos = geo.skip_headers(pos);
-            let n = left.min(geo.page_start(pos) + geo.page_size - pos);
+            pos = geo.skip_headers(Lsn(pos)).0;
+            let n = left.min(geo.page_start(Lsn(pos)).0 + geo.page_size - pos);
             pos += n;
             left -= n;
         }
@@ -1048,7 +1046,7 @@ mod tests {
             for &lsn in &starts {
                 for len in lens {
                     assert_eq!(
-                        record_end(&geo, lsn, len),
+                        record_end(&geo, Lsn(lsn), len).0,
                         walked_end(&geo, lsn, len),
                         "page {page_size}, {pages} pages a segment, record of {len} at {lsn}"
                     );

@@ -25,7 +25,7 @@ use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
 
 /// The insert lock's state: the end of the last record whose bytes are reserved (the next
 /// record starts at or after it).
-struct InsertPosition(u64);
+struct InsertPosition(Lsn);
 
 pub(super) struct Reservations {
     lock: CachePadded<OrderedMutex<InsertPosition, { lock_order::INSERT }>>,
@@ -38,7 +38,7 @@ impl Reservations {
     /// The log ends at `end`; `lanes` insertion lanes; the locks in `domain` (the log's).
     pub(super) fn new(end: Lsn, lanes: usize, domain: Domain) -> Reservations {
         Reservations {
-            lock: CachePadded::new(OrderedMutex::new(InsertPosition(end.0), domain)),
+            lock: CachePadded::new(OrderedMutex::new(InsertPosition(end), domain)),
             end: CachePadded::new(LineU64::named("insert_end", end.0)),
             lanes: Insertions::new(lanes, domain),
         }
@@ -78,18 +78,16 @@ impl Reservations {
         let mut pos = start;
         for &len in lens {
             let lsn = geo.skip_headers(pos);
-            lsns.push(Lsn(lsn));
+            lsns.push(lsn);
             pos = super::record_end(geo, lsn, len);
         }
         debug_assert!(
-            pos > start && lsns.iter().all(|lsn| lsn.0 >= start && lsn.0 < pos),
-            "a reservation from {} to {} places records outside it",
-            Lsn(start),
-            Lsn(pos)
+            pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
+            "a reservation from {start} to {pos} places records outside it"
         );
         ins.0 = pos;
         lane.begin(start);
-        self.end.store(pos, Ordering::Release);
+        self.end.store(pos.0, Ordering::Release);
         let held_ns = since.map(|since: Instant| since.elapsed().as_nanos() as u64);
         drop(ins);
         held_ns
@@ -101,7 +99,7 @@ impl Reservations {
         // The end first: every reservation below it has published its start in its lane
         // before storing it (`reserve`), so the lanes read next show it, or it is done.
         let end = self.end.load(Ordering::SeqCst);
-        Lsn(end.min(self.lanes.lowest_in_progress()))
+        Lsn(end).min(self.lanes.lowest_in_progress())
     }
 
     /// Waits until the record holding `lsn` (or, with `lsn` the end of the log, every record
@@ -115,14 +113,14 @@ impl Reservations {
         if now.0 >= need {
             return now;
         }
-        self.lanes.wait_finished(need, None);
+        self.lanes.wait_finished(Lsn(need), None);
         self.inserted_to()
     }
 
     /// Waits until no insertion but `own`'s that started below `upto` is in progress
     /// ([`Insertions::wait_finished`]).
     pub(super) fn wait_finished(&self, upto: Lsn, own: Option<usize>) {
-        self.lanes.wait_finished(upto.0, own);
+        self.lanes.wait_finished(upto, own);
     }
 
     /// Takes the insert lock and waits until no insertion is in progress: nothing is reserved
@@ -148,18 +146,18 @@ pub(super) struct Exclusive<'a> {
 impl Exclusive<'_> {
     /// The insert position.
     pub(super) fn pos(&self) -> Lsn {
-        Lsn(self.guard.0)
+        self.guard.0
     }
 
     /// Moves the insert position (and the end of the log) forward to `to`, past a control
     /// record this holder placed or a part of the log left unused.
     pub(super) fn move_to(&mut self, to: Lsn) {
         debug_assert!(
-            to.0 >= self.guard.0,
+            to >= self.guard.0,
             "the insert position moves back from {} to {to}",
-            Lsn(self.guard.0)
+            self.guard.0
         );
-        self.guard.0 = to.0;
+        self.guard.0 = to;
         self.end.store(to.0, Ordering::Release);
     }
 }

@@ -26,7 +26,7 @@ impl Wal {
     pub(super) fn file_for(
         &self,
         w: &mut WriteState,
-        segment: u64,
+        segment: Lsn,
     ) -> Result<Arc<dyn StorageFile>> {
         if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
             return Ok(file.clone());
@@ -51,8 +51,8 @@ impl Wal {
     /// Opens the segment at `segment`, creating it here if it does not exist. One that exists
     /// is the tail segment recovery zeroed after the end, or a rotation's replacement (made
     /// new): not a reused file.
-    fn open_or_create(&self, segment: u64) -> Result<MadeSegment> {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+    fn open_or_create(&self, segment: Lsn) -> Result<MadeSegment> {
+        let path = self.dir.join(format::segment_file_name(segment));
         match self.storage.open(&path, true) {
             Ok(file) => Ok(MadeSegment {
                 file,
@@ -69,7 +69,7 @@ impl Wal {
         }
     }
 
-    pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
+    pub(super) fn segment_header(&self, start: Lsn) -> SegmentHeader {
         new_segment_header(self.mode, self.geo, self.log_id, start, &self.keys.load())
     }
 
@@ -99,19 +99,21 @@ impl Wal {
         // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
         // pays one fdatasync); in `Durable` mode it already is.
         // The last checkpoint and the retention holds in force keep what they need.
-        let lsn = Lsn(self.purge_limit(u64::from(lsn))?);
-        let wanted = u64::from(lsn).min(self.positions.flushed().0);
-        if self.positions.synced().0 < wanted {
+        let lsn = self.purge_limit(lsn)?;
+        let wanted = lsn.min(self.positions.flushed());
+        if self.positions.synced() < wanted {
             self.sync_all()?;
         }
-        let flushed = self.positions.flushed().0;
-        let limit = u64::from(lsn).min(self.positions.synced().0);
+        let flushed = self.positions.flushed();
+        let limit = lsn.min(self.positions.synced());
         let holding = self.segment_holding_end(flushed);
-        let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+        let doomed: Vec<Lsn> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
-            .map(u64::from)
             .take_while(|&start| {
-                start.saturating_add(self.geo.segment_size) <= limit && start < holding
+                start
+                    .checked_add(self.geo.segment_size)
+                    .is_some_and(|end| end <= limit)
+                    && start < holding
             })
             .collect();
         if doomed.is_empty() {
@@ -131,9 +133,9 @@ impl Wal {
         let (keep, unpooled) = self.keep_for_reuse(&doomed)?;
         let mut removed = 0;
         for start in doomed {
-            let path = self.dir.join(format::segment_file_name(Lsn(start)));
+            let path = self.dir.join(format::segment_file_name(start));
             let (op, done) = if keep.contains(&start) {
-                let free = self.dir.join(free_file_name(Lsn(start)));
+                let free = self.dir.join(free_file_name(start));
                 (
                     "keep segment file for reuse",
                     self.storage.rename(&path, &free),
@@ -168,10 +170,10 @@ impl Wal {
     /// that ends exactly at a segment's end (or at the first record position of the next one,
     /// which may not exist yet) ends in that segment: were it purged, no segment would be left,
     /// and the next open would start a new log at LSN 0.
-    fn segment_holding_end(&self, end: u64) -> u64 {
+    fn segment_holding_end(&self, end: Lsn) -> Lsn {
         let start = self.geo.segment_start(end);
         if end == self.geo.skip_headers(start) || end == start {
-            start.saturating_sub(self.geo.segment_size)
+            start.checked_sub(self.geo.segment_size).unwrap_or(Lsn(0))
         } else {
             start
         }
@@ -193,7 +195,7 @@ impl Wal {
         &self,
         keys: Option<std::sync::Arc<crate::crypto::Keys>>,
         claim: bool,
-    ) -> Result<u64> {
+    ) -> Result<Lsn> {
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
@@ -201,7 +203,7 @@ impl Wal {
         // Nothing new is reserved from here on, and everything reserved is in the buffer
         // (sealed under the keys its insertion loaded, which this segment's header lists).
         let mut ins = self.reservations.exclusive();
-        let lsn = self.geo.skip_headers(ins.pos().0);
+        let lsn = self.geo.skip_headers(ins.pos());
         let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert`: the buffer (and perhaps the files) hold part of a record that the
@@ -222,7 +224,7 @@ impl Wal {
             // give away the hash key.
             let sealed = self.switch_record(lsn).map_err(|e| self.poison_error(e))?;
             end = self
-                .copy_in(Lsn(end), &sealed)
+                .copy_in(end, &sealed)
                 .map_err(|e| self.poison_error(e))?
                 .1;
         }
@@ -244,9 +246,9 @@ impl Wal {
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
         w.reserved_to = next;
-        self.positions.raise_synced(Lsn(next));
-        self.positions.raise_flushed(Lsn(next));
-        ins.move_to(Lsn(next));
+        self.positions.raise_synced(next);
+        self.positions.raise_flushed(next);
+        ins.move_to(next);
         if let Some(keys) = keys {
             self.keys.store(keys);
             if claim && self.preparable(next) {
@@ -262,9 +264,9 @@ impl Wal {
     /// in the associated data, so that no one without the key can end a segment early. Made
     /// under the insert lock because the segment it lands in decides its form and its key; a
     /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
-    fn switch_record(&self, lsn: u64) -> Result<Vec<u8>> {
+    fn switch_record(&self, lsn: Lsn) -> Result<Vec<u8>> {
         let at = At {
-            lsn,
+            lsn: lsn.0,
             version: self.version_at(lsn),
         };
         let keys = self.keys.load();
@@ -304,15 +306,15 @@ impl Wal {
     /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
     /// counter block. The rest of the page stays unused.
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
-        let end = self.reservations.end().0;
-        let payload = end.to_le_bytes();
+        let end = self.reservations.end();
+        let payload = end.0.to_le_bytes();
         let resume = super::Pending {
             kind: 0,
             flags: RECORD_FLAG_RESUME,
             stored: &payload,
         };
         let mut ins = self.reservations.exclusive();
-        let page_end = self.geo.page_start(ins.pos().0) + self.geo.page_size;
+        let page_end = self.geo.page_start(ins.pos()) + self.geo.page_size;
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
@@ -322,15 +324,15 @@ impl Wal {
         let lsn = self.geo.skip_headers(page_end);
         let mut sealed = Vec::new();
         self.seal_at(&self.keys.load(), lsn, None, &resume, &mut sealed)?;
-        let (_, resumed) = self.copy_in(Lsn(page_end), &sealed)?;
-        ins.move_to(Lsn(resumed));
+        let (_, resumed) = self.copy_in(page_end, &sealed)?;
+        ins.move_to(resumed);
         Ok(())
     }
 
     /// Moves the landed position over a part of the log left unused, up to `to`. Under the
     /// write lock, with nothing in flight; a range still in flight is a broken invariant and
     /// poisons the log.
-    fn jump_unused(&self, to: u64) -> Result<()> {
+    fn jump_unused(&self, to: Lsn) -> Result<()> {
         if self.inflight.jump(to) {
             return Ok(());
         }
@@ -345,16 +347,16 @@ impl Wal {
     /// The newest key of the ring that the header of the segment at `segment` lists; `None`
     /// when the segment's file does not exist yet (its pages are all still in the buffer): it
     /// will be created listing the active key.
-    fn listed_key(&self, segment: u64) -> Result<Option<u32>> {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
-        let header =
-            match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
-                Ok(header) => header,
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    return Ok(None);
-                }
-                Err(e) => return Err(e),
-            };
+    fn listed_key(&self, segment: Lsn) -> Result<Option<u32>> {
+        let path = self.dir.join(format::segment_file_name(segment));
+        let header = match crate::reader::read_segment_header(self.storage.as_ref(), &path, segment)
+        {
+            Ok(header) => header,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         header
             .key_checks
             .iter()
@@ -373,7 +375,7 @@ pub(super) fn new_segment_header(
     mode: Mode,
     geometry: Geometry,
     log_id: u64,
-    start: u64,
+    start: Lsn,
     keys: &Keys,
 ) -> SegmentHeader {
     SegmentHeader {
@@ -381,7 +383,7 @@ pub(super) fn new_segment_header(
         mode,
         geometry,
         log_id,
-        start: Lsn(start),
+        start,
         key_checks: if mode.is_encrypted() {
             keys.active_check_values()
         } else {
