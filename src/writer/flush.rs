@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use crate::lock_order::{OrderedGuard, OrderedMutex};
 
+use super::group::RoundEnd;
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
-use crate::format::{self, PAGE_HEADER_LEN, PageHeader};
+use crate::format::{PAGE_HEADER_LEN, PageHeader};
 use crate::seal;
 use crate::storage::StorageFile;
 
@@ -74,6 +75,29 @@ impl Drop for Reserved<'_> {
             let _ = wal.poison_error(error);
         }
         wal.inflight.abandon();
+    }
+}
+
+/// A `Durable` round's fdatasync announced as pending (`Syncs::announce`): dropped before it
+/// is `done` (an error or a panic between the announcement and `flushed_to` passing its
+/// target), it poisons the log, so the followers that wait for the round instead of leading
+/// one wake to an error rather than to a flush that never comes.
+struct SyncDue<'a> {
+    wal: &'a Wal,
+    target: Lsn,
+    done: bool,
+}
+
+impl Drop for SyncDue<'_> {
+    fn drop(&mut self) {
+        if !self.done && !self.wal.poison.is_set() {
+            let error = self.wal.broken_invariant(
+                "fdatasync segment",
+                self.target,
+                "a flush round ended before its fdatasync".into(),
+            );
+            let _ = self.wal.poison_error(error);
+        }
     }
 }
 
@@ -161,11 +185,6 @@ impl Wal {
             .runs
             .last()
             .map_or(w.reserved_to, |r| r.segment + r.offset + r.len as u64);
-        for run in &buf.runs {
-            if !w.dirty.contains(&run.segment) {
-                w.dirty.push(run.segment);
-            }
-        }
         let id = self.inflight.register(target, lo, hi);
         w.reserved_to = target;
         w.data_end = target;
@@ -177,10 +196,14 @@ impl Wal {
         }))
     }
 
-    /// Writes a reserved range once no earlier range in flight covers its bytes, and marks it
-    /// landed. A failure poisons the log; the range then never lands.
+    /// Writes a reserved range once no earlier range in flight covers its bytes, lists its
+    /// segments dirty, and marks it landed. A failure poisons the log; the range then never
+    /// lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
         self.write_runs(range.id, &range.buf)?;
+        for run in &range.buf.runs {
+            self.syncs.landed(run.segment, &run.file);
+        }
         self.inflight.land(range.id);
         range.landed = true;
         Ok(())
@@ -378,38 +401,12 @@ impl Wal {
         }
     }
 
-    /// fdatasyncs every segment written since the last sync. A segment whose handle the writer
-    /// has closed since is reopened for it: Linux reports a write-back error that no one has
-    /// seen yet to a descriptor opened after it, so the sync still learns of a failure.
-    ///
-    /// It first waits for every reserved range to land, so the fdatasync covers every segment
-    /// on the dirty list in full (a range is listed dirty when it is reserved).
+    /// fdatasyncs every segment written since its last fdatasync, once every reserved range
+    /// has landed (so the round covers everything reserved), in the sync turn
+    /// ([`Wal::sync_round`]). Under the write lock.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         self.wait_landed(w.reserved_to)?;
-        let dirty = std::mem::take(&mut w.dirty);
-        for segment in &dirty {
-            let reopened;
-            let file = match w.files.iter().find(|(s, _)| s == segment) {
-                Some((_, file)) => file.as_ref(),
-                None => {
-                    let path = self.dir.join(format::segment_file_name(*segment));
-                    reopened = self
-                        .storage
-                        .open(&path, true)
-                        .map_err(|e| self.poison("open segment to fdatasync", *segment, e))?;
-                    reopened.as_ref()
-                }
-            };
-            let started = Instant::now();
-            let synced = file.sync_data();
-            self.counters
-                .here()
-                .fsync_ns
-                .add(started.elapsed().as_nanos() as u64);
-            self.counters.here().fsyncs.add(1);
-            synced.map_err(|e| self.poison("fdatasync segment", *segment, e))?;
-        }
-        Ok(())
+        self.sync_round(None)
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
@@ -428,13 +425,21 @@ impl Wal {
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         loop {
             self.check_poison()?;
+            // Read before the checks below: a round that ends after this read bumps it, and
+            // one that ended before it raised `flushed_to` (and ended `pending`'s wait) first.
+            let seen = self.group.rounds();
             if self.flushed_through(lsn) {
                 return Ok(());
             }
             if self.reservations.end() < lsn {
                 return Err(Error::LsnNotAvailable(lsn));
             }
-            let seen = self.group.rounds();
+            if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
+                // Written, and a leader's fdatasync of it is queued or running: its round's
+                // end wakes this thread.
+                self.group.wait_after(seen);
+                continue;
+            }
             match self.group.lead() {
                 // Ends the round even if the flush unwinds, so waiters never wait forever.
                 Some(round) => return self.lead_round(lsn, Some(round)),
@@ -444,22 +449,32 @@ impl Wal {
         }
     }
 
+    /// True when the record at `lsn` (or, at the end of the log, everything before it) lies
+    /// below the target of an fdatasync a leader has announced (`Syncs::pending`).
+    fn sync_pending_through(&self, lsn: Lsn) -> bool {
+        let pending = self.syncs.pending();
+        pending > lsn || (pending == lsn && self.reservations.end() == lsn)
+    }
+
     /// One group-commit round: takes the write lock and flushes everything appended so far.
-    /// Durable, and pagelevel in either sync mode: writes and waits for every range in flight
-    /// (Durable: and fdatasyncs), all under the lock. Buffered plaintext and perrecord:
-    /// reserves and builds the range under the lock, writes it after releasing it, and waits
-    /// until everything below its target has landed.
-    pub(super) fn lead_flush(&self, lsn: Lsn) -> Result<()> {
+    /// `Durable`: [`Wal::lead_durable`]. pagelevel, `Buffered`: writes and waits for every
+    /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
+    /// builds the range under the lock, writes it after releasing it, and waits until
+    /// everything below its target has landed.
+    pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {
         let same = self.check_process()?;
+        if self.sync == SyncMode::Durable {
+            return self.lead_durable(lsn, round, same);
+        }
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
-        // Durable: the fdatasync needs the write lock anyway. pagelevel: every commit rewrites
-        // its partly filled page whole, so commits' writes overlap and would only wait for each
-        // other outside the lock (0.9-1.6 us more CPU per oltp transaction at 4-8 threads,
-        // measured); it writes inside the lock, as the study's design does.
-        if self.sync == SyncMode::Durable || self.mode == Mode::PageLevel {
+        // pagelevel: every commit rewrites its partly filled page whole, so commits' writes
+        // overlap and would only wait for each other outside the lock (0.9-1.6 us more CPU per
+        // oltp transaction at 4-8 threads, measured); it writes inside the lock, as the study's
+        // design does.
+        if self.mode == Mode::PageLevel {
             let result = self.flush_locked(&mut w, lsn, inserted, same);
             drop(w);
             self.counters
@@ -496,8 +511,9 @@ impl Wal {
         Ok(())
     }
 
-    /// The flush of `lsn` under the write lock, through `inserted` (a record boundary past
-    /// `lsn` through which every record is in the buffer, `inserted_through`) or further.
+    /// The flush of `lsn` under the write lock (pagelevel, `Buffered`), through `inserted` (a
+    /// record boundary past `lsn` through which every record is in the buffer,
+    /// `inserted_through`) or further.
     fn flush_locked(
         &self,
         w: &mut WriteState,
@@ -511,16 +527,80 @@ impl Wal {
         // Records inserted while this thread waited for the lock come along.
         let target = inserted.max(self.inserted_to());
         self.write_locked(w, target, same)?;
-        if self.sync == SyncMode::Durable {
-            self.sync_locked(w)?;
-            self.positions.raise_synced(target);
-            self.refresh_hint(w)?;
-        }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
-        // the lock may have failed meanwhile), as on the Buffered path.
+        // the lock may have failed meanwhile), as on the other paths.
         self.check_poison()?;
         self.positions.raise_flushed(target);
         self.debug_check_positions(w);
+        Ok(())
+    }
+
+    /// A `Durable` group-commit round, led by this thread: under the write lock it reserves
+    /// everything in the buffer (pagelevel: and encrypts and writes it there, as the study's
+    /// design does); the range is written after the lock (plaintext, perrecord); once it has
+    /// landed the leader announces its target as pending and hands the lead on, so the next
+    /// round's write-out runs while this round's fdatasync does; then it takes the sync turn
+    /// and fdatasyncs (skipped if a round that began after its range landed covered it),
+    /// raises `flushed_to` and `synced_to`, and rewrites the hint of the last page written
+    /// unless a later round is on its way, which will.
+    fn lead_durable(
+        &self,
+        lsn: Lsn,
+        round: Option<&mut RoundEnd<'_>>,
+        same: SameProcess,
+    ) -> Result<()> {
+        // Before the write lock: the insertions waited for may need it to make room.
+        let inserted = self.inserted_through(lsn);
+        self.counters.here().write_lock_acquisitions.add(1);
+        let (mut w, held_since) = timed_lock(&self.write);
+        let reserved = if self.flushed_through(lsn) {
+            Ok(None)
+        } else {
+            // Records inserted while this thread waited for the lock come along.
+            let target = inserted.max(self.inserted_to());
+            match self.mode {
+                Mode::PageLevel => self.write_locked(&mut w, target, same).map(|()| None),
+                _ => self.reserve(&mut w, target).map(|range| range.map(Some)),
+            }
+            .map(|range| Some((target, range)))
+        };
+        drop(w);
+        self.counters
+            .here()
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
+        let Some((target, range)) = reserved? else {
+            return Ok(());
+        };
+        if let Some(Some(range)) = range {
+            self.write_range(range)?;
+        }
+        self.wait_landed(target)?;
+        // From here until `flushed_to` passes `target`, followers below it wait for this
+        // round's end instead of leading; an unwinding leader must not leave them waiting.
+        let mut due = SyncDue {
+            wal: self,
+            target,
+            done: false,
+        };
+        self.syncs.announce(target);
+        if let Some(round) = round {
+            round.hand_on();
+        }
+        self.sync_round(Some(target))?;
+        // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
+        self.check_poison()?;
+        // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
+        // instant (`Positions::check_order`).
+        self.positions.raise_flushed(target);
+        self.positions.raise_synced(target);
+        due.done = true;
+        if self.syncs.pending() <= target {
+            let mut w = self.write.lock();
+            self.wait_landed(w.reserved_to)?;
+            self.refresh_hint(&mut w)?;
+            self.debug_check_positions(&w);
+        }
         Ok(())
     }
 
@@ -606,9 +686,8 @@ impl Wal {
             let mut w = self.write.lock();
             match w.hint_unsynced.take() {
                 Some(segment) => {
-                    if !w.dirty.contains(&segment) {
-                        w.dirty.push(segment);
-                    }
+                    let file = self.segment_handle(&w, segment)?;
+                    self.syncs.landed(segment, &file);
                     self.sync_locked(&mut w)
                 }
                 None => Ok(()),

@@ -30,14 +30,22 @@
 //! 2. the **write lock** (`write`): reserves the next range of the log for writing
 //!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
 //!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
-//!    flight; a Buffered flush (plaintext, perrecord) and an appender making room write the
-//!    range after releasing it. Durable rounds, pagelevel flushes, `sync`, `close`, the
-//!    segment switch and the open write (and wait for every range in flight to land), and
-//!    fdatasync where they must, under it. Flushers take it without the
-//!    insert lock, after waiting for the insertions they flush; an appender takes it (with
-//!    no other lock held) only when the buffer is full and it must make room,
-//!    and the open takes it under the insert lock when it moves the log on past a segment
-//!    switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
+//!    flight; a flush (plaintext, perrecord; Buffered and Durable) and an appender making
+//!    room write the range after releasing it. pagelevel flushes, `sync`, `close`, the
+//!    segment switch and the open write (and wait for every range in flight to land) under
+//!    it, and the last four fdatasync under it too; a Durable round fdatasyncs after it, in
+//!    the sync turn. Flushers take it without the insert lock, after waiting for the
+//!    insertions they flush; an appender takes it (with no other lock held) only when the
+//!    buffer is full and it must make room, and the open takes it under the insert lock when
+//!    it moves the log on past a segment switch or to a fresh page (`switch_segment`,
+//!    `resume_on_fresh_page`).
+//!
+//!    2a. the **sync turn** (`syncs`, durable.rs): held across one round of fdatasyncs, so
+//!    rounds run one at a time, in order. A Durable leader takes it with no lock held (after
+//!    handing the lead on); `sync_locked` under the write lock. Under it only the dirty list
+//!    and the poison cause are taken. 2b. the **dirty list** (durable.rs): the segments
+//!    written since their last fdatasync, with their handles; a leaf, taken where a range
+//!    lands, under the sync turn or the write lock.
 //! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
 //!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;
 //!    threads wait on its condition variable (with the insert or write lock held or not) for
@@ -62,10 +70,12 @@
 //!
 //! In debug builds the order is checked on every acquisition (lock_order.rs): each of these
 //! mutexes carries its level (a lane's owner 0, insert 1, write 2, in-flight 3, slot 4, IV
-//! prefix 5, poison cause 6, a lane's gate and the preparer's state after them, with the
-//! exceptions above: a lane's gate only under the thread's own lane or the insert lock, the
-//! preparer's state only under those and the write lock, the poison cause never under the
-//! in-flight lock, one lane and one slot per thread), and a thread that takes one while
+//! prefix 5, poison cause 6, a lane's gate, the preparer's state, the sync turn and the
+//! dirty list after them, with the exceptions above: a lane's gate only under the thread's
+//! own lane or the insert lock, the preparer's state and the sync turn only under those and
+//! the write lock, the dirty list under those and the sync turn, the poison cause never under
+//! the in-flight lock but also under the sync turn, one lane and one slot per thread), and a
+//! thread that takes one while
 //! holding one of the same log it may not panics, so every test that writes a log checks the
 //! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
 //! a thread waits for on a condition variable, or on the round counter, is not checked.
@@ -75,8 +85,9 @@
 //! position backwards: the reservations (reserve.rs: the insert lock, the end of the log, the
 //! insertion lanes), the page buffer (buffer.rs: the slots and their locks), the write-outs
 //! in flight (inflight.rs: the in-flight lock, `written_to`), the flushed and synced
-//! positions (positions.rs), group commit (group.rs), poisoning (poison.rs: the flag and the
-//! cause's lock) and the listener's reports (report.rs). The write lock and its
+//! positions (positions.rs), the fdatasyncs (durable.rs: the sync turn, the dirty list, the
+//! pending target), group commit (group.rs), poisoning (poison.rs: the flag and the cause's
+//! lock), the listener's reports (report.rs) and the statistics (stats.rs). The write lock and its
 //! `WriteState` (the segment files and how far they are reserved) belong to the write side:
 //! this file, flush.rs and segments.rs.
 //!
@@ -113,13 +124,13 @@
 //!   `Buffered`, fdatasync'ed for `Durable`); raised (`fetch_max`) only once `written_to` has
 //!   reached it (and, `Durable`, after the fdatasync it vouches for), never once the log is
 //!   poisoned.
-//! - `synced_to`: the record boundary through which the log is fdatasync'ed; stored under the
-//!   write lock right after the fdatasync and before `flushed_to`, so a thread reading both
-//!   while the lock is held may see it one round ahead. Every fdatasync first waits for every
-//!   reserved range to land (`sync_locked`), so it covers them all. Stamped into page headers
-//!   as the durable hint, so it never exceeds what the files hold durably. `Durable`: equal to
-//!   `flushed_to` once the write lock is free. `Buffered`: moves only at open, `sync` and
-//!   `close`.
+//! - `synced_to`: the record boundary through which the log is fdatasync'ed; raised right
+//!   after the fdatasync (in the sync turn) and after `flushed_to`, so `synced_to <=
+//!   flushed_to` at every instant. A round of fdatasyncs covers everything that landed before
+//!   it took the dirty list (durable.rs), and its caller waits for its target to land first.
+//!   Stamped into page headers as the durable hint, so it never exceeds what the files hold
+//!   durably. `Durable`: equal to `flushed_to` once no round is between its fdatasync and its
+//!   end. `Buffered`: moves only at open, `sync` and `close`.
 //!
 //! All only grow (`restamp_tail` moves back only `reserved_to`, to rewrite the tail page at
 //! open). At open, before the `Wal` is shared, they jump over the part of the log left unused:
@@ -128,8 +139,13 @@
 //! nothing in flight.
 //!
 //! Group commit sits in front of the write lock: one flusher at a time leads a round (write
-//! and fdatasync everything appended so far); the others wait for the round to end and then
-//! either find their record durable or lead the next round for everyone still waiting.
+//! and, Durable, fdatasync everything appended so far); the others wait for the round to end
+//! and then either find their record durable or lead the next round for everyone still
+//! waiting. A Durable leader hands the lead on once its range has landed and it has announced
+//! its target as pending (`Syncs::announce`): the next round's write-out then runs while its
+//! fdatasync does, and a flusher whose record lies below a pending target waits for that
+//! round's end instead of leading. A leader that unwinds between the announcement and the
+//! end of its round poisons the log (`SyncDue`), so those waiters wake to an error.
 //!
 //! The buffer is a ring of page slots. A slot is claimed for a page by the first appender
 //! copying into that page, only once the page one ring length earlier has landed completely
@@ -156,6 +172,7 @@ use crate::storage::{Storage, StorageFile};
 
 mod buffer;
 mod checkpoint;
+mod durable;
 mod flush;
 mod group;
 mod inflight;
@@ -267,7 +284,6 @@ struct WriteState {
     /// The segments of `files` made from a reused file, whose pages hold old bytes where this
     /// open has not written yet (see `recycle::MadeSegment`).
     reused: Vec<Lsn>,
-    dirty: Vec<Lsn>,
     /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
     imaged: (Lsn, Lsn),
@@ -318,6 +334,8 @@ pub struct Wal {
     buffer: buffer::PageBuffer,
     /// How far the log is flushed and synced (positions.rs).
     positions: positions::Positions,
+    /// The dirty segments, the sync turn and the pending fdatasync (durable.rs).
+    syncs: durable::Syncs,
     write: CachePadded<OrderedMutex<WriteState, { lock_order::WRITE }>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
@@ -406,6 +424,7 @@ impl Wal {
             buffer,
             inflight: inflight::InFlight::new(end, domain),
             positions: positions::Positions::new(end),
+            syncs: durable::Syncs::new(end, domain),
             write: CachePadded::new(OrderedMutex::new(
                 WriteState {
                     reserved_to: end,
@@ -413,7 +432,6 @@ impl Wal {
                     segment_key: None,
                     files: Vec::new(),
                     reused: Vec::new(),
-                    dirty: Vec::new(),
                     imaged: (NO_PAGE, Lsn(0)),
                     hint_unsynced: None,
                 },
@@ -843,8 +861,9 @@ impl Wal {
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             // A switch or another sync under the lock before this one may have stored more.
-            self.positions.raise_synced(target);
+            // `flushed_to` first: `synced_to <= flushed_to` at every instant.
             self.positions.raise_flushed(target);
+            self.positions.raise_synced(target);
             self.refresh_hint(&mut w)?;
             self.debug_check_positions(&w);
             Ok(())
@@ -860,12 +879,12 @@ impl Wal {
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
-    fn lead_round(&self, lsn: Lsn, round: Option<group::RoundEnd<'_>>) -> Result<()> {
+    fn lead_round(&self, lsn: Lsn, mut round: Option<group::RoundEnd<'_>>) -> Result<()> {
         let Some(listener) = self.reports.listener() else {
-            return self.lead_flush(lsn);
+            return self.lead_flush(lsn, round.as_mut());
         };
         let started = Instant::now();
-        let result = self.lead_flush(lsn);
+        let result = self.lead_flush(lsn, round.as_mut());
         drop(round);
         if result.is_ok() {
             listener.on_flush_round(&FlushRound {

@@ -20,9 +20,10 @@ impl Wal {
     ///
     /// The writer keeps the handles of the segment it writes and the one before (a flush may
     /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
-    /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
-    /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
-    /// writer holds two handles, not one per segment since its last sync.
+    /// A segment written since its last fdatasync stays on the dirty list (durable.rs) with
+    /// the handle that wrote it until a round of fdatasyncs takes it, so no fdatasync is
+    /// skipped and the writer itself keeps two handles, not one per segment since its last
+    /// sync.
     pub(super) fn file_for(
         &self,
         w: &mut WriteState,
@@ -46,6 +47,24 @@ impl Wal {
         }
         self.want_prepared(segment + self.geo.segment_size);
         Ok(file)
+    }
+
+    /// A handle of the segment at `segment`, which exists: the writer's own, or opened anew (a
+    /// write-back error no one has seen yet is reported to a descriptor opened after it too).
+    pub(super) fn segment_handle(
+        &self,
+        w: &WriteState,
+        segment: Lsn,
+    ) -> Result<Arc<dyn StorageFile>> {
+        if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
+            return Ok(file.clone());
+        }
+        let path = self.dir.join(format::segment_file_name(segment));
+        let file = self
+            .storage
+            .open(&path, true)
+            .map_err(|e| self.poison("open segment to fdatasync", segment, e))?;
+        Ok(Arc::from(file))
     }
 
     /// Opens the segment at `segment`, creating it here if it does not exist. One that exists
@@ -125,7 +144,7 @@ impl Wal {
             // purge that fails halfway leaves some of them, and a later `sync` must still
             // cover them. Below the synced end they are clean already; should one not be,
             // it is synced now, while it still has its name.
-            if w.dirty.iter().any(|s| doomed.contains(s)) {
+            if self.syncs.any_dirty(&doomed) {
                 self.sync_locked(&mut w)?;
             }
             w.files.retain(|(s, _)| !doomed.contains(s));
@@ -246,8 +265,8 @@ impl Wal {
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
         w.reserved_to = next;
-        self.positions.raise_synced(next);
         self.positions.raise_flushed(next);
+        self.positions.raise_synced(next);
         ins.move_to(next);
         if let Some(keys) = keys {
             self.keys.store(keys);
