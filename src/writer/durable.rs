@@ -6,8 +6,8 @@
 //!
 //! Invariants this part keeps:
 //! - a segment joins the dirty list when a range written to it **lands** (after its write
-//!   returned, before `written_to` passes it), with the handle that wrote it, and leaves the
-//!   list only when a round of fdatasyncs takes it;
+//!   returned, before `written_to` passes it), and leaves the list only when a round of
+//!   fdatasyncs takes it;
 //! - so a round that takes the list after everything below `target` has landed covers every
 //!   byte below `target`: a segment written below `target` is on the list it takes, or was
 //!   taken by an earlier round that began after that write returned, and rounds run one at a
@@ -34,12 +34,14 @@ use crate::line_ledger::LineU64;
 use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::storage::StorageFile;
 
-/// A segment written since its last fdatasync, and the handle that wrote it.
-type Dirty = (Lsn, Arc<dyn StorageFile>);
+/// A segment and the writer's handle of it.
+pub(super) type Handle = (Lsn, Arc<dyn StorageFile>);
 
 pub(super) struct Syncs {
     turn: OrderedMutex<(), { lock_order::SYNC_TURN }>,
-    dirty: OrderedMutex<Vec<Dirty>, { lock_order::DIRTY }>,
+    /// Segments written since their last fdatasync. Only their starts: the writer keeps two
+    /// handles, and a segment whose handle it closed is opened again to be synced.
+    dirty: OrderedMutex<Vec<Lsn>, { lock_order::DIRTY }>,
     /// The highest record boundary everything below which has landed and is waiting for (or
     /// in) a round of fdatasyncs that a `Durable` leader will finish: a flusher whose record
     /// lies below it waits for that round instead of leading another.
@@ -55,17 +57,17 @@ impl Syncs {
         }
     }
 
-    /// Lists `segment` (written through `file`, the write just returned) as dirty.
-    pub(super) fn landed(&self, segment: Lsn, file: &Arc<dyn StorageFile>) {
+    /// Lists `segment` (a write to it just returned) as dirty.
+    pub(super) fn landed(&self, segment: Lsn) {
         let mut dirty = self.dirty.lock();
-        if !dirty.iter().any(|(s, _)| *s == segment) {
-            dirty.push((segment, file.clone()));
+        if !dirty.contains(&segment) {
+            dirty.push(segment);
         }
     }
 
     /// Whether any of `segments` is on the dirty list.
     pub(super) fn any_dirty(&self, segments: &[Lsn]) -> bool {
-        self.dirty.lock().iter().any(|(s, _)| segments.contains(s))
+        self.dirty.lock().iter().any(|s| segments.contains(s))
     }
 
     /// The target of the fdatasync queued or running, if it is past every earlier one.
@@ -81,11 +83,13 @@ impl Syncs {
 }
 
 impl Wal {
-    /// One round of fdatasyncs in the sync turn: every segment on the dirty list, through the
-    /// handle that wrote it. Call it once everything the caller vouches for has landed. With
-    /// `covered`, a round is skipped when the log is already synced through it (a round that
-    /// began after it had landed covered it). A failure poisons the log inside the turn.
-    pub(super) fn sync_round(&self, covered: Option<Lsn>) -> Result<()> {
+    /// One round of fdatasyncs in the sync turn: every segment on the dirty list, through its
+    /// handle in `handles` (the writer's, taken under the write lock) or one opened for it: a
+    /// write-back error no descriptor has seen yet is reported to one opened after it too.
+    /// Call it once everything the caller vouches for has landed. With `covered`, a round is
+    /// skipped when the log is already synced through it (a round that began after it had
+    /// landed covered it). A failure poisons the log inside the turn.
+    pub(super) fn sync_round(&self, covered: Option<Lsn>, handles: &[Handle]) -> Result<()> {
         let _turn = self.syncs.turn.lock();
         // An earlier round failed while this thread waited for the turn.
         self.check_poison()?;
@@ -93,7 +97,11 @@ impl Wal {
             return Ok(());
         }
         let dirty = std::mem::take(&mut *self.syncs.dirty.lock());
-        for (segment, file) in &dirty {
+        for &segment in &dirty {
+            let file = match handles.iter().find(|(s, _)| *s == segment) {
+                Some((_, file)) => file.clone(),
+                None => self.open_to_sync(segment)?,
+            };
             let started = Instant::now();
             let synced = file.sync_data();
             self.counters
@@ -101,8 +109,18 @@ impl Wal {
                 .fsync_ns
                 .add(started.elapsed().as_nanos() as u64);
             self.counters.here().fsyncs.add(1);
-            synced.map_err(|e| self.poison("fdatasync segment", *segment, e))?;
+            synced.map_err(|e| self.poison("fdatasync segment", segment, e))?;
         }
         Ok(())
+    }
+
+    /// Opens the segment at `segment` (which exists) to fdatasync it.
+    fn open_to_sync(&self, segment: Lsn) -> Result<Arc<dyn StorageFile>> {
+        let path = self.dir.join(crate::format::segment_file_name(segment));
+        let file = self
+            .storage
+            .open(&path, true)
+            .map_err(|e| self.poison("open segment to fdatasync", segment, e))?;
+        Ok(Arc::from(file))
     }
 }

@@ -202,7 +202,7 @@ impl Wal {
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
         self.write_runs(range.id, &range.buf)?;
         for run in &range.buf.runs {
-            self.syncs.landed(run.segment, &run.file);
+            self.syncs.landed(run.segment);
         }
         self.inflight.land(range.id);
         range.landed = true;
@@ -406,7 +406,7 @@ impl Wal {
     /// ([`Wal::sync_round`]). Under the write lock.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         self.wait_landed(w.reserved_to)?;
-        self.sync_round(None)
+        self.sync_round(None, &w.files)
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
@@ -553,6 +553,8 @@ impl Wal {
         let inserted = self.inserted_through(lsn);
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
+        // The writer's handles, for the fdatasync after the lock (at most two).
+        let handles = w.files.clone();
         let reserved = if self.flushed_through(lsn) {
             Ok(None)
         } else {
@@ -587,7 +589,7 @@ impl Wal {
         if let Some(round) = round {
             round.hand_on();
         }
-        self.sync_round(Some(target))?;
+        self.sync_round(Some(target), &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
         // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
@@ -686,8 +688,7 @@ impl Wal {
             let mut w = self.write.lock();
             match w.hint_unsynced.take() {
                 Some(segment) => {
-                    let file = self.segment_handle(&w, segment)?;
-                    self.syncs.landed(segment, &file);
+                    self.syncs.landed(segment);
                     self.sync_locked(&mut w)
                 }
                 None => Ok(()),

@@ -44,7 +44,7 @@
 //!    rounds run one at a time, in order. A Durable leader takes it with no lock held (after
 //!    handing the lead on); `sync_locked` under the write lock. Under it only the dirty list
 //!    and the poison cause are taken. 2b. the **dirty list** (durable.rs): the segments
-//!    written since their last fdatasync, with their handles; a leaf, taken where a range
+//!    written since their last fdatasync; a leaf, taken where a range
 //!    lands, under the sync turn or the write lock.
 //! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
 //!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;

@@ -20,10 +20,10 @@ impl Wal {
     ///
     /// The writer keeps the handles of the segment it writes and the one before (a flush may
     /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
-    /// A segment written since its last fdatasync stays on the dirty list (durable.rs) with
-    /// the handle that wrote it until a round of fdatasyncs takes it, so no fdatasync is
-    /// skipped and the writer itself keeps two handles, not one per segment since its last
-    /// sync.
+    /// A segment written since its last fdatasync stays on the dirty list (durable.rs) until a
+    /// round of fdatasyncs takes it, and one whose handle is closed by then is opened again to
+    /// be synced, so no fdatasync is skipped and a Buffered writer holds two handles, not one
+    /// per segment since its last sync.
     pub(super) fn file_for(
         &self,
         w: &mut WriteState,
@@ -47,24 +47,6 @@ impl Wal {
         }
         self.want_prepared(segment + self.geo.segment_size);
         Ok(file)
-    }
-
-    /// A handle of the segment at `segment`, which exists: the writer's own, or opened anew (a
-    /// write-back error no one has seen yet is reported to a descriptor opened after it too).
-    pub(super) fn segment_handle(
-        &self,
-        w: &WriteState,
-        segment: Lsn,
-    ) -> Result<Arc<dyn StorageFile>> {
-        if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
-            return Ok(file.clone());
-        }
-        let path = self.dir.join(format::segment_file_name(segment));
-        let file = self
-            .storage
-            .open(&path, true)
-            .map_err(|e| self.poison("open segment to fdatasync", segment, e))?;
-        Ok(Arc::from(file))
     }
 
     /// Opens the segment at `segment`, creating it here if it does not exist. One that exists
