@@ -1,8 +1,8 @@
 //! Making written log durable: which segments were written since their last fdatasync (the
 //! dirty list), the **sync turn** that fdatasyncs them one round at a time, and the target
-//! whose fdatasync is queued or running (`pending`), which lets a `Durable` group-commit
-//! leader hand the lead on before its fdatasync: the next group's write-out runs while this
-//! one's fdatasync does.
+//! whose fdatasync is running (`pending`), which lets a `Durable` group-commit leader hand the
+//! lead on once it holds the turn: the next group's leader writes its records out while this
+//! round's fdatasync runs, then waits for the turn.
 //!
 //! Invariants this part keeps:
 //! - a segment joins the dirty list when a range written to it **lands** (after its write
@@ -42,9 +42,9 @@ pub(super) struct Syncs {
     /// Segments written since their last fdatasync. Only their starts: the writer keeps two
     /// handles, and a segment whose handle it closed is opened again to be synced.
     dirty: OrderedMutex<Vec<Lsn>, { lock_order::DIRTY }>,
-    /// The highest record boundary everything below which has landed and is waiting for (or
-    /// in) a round of fdatasyncs that a `Durable` leader will finish: a flusher whose record
-    /// lies below it waits for that round instead of leading another.
+    /// The highest record boundary everything below which has landed and is in a round of
+    /// fdatasyncs that a `Durable` leader will finish: a flusher whose record lies below it
+    /// waits for that round instead of leading another.
     pending: CachePadded<LineU64>,
 }
 
@@ -70,15 +70,29 @@ impl Syncs {
         self.dirty.lock().iter().any(|s| segments.contains(s))
     }
 
-    /// The target of the fdatasync queued or running, if it is past every earlier one.
+    /// The target of the fdatasync running (or of the last one).
     pub(super) fn pending(&self) -> Lsn {
         Lsn(self.pending.load(Ordering::Acquire))
     }
 
     /// Announces that everything below `target` (a record boundary) has landed and a round of
-    /// fdatasyncs through it will follow.
+    /// fdatasyncs through it, in the turn the caller holds, follows.
     pub(super) fn announce(&self, target: Lsn) {
         self.pending.fetch_max(target.0, Ordering::AcqRel);
+    }
+}
+
+/// The sync turn, held: one round of fdatasyncs at a time ([`Syncs::turn`]).
+pub(super) struct Turn<'a> {
+    _held: crate::lock_order::OrderedGuard<'a, (), { lock_order::SYNC_TURN }>,
+}
+
+impl Syncs {
+    /// Waits for the sync turn: the round of fdatasyncs before this one has ended.
+    pub(super) fn turn(&self) -> Turn<'_> {
+        Turn {
+            _held: self.turn.lock(),
+        }
     }
 }
 
@@ -86,16 +100,17 @@ impl Wal {
     /// One round of fdatasyncs in the sync turn: every segment on the dirty list, through its
     /// handle in `handles` (the writer's, taken under the write lock) or one opened for it: a
     /// write-back error no descriptor has seen yet is reported to one opened after it too.
-    /// Call it once everything the caller vouches for has landed. With `covered`, a round is
-    /// skipped when the log is already synced through it (a round that began after it had
-    /// landed covered it). A failure poisons the log inside the turn.
-    pub(super) fn sync_round(&self, covered: Option<Lsn>, handles: &[Handle]) -> Result<()> {
-        let _turn = self.syncs.turn.lock();
+    /// Call it once everything the caller vouches for has landed. A failure poisons the log
+    /// inside the turn.
+    pub(super) fn sync_round(&self, handles: &[Handle]) -> Result<()> {
+        let turn = self.syncs.turn();
+        self.sync_in_turn(&turn, handles)
+    }
+
+    /// [`Wal::sync_round`] for a caller that holds the turn already.
+    pub(super) fn sync_in_turn(&self, _turn: &Turn<'_>, handles: &[Handle]) -> Result<()> {
         // An earlier round failed while this thread waited for the turn.
         self.check_poison()?;
-        if covered.is_some_and(|target| self.positions.synced() >= target) {
-            return Ok(());
-        }
         let dirty = std::mem::take(&mut *self.syncs.dirty.lock());
         for &segment in &dirty {
             let file = match handles.iter().find(|(s, _)| *s == segment) {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::lock_order::{OrderedGuard, OrderedMutex};
 
+use super::durable::Handle;
 use super::group::RoundEnd;
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
@@ -406,7 +407,7 @@ impl Wal {
     /// ([`Wal::sync_round`]). Under the write lock.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         self.wait_landed(w.reserved_to)?;
-        self.sync_round(None, &w.files)
+        self.sync_round(&w.files)
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
@@ -535,14 +536,15 @@ impl Wal {
         Ok(())
     }
 
-    /// A `Durable` group-commit round, led by this thread: under the write lock it reserves
-    /// everything in the buffer (pagelevel: and encrypts and writes it there, as the study's
-    /// design does); the range is written after the lock (plaintext, perrecord); once it has
-    /// landed the leader announces its target as pending and hands the lead on, so the next
-    /// round's write-out runs while this round's fdatasync does; then it takes the sync turn
-    /// and fdatasyncs (skipped if a round that began after its range landed covered it),
-    /// raises `flushed_to` and `synced_to`, and rewrites the hint of the last page written
-    /// unless a later round is on its way, which will.
+    /// A `Durable` group-commit round, led by this thread. It writes out everything in the
+    /// buffer (reserved under the write lock, written after it; pagelevel encrypts and writes
+    /// under it, as the study's design does), which may overlap the fdatasync of the round
+    /// before; then it waits for the sync turn and writes out what was appended meanwhile,
+    /// so its fdatasync covers every record appended before it starts. Holding the turn, it
+    /// announces its target as pending and hands the lead on: the next round's leader writes
+    /// while this fdatasync runs, and flushers whose records are below the target wait for
+    /// this round instead. Then the fdatasync, `flushed_to` and `synced_to`, and the rewrite
+    /// of the hint of the last page written.
     fn lead_durable(
         &self,
         lsn: Lsn,
@@ -551,33 +553,24 @@ impl Wal {
     ) -> Result<()> {
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
-        self.counters.here().write_lock_acquisitions.add(1);
-        let (mut w, held_since) = timed_lock(&self.write);
-        // The writer's handles, for the fdatasync after the lock (at most two).
-        let handles = w.files.clone();
-        let reserved = if self.flushed_through(lsn) {
-            Ok(None)
-        } else {
-            // Records inserted while this thread waited for the lock come along.
-            let target = inserted.max(self.inserted_to());
-            match self.mode {
-                Mode::PageLevel => self.write_locked(&mut w, target, same).map(|()| None),
-                _ => self.reserve(&mut w, target).map(|range| range.map(Some)),
-            }
-            .map(|range| Some((target, range)))
-        };
-        drop(w);
-        self.counters
-            .here()
-            .write_lock_ns
-            .add(held_since.elapsed().as_nanos() as u64);
-        let Some((target, range)) = reserved? else {
+        if self.flushed_through(lsn) {
             return Ok(());
-        };
-        if let Some(Some(range)) = range {
-            self.write_range(range)?;
         }
-        self.wait_landed(target)?;
+        let (first, _) = self.write_durable(inserted, same)?;
+        let turn = self.syncs.turn();
+        // Everything appended while this thread waited for the turn comes along, without
+        // waiting for insertions still in progress.
+        let (target, handles) = match self.inserted_to() > first {
+            true => self.write_durable(first, same)?,
+            false => (first, self.write.lock().files.clone()),
+        };
+        if self.positions.synced() >= target {
+            // A round that began after this one's records landed covered them.
+            drop(turn);
+            self.check_poison()?;
+            self.positions.raise_flushed(target);
+            return Ok(());
+        }
         // From here until `flushed_to` passes `target`, followers below it wait for this
         // round's end instead of leading; an unwinding leader must not leave them waiting.
         let mut due = SyncDue {
@@ -589,7 +582,7 @@ impl Wal {
         if let Some(round) = round {
             round.hand_on();
         }
-        self.sync_round(Some(target), &handles)?;
+        self.sync_in_turn(&turn, &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
         // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
@@ -597,13 +590,38 @@ impl Wal {
         self.positions.raise_flushed(target);
         self.positions.raise_synced(target);
         due.done = true;
-        if self.syncs.pending() <= target {
-            let mut w = self.write.lock();
-            self.wait_landed(w.reserved_to)?;
-            self.refresh_hint(&mut w)?;
-            self.debug_check_positions(&w);
-        }
+        drop(turn);
+        let mut w = self.write.lock();
+        self.wait_landed(w.reserved_to)?;
+        self.refresh_hint(&mut w)?;
+        self.debug_check_positions(&w);
         Ok(())
+    }
+
+    /// Writes out everything in the buffer, at least through `inserted` (a record boundary
+    /// through which every record is in the buffer), and waits until it has landed. Returns
+    /// the target written through (a record boundary) and the writer's segment handles, for
+    /// the fdatasync after the write lock.
+    fn write_durable(&self, inserted: Lsn, same: SameProcess) -> Result<(Lsn, Vec<Handle>)> {
+        self.counters.here().write_lock_acquisitions.add(1);
+        let (mut w, held_since) = timed_lock(&self.write);
+        let handles = w.files.clone();
+        // Records inserted while this thread waited for the lock come along.
+        let target = inserted.max(self.inserted_to());
+        let reserved = match self.mode {
+            Mode::PageLevel => self.write_locked(&mut w, target, same).map(|()| None),
+            _ => self.reserve(&mut w, target),
+        };
+        drop(w);
+        self.counters
+            .here()
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
+        if let Some(range) = reserved? {
+            self.write_range(range)?;
+        }
+        self.wait_landed(target)?;
+        Ok((target, handles))
     }
 
     /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as

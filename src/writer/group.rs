@@ -189,9 +189,9 @@ mod loom_model {
         }
     }
 
-    /// A `Durable` log's flush: the leader writes, announces its target as pending, hands the
-    /// lead on and only then takes the sync turn and fdatasyncs; a flusher whose record lies
-    /// below the pending target waits for the round instead of leading (writer/flush.rs).
+    /// A `Durable` log's flush: the leader writes, takes the sync turn, announces its target
+    /// as pending, hands the lead on and fdatasyncs; a flusher whose record lies below the
+    /// pending target waits for the round instead of leading (writer/flush.rs).
     struct Pipelined {
         group: GroupCommit,
         /// The highest target written and waiting for its fdatasync.
@@ -213,9 +213,11 @@ mod loom_model {
             }
             match log.group.lead() {
                 Some(mut round) => {
+                    // The write-out, then the turn; holding it, the announcement and the
+                    // hand-on, then the fdatasync.
+                    let turn = log.turn.lock().expect("loom model: lock poisoned");
                     log.pending.fetch_max(appended, Ordering::SeqCst);
                     round.hand_on();
-                    let turn = log.turn.lock().expect("loom model: lock poisoned");
                     log.flushed.fetch_max(appended, Ordering::SeqCst);
                     drop(turn);
                     drop(round);
