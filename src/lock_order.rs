@@ -30,35 +30,36 @@ use parking_lot::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
 /// An insertion lane's owner lock (writer/insertions.rs): claimed before the insert lock and
 /// held until the copy ends. A thread holds one lane at a time.
 pub(crate) const LANE: u8 = 0;
-/// The insert lock (`Wal::insert`).
+/// The insert lock (`Reservations`, writer/reserve.rs).
 pub(crate) const INSERT: u8 = 1;
+/// The sync turn (`Syncs`, writer/durable.rs), held across a round of fdatasyncs, and taken
+/// before the write lock by whoever fdatasyncs under the write lock.
+pub(crate) const SYNC_TURN: u8 = 2;
 /// The write lock (`Wal::write`).
-pub(crate) const WRITE: u8 = 2;
+pub(crate) const WRITE: u8 = 3;
 /// The in-flight lock (`InFlight::state`, writer/inflight.rs).
-pub(crate) const INFLIGHT: u8 = 3;
-/// A buffer page's slot lock (`Wal::slots`). A thread holds one slot at a time.
-pub(crate) const SLOT: u8 = 4;
+pub(crate) const INFLIGHT: u8 = 4;
+/// A buffer page's slot lock (`PageBuffer`, writer/buffer.rs). A thread holds one slot at a
+/// time.
+pub(crate) const SLOT: u8 = 5;
 /// The IV source's prefix table (`IvSource::later`, crypto.rs).
-pub(crate) const IV_PREFIX: u8 = 5;
-/// The poison cause (`Wal::poison_reason`): taken under any of the above but the in-flight
-/// lock, and nothing is taken while it is held.
-pub(crate) const POISON: u8 = 6;
+pub(crate) const IV_PREFIX: u8 = 6;
+/// The poison cause (`Poison`, writer/poison.rs): taken under any of the above but the
+/// in-flight lock, and nothing is taken while it is held.
+pub(crate) const POISON: u8 = 7;
 /// An insertion lane's gate lock, which its condition variable waits on: taken with no lock
 /// of the log held but the thread's own lane (an inserter leaving it, an appender waiting to
 /// make room) or the insert lock (the exclusive paths waiting for the insertions in
 /// progress); nothing is taken while it is held.
-pub(crate) const LANE_GATE: u8 = 7;
+pub(crate) const LANE_GATE: u8 = 8;
 /// The preparer's state (writer/prepare.rs), outside the order: taken with no lock held but
-/// the thread's own lane, the insert lock and the write lock; nothing is taken while it is
-/// held.
-pub(crate) const PREPARER: u8 = 8;
-/// The sync turn (writer/durable.rs), held across a round of fdatasyncs: taken with no lock
-/// held but the thread's own lane, the insert lock and the write lock; under it only the
-/// dirty list and the poison cause are taken.
-pub(crate) const SYNC_TURN: u8 = 9;
+/// the thread's own lane, the insert lock, the sync turn and the write lock; nothing is taken
+/// while it is held.
+pub(crate) const PREPARER: u8 = 9;
 /// The list of segments written since their last fdatasync (writer/durable.rs): taken where a
-/// range lands (with no lock held but the thread's own lane and the insert and write locks),
-/// under the sync turn or the write lock; nothing is taken while it is held.
+/// range lands (with no lock held but the thread's own lane, the insert lock, the sync turn
+/// and the write lock), under the sync turn or the write lock; nothing is taken while it is
+/// held.
 pub(crate) const DIRTY: u8 = 10;
 
 /// The levels a thread may hold when it takes a lock of `level`, one bit each.
@@ -66,11 +67,10 @@ pub(crate) const DIRTY: u8 = 10;
 fn may_hold(level: u8) -> u32 {
     let bit = |l: u8| 1u32 << l;
     match level {
-        POISON => ((bit(POISON) - 1) & !bit(INFLIGHT)) | bit(SYNC_TURN),
+        POISON => (bit(POISON) - 1) & !bit(INFLIGHT),
         LANE_GATE => bit(LANE) | bit(INSERT),
-        PREPARER => bit(LANE) | bit(INSERT) | bit(WRITE),
-        SYNC_TURN => bit(LANE) | bit(INSERT) | bit(WRITE),
-        DIRTY => bit(LANE) | bit(INSERT) | bit(WRITE) | bit(SYNC_TURN),
+        PREPARER => bit(LANE) | bit(INSERT) | bit(SYNC_TURN) | bit(WRITE),
+        DIRTY => bit(LANE) | bit(INSERT) | bit(SYNC_TURN) | bit(WRITE),
         _ => bit(level) - 1,
     }
 }
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "lock order broken: taking the slot lock (4) while holding the \
+        expected = "lock order broken: taking the slot lock (5) while holding the \
                                slot lock"
     )]
     fn holding_two_slot_locks_panics_in_debug_builds() {
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "lock order broken: taking the poison cause lock (6) while \
+        expected = "lock order broken: taking the poison cause lock (7) while \
                                holding the in-flight lock"
     )]
     fn the_poison_cause_under_the_in_flight_lock_panics_in_debug_builds() {
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "lock order broken: taking the preparer lock (8) while holding \
+        expected = "lock order broken: taking the preparer lock (9) while holding \
                                the in-flight lock"
     )]
     fn the_preparer_under_the_in_flight_lock_panics_in_debug_builds() {

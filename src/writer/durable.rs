@@ -1,5 +1,5 @@
 //! Making written log durable: which segments were written since their last fdatasync (the
-//! dirty list), the **sync turn** that fdatasyncs them one round at a time, and the target
+//! dirty list), the **sync turn** that fdatasyncs them one round at a time (taken before the write lock by those that sync under it), and the target
 //! whose fdatasync is running (`pending`), which lets a `Durable` group-commit leader hand the
 //! lead on once it holds the turn: the next group's leader writes its records out while this
 //! round's fdatasync runs, then waits for the turn.
@@ -16,10 +16,11 @@
 //!   after it returns Ok, whatever its own fdatasync said (an error is reported once per
 //!   descriptor; a later fdatasync on it may succeed with the pages lost).
 //!
-//! The turn is level `SYNC_TURN` in the lock order (after the write lock), the dirty list
-//! `DIRTY` (a leaf). fdatasync runs under the turn only, never under the write lock on the
-//! `Durable` commit path; the segment switch, `sync`, `close` and purge still sync under the
-//! write lock, which comes first in the order.
+//! The turn is level `SYNC_TURN` in the lock order, between the insert and the write lock,
+//! the dirty list `DIRTY` (a leaf). A `Durable` leader holds the turn alone across its
+//! fdatasync (it takes the write lock under it only to write out what was appended while it
+//! waited, never during the fdatasync); the segment switch, `sync`, `close`, purge and the
+//! open take the turn and then the write lock, and fdatasync under both.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -97,17 +98,11 @@ impl Syncs {
 }
 
 impl Wal {
-    /// One round of fdatasyncs in the sync turn: every segment on the dirty list, through its
-    /// handle in `handles` (the writer's, taken under the write lock) or one opened for it: a
-    /// write-back error no descriptor has seen yet is reported to one opened after it too.
-    /// Call it once everything the caller vouches for has landed. A failure poisons the log
-    /// inside the turn.
-    pub(super) fn sync_round(&self, handles: &[Handle]) -> Result<()> {
-        let turn = self.syncs.turn();
-        self.sync_in_turn(&turn, handles)
-    }
-
-    /// [`Wal::sync_round`] for a caller that holds the turn already.
+    /// One round of fdatasyncs, in the sync turn the caller holds: every segment on the dirty
+    /// list, through its handle in `handles` (the writer's, taken under the write lock) or one
+    /// opened for it: a write-back error no descriptor has seen yet is reported to one opened
+    /// after it too. Call it once everything the caller vouches for has landed. A failure
+    /// poisons the log inside the turn.
     pub(super) fn sync_in_turn(&self, _turn: &Turn<'_>, handles: &[Handle]) -> Result<()> {
         // An earlier round failed while this thread waited for the turn.
         self.check_poison()?;

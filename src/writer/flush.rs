@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::lock_order::{OrderedGuard, OrderedMutex};
 
-use super::durable::Handle;
+use super::durable::{Handle, Turn};
 use super::group::RoundEnd;
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
@@ -403,11 +403,11 @@ impl Wal {
     }
 
     /// fdatasyncs every segment written since its last fdatasync, once every reserved range
-    /// has landed (so the round covers everything reserved), in the sync turn
-    /// ([`Wal::sync_round`]). Under the write lock.
-    pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
+    /// has landed (so the round covers everything reserved), in the sync turn `turn`
+    /// ([`Wal::sync_in_turn`]). Under the write lock, taken after the turn.
+    pub(super) fn sync_locked(&self, w: &mut WriteState, turn: &Turn<'_>) -> Result<()> {
         self.wait_landed(w.reserved_to)?;
-        self.sync_round(&w.files)
+        self.sync_in_turn(turn, &w.files)
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
@@ -703,11 +703,12 @@ impl Wal {
         self.check_process()?;
         self.check_poison()?;
         let result = self.sync_all().and_then(|()| {
+            let turn = self.syncs.turn();
             let mut w = self.write.lock();
             match w.hint_unsynced.take() {
                 Some(segment) => {
                     self.syncs.landed(segment);
-                    self.sync_locked(&mut w)
+                    self.sync_locked(&mut w, &turn)
                 }
                 None => Ok(()),
             }

@@ -27,37 +27,33 @@
 //!    waiting for a lane's insertion (`Insertions::wait_finished`) is done with no lock held
 //!    but the insert lock (exclusive paths), and only for insertions that began earlier in the
 //!    log than the waiter's own, so those waits never form a cycle.
-//! 2. the **write lock** (`write`): reserves the next range of the log for writing
+//! 2. the **sync turn** (`syncs`, durable.rs): held across one round of fdatasyncs, so
+//!    rounds run one at a time, in order. A Durable leader takes it with no lock held, and
+//!    under it takes the write lock only to write out what was appended while it waited,
+//!    before its fdatasync; `sync`, `close`, the segment switch, purge and the open take it
+//!    before the write lock and fdatasync under both.
+//! 3. the **write lock** (`write`): reserves the next range of the log for writing
 //!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
 //!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
 //!    flight; a flush (plaintext, perrecord; Buffered and Durable) and an appender making
 //!    room write the range after releasing it. pagelevel flushes, `sync`, `close`, the
 //!    segment switch and the open write (and wait for every range in flight to land) under
-//!    it, and the last four fdatasync under it too; a Durable round fdatasyncs after it, in
-//!    the sync turn. Flushers take it without the insert lock, after waiting for the
-//!    insertions they flush; an appender takes it (with no other lock held) only when the
-//!    buffer is full and it must make room, and the open takes it under the insert lock when
-//!    it moves the log on past a segment switch or to a fresh page (`switch_segment`,
-//!    `resume_on_fresh_page`).
-//!
-//!    2a. the **sync turn** (`syncs`, durable.rs): held across one round of fdatasyncs, so
-//!    rounds run one at a time, in order. A Durable leader takes it with no lock held (after
-//!    handing the lead on); `sync_locked` under the write lock. Under it only the dirty list
-//!    and the poison cause are taken. 2b. the **dirty list** (durable.rs): the segments
-//!    written since their last fdatasync; a leaf, taken where a range
-//!    lands, under the sync turn or the write lock.
-//! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
+//!    it. Flushers take it without the insert lock, after waiting for the insertions they
+//!    flush; an appender takes it (with no other lock held) only when the buffer is full and
+//!    it must make room, and the open takes it under the insert lock when it moves the log on
+//!    past a segment switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
+//! 4. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
 //!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;
 //!    threads wait on its condition variable (with the insert or write lock held or not) for
 //!    an earlier range covering the same bytes, or for everything below a position, to land.
 //!    Nothing is taken while it is held, so the threads that land ranges never wait for the
 //!    insert or write lock.
-//! 4. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), held only for a memcpy
+//! 5. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), held only for a memcpy
 //!    (and, in pagelevel, to draw the page's IV at its first write-out).
-//! 5. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
+//! 6. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
-//! 6. the **poison cause** (`poison`, poison.rs): set or cloned, under any of the above but the
+//! 7. the **poison cause** (`poison`, poison.rs): set or cloned, under any of the above but the
 //!    in-flight lock, or none; nothing is taken while it is held.
 //!
 //! The **preparer's state** (`Preparer`, prepare.rs) sits outside this order: it is taken with
@@ -66,16 +62,19 @@
 //! variable is waited on under the write lock only for a preparation or a rotation's swap of
 //! the segment the writer needs, which take no lock of the log to finish.
 //!
+//! The **dirty list** (durable.rs), the segments written since their last fdatasync, is a
+//! leaf: taken where a range lands, under the sync turn or the write lock, and nothing is
+//! taken while it is held.
+//!
 //! The event listener is called with none of these held.
 //!
 //! In debug builds the order is checked on every acquisition (lock_order.rs): each of these
-//! mutexes carries its level (a lane's owner 0, insert 1, write 2, in-flight 3, slot 4, IV
-//! prefix 5, poison cause 6, a lane's gate, the preparer's state, the sync turn and the
-//! dirty list after them, with the exceptions above: a lane's gate only under the thread's
-//! own lane or the insert lock, the preparer's state and the sync turn only under those and
-//! the write lock, the dirty list under those and the sync turn, the poison cause never under
-//! the in-flight lock but also under the sync turn, one lane and one slot per thread), and a
-//! thread that takes one while
+//! mutexes carries its level (a lane's owner 0, insert 1, sync turn 2, write 3, in-flight 4,
+//! slot 5, IV prefix 6, poison cause 7, a lane's gate, the preparer's state and the dirty
+//! list after them, with the exceptions above: a lane's gate only under the thread's own lane
+//! or the insert lock, the preparer's state and the dirty list only under those, the sync
+//! turn and the write lock, the poison cause never under the in-flight lock, one lane and one
+//! slot per thread), and a thread that takes one while
 //! holding one of the same log it may not panics, so every test that writes a log checks the
 //! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
 //! a thread waits for on a condition variable, or on the round counter, is not checked.
@@ -831,10 +830,11 @@ impl Wal {
             return Ok(());
         }
         let same = self.check_process()?;
+        let turn = self.syncs.turn();
         let mut w = self.write.lock();
         w.reserved_to = page;
         self.write_locked(&mut w, end, same)?;
-        self.sync_locked(&mut w)
+        self.sync_locked(&mut w, &turn)
     }
 
     /// Makes every appended record durable with an fdatasync, in every [`SyncMode`] (in
@@ -856,10 +856,11 @@ impl Wal {
         // Every record appended before this call, and all before them, is in the buffer;
         // waited for before the write lock, which those insertions may need.
         let target = self.inserted_through(self.reservations.end());
+        let turn = self.syncs.turn();
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = flush::timed_lock(&self.write);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
-            self.sync_locked(&mut w)?;
+            self.sync_locked(&mut w, &turn)?;
             // A switch or another sync under the lock before this one may have stored more.
             // `flushed_to` first: `synced_to <= flushed_to` at every instant.
             self.positions.raise_flushed(target);
@@ -1016,10 +1017,11 @@ impl Drop for Wal {
         };
         // No other reference is left, so no insertion is in progress; `inserted_to` is the end.
         let target = self.inserted_to();
+        let turn = self.syncs.turn();
         let mut w = self.write.lock();
         // Best effort: hand buffered records to the OS. Errors surface through `close`.
         if self.write_locked(&mut w, target, same).is_ok() && self.sync == SyncMode::Durable {
-            let _ = self.sync_locked(&mut w);
+            let _ = self.sync_locked(&mut w, &turn);
         }
     }
 }

@@ -121,13 +121,14 @@ impl Wal {
             return Ok(0);
         }
         {
+            let turn = self.syncs.turn();
             let mut w = self.write.lock();
             // The segments stay on the list of files to fdatasync until they are gone: a
             // purge that fails halfway leaves some of them, and a later `sync` must still
             // cover them. Below the synced end they are clean already; should one not be,
             // it is synced now, while it still has its name.
             if self.syncs.any_dirty(&doomed) {
-                self.sync_locked(&mut w)?;
+                self.sync_locked(&mut w, &turn)?;
             }
             w.files.retain(|(s, _)| !doomed.contains(s));
         }
@@ -232,6 +233,7 @@ impl Wal {
         let segment = self.geo.segment_start(end - 1);
         let next = segment + self.geo.segment_size;
         // The switch must be durable before anything lands in the next segment.
+        let turn = self.syncs.turn();
         let mut w = self.write.lock();
         if self.mode == Mode::PageLevel {
             // The pages rewritten here belong to a segment whose header does not list the
@@ -243,7 +245,8 @@ impl Wal {
         }
         self.write_locked(&mut w, end, same)
             .map_err(|e| self.poison_error(e))?;
-        self.sync_locked(&mut w).map_err(|e| self.poison_error(e))?;
+        self.sync_locked(&mut w, &turn)
+            .map_err(|e| self.poison_error(e))?;
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
         w.reserved_to = next;

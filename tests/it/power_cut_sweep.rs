@@ -15,8 +15,8 @@
 //! Purged segments are kept for reuse (two free files), and reuse does not wipe them: every
 //! reused file holds the records of its earlier life (each was a full segment of the log), so
 //! the images hold old pages and records past the end of the log, and a torn write into a
-//! reused file leaves old sectors between new ones. Each configuration must reuse a file, and
-//! each mode twelve. After every flush and sync a reader opened on the live files must read
+//! reused file leaves old sectors between new ones. Each mode must reuse a file (a seed whose
+//! runs reused none is followed by the next). After every flush and sync a reader opened on the live files must read
 //! every record written so far and nothing else. The counts are printed per configuration.
 //!
 //! By default a sample of the steps is imaged (about 40 images per mode, page size and sync
@@ -552,9 +552,32 @@ fn check_live(sweep: &Sweep, dir: &Path, wal: &Wal, end: Lsn) {
     sweep.live_reads.fetch_add(n, Ordering::Relaxed);
 }
 
-/// Every sync mode and page size for `mode`.
+/// Every sync mode and page size for `mode`. How many purged files a run reuses depends on
+/// the seed (from none to eight per configuration seen): a seed whose runs reused none is
+/// followed by the next seed (at most four more), so unwiped reused files are always swept.
 fn sweep_mode(mode: Mode) {
-    let seed = seed_from_env("WALCRYPT_CRASH_SEED");
+    let first = seed_from_env("WALCRYPT_CRASH_SEED");
+    let mut all = Counts::default();
+    for seed in (0..5).map(|k| first.wrapping_add(k)) {
+        let counts = sweep_seed(mode, seed);
+        all.images += counts.images;
+        all.checks += counts.checks;
+        all.reuses += counts.reuses;
+        all.live_reads += counts.live_reads;
+        if all.reuses > 0 {
+            break;
+        }
+        println!("{mode}, seed {seed}: no file reused; the next seed too");
+    }
+    assert!(all.images >= 15, "{mode}: only {} crash images", all.images);
+    assert!(
+        all.reuses >= 1,
+        "{mode}: no reused file in five seeds from {first}"
+    );
+}
+
+/// Every sync mode and page size for `mode`, from `seed`.
+fn sweep_seed(mode: Mode, seed: u64) -> Counts {
     let full = std::env::var("WALCRYPT_SWEEP").is_ok_and(|v| v == "full");
     let (sample, ops) = if full { (100, 300) } else { (3, 150) };
     let mut all = Counts::default();
@@ -572,20 +595,12 @@ fn sweep_mode(mode: Mode) {
             all.live_reads += c.live_reads;
         }
     }
-    let Counts {
-        images,
-        checks,
-        reuses,
-        live_reads,
-    } = all;
     println!(
-        "{mode}, seed {seed}: {images} crash images, {checks} acknowledged-record checks, \
-         {reuses} reused files, {live_reads} records read live"
+        "{mode}, seed {seed}: {} crash images, {} acknowledged-record checks, {} reused \
+         files, {} records read live",
+        all.images, all.checks, all.reuses, all.live_reads
     );
-    assert!(images >= 15, "{mode}: only {images} crash images");
-    // How many files a run reuses depends on the seed (from none to eight per configuration
-    // seen); the reuse itself is checked by the tests of recycling. Here at least one.
-    assert!(reuses >= 1, "{mode}: no reused file");
+    all
 }
 
 #[test]
