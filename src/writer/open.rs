@@ -166,6 +166,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         replay,
         config.listener.as_deref(),
     )?;
+    let end = end.0;
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
     let next_page = files.geo.page_start(Lsn(end)).0 + files.geo.page_size;
@@ -195,7 +196,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
     wal.recovered(RecoverySummary {
         created: false,
-        scanned_from: Lsn(scanned_from),
+        scanned_from,
         end: Lsn(end),
         replayed,
         salvaged,
@@ -345,7 +346,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
     if end.is_multiple_of(files.geo.segment_size) {
         return false;
     }
-    let Some(seg) = files.segment(files.geo.segment_start(Lsn(end)).0) else {
+    let Some(seg) = files.segment(files.geo.segment_start(Lsn(end))) else {
         return false;
     };
     if seg.header.version != format::FORMAT_VERSION {
@@ -363,7 +364,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
 /// continues in a new segment of the current version.
 fn tail_format(files: &LogFiles, end: u64) -> (u64, u32) {
     let segment = files.geo.segment_start(Lsn(end)).0;
-    match files.segment(segment) {
+    match files.segment(Lsn(segment)) {
         Some(seg) if !end.is_multiple_of(files.geo.segment_size) => {
             (segment + files.geo.segment_size, seg.header.version)
         }

@@ -310,7 +310,7 @@ impl Verify<'_> {
     fn check_page(&mut self, page: u64, bytes: &[u8], log_id: u64, mode: Mode, listed: &[u32]) {
         let geo = self.geo();
         let at = position(geo, page);
-        let h = match inspect::check_page_header(log_id, mode, page, bytes) {
+        let h = match inspect::check_page_header(log_id, mode, Lsn(page), bytes) {
             Ok(h) => h,
             Err(kind @ CorruptionKind::BadPageHeader) => {
                 self.found
