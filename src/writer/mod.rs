@@ -843,7 +843,7 @@ impl Wal {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let at = At {
-            lsn,
+            lsn: Lsn(lsn),
             version: self.version_at(lsn),
         };
         let len = self

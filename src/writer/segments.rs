@@ -268,7 +268,7 @@ impl Wal {
     /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
     fn switch_record(&self, lsn: u64) -> Result<Vec<u8>> {
         let at = At {
-            lsn,
+            lsn: Lsn(lsn),
             version: self.version_at(lsn),
         };
         let keys = self.keys.load();
