@@ -933,16 +933,16 @@ mod tests {
 
     #[test]
     fn advance_skips_page_and_segment_headers() {
-        let start = G.skip_headers(Lsn(0)).0;
-        assert_eq!(start, 512 + 48);
+        let start = G.skip_headers(Lsn(0));
+        assert_eq!(start, Lsn(512 + 48));
         // Fill the rest of page 1 exactly: stays at the end of the body.
-        assert_eq!(G.advance(Lsn(start), 464).0, 1024);
+        assert_eq!(G.advance(start, 464), Lsn(1024));
         // One more byte lands after page 2's header.
-        assert_eq!(G.advance(Lsn(start), 465).0, 1024 + 48 + 1);
+        assert_eq!(G.advance(start, 465), Lsn(1024 + 48 + 1));
         // Crossing the segment boundary skips page 0 of the next segment.
-        let end_of_segment = G.advance(Lsn(start), 3 * 464).0;
-        assert_eq!(end_of_segment, 2048);
-        assert_eq!(G.advance(Lsn(start), 3 * 464 + 1).0, 2048 + 512 + 48 + 1);
+        let end_of_segment = G.advance(start, 3 * 464);
+        assert_eq!(end_of_segment, Lsn(2048));
+        assert_eq!(G.advance(start, 3 * 464 + 1), Lsn(2048 + 512 + 48 + 1));
     }
 
     #[test]

@@ -192,11 +192,16 @@ impl From<u64> for Lsn {
 /// Position arithmetic. An LSN plus a length is an LSN; an LSN minus an LSN is a length (the
 /// bytes between them, headers included). LSNs are not added to each other. The operators
 /// panic on overflow in debug builds like `u64`'s; the `checked_*` helpers return `None`
-/// instead, for positions that come from input.
+/// instead, for positions that come from input, and `saturating_add` stops at `u64::MAX`.
 impl Lsn {
     /// `self + n`, or `None` past `u64::MAX`.
     pub fn checked_add(self, n: u64) -> Option<Lsn> {
         self.0.checked_add(n).map(Lsn)
+    }
+
+    /// `self + n`, or `Lsn(u64::MAX)` past it.
+    pub fn saturating_add(self, n: u64) -> Lsn {
+        Lsn(self.0.saturating_add(n))
     }
 
     /// `self - n`, or `None` below 0.
@@ -297,6 +302,7 @@ mod tests {
         assert_eq!(lsn - Lsn(8192), 64);
         assert_eq!(lsn - 64, Lsn(8192));
         assert_eq!(Lsn(u64::MAX).checked_add(1), None);
+        assert_eq!(Lsn(u64::MAX - 1).saturating_add(2), Lsn(u64::MAX));
         assert_eq!(Lsn(0).checked_sub(1), None);
         assert_eq!(Lsn(10).checked_distance(Lsn(11)), None);
         assert_eq!(Lsn(11).checked_distance(Lsn(10)), Some(1));

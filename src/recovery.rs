@@ -29,9 +29,9 @@ pub(crate) type Replay<'a> = Option<(Lsn, &'a mut dyn FnMut(Record) -> Result<()
 /// What recovery found and did: where the writer resumes, and what the open reports.
 pub(crate) struct Recovered {
     /// Where reading started.
-    pub(crate) scanned_from: u64,
+    pub(crate) scanned_from: Lsn,
     /// End of the valid log: the next record goes here.
-    pub(crate) end: u64,
+    pub(crate) end: Lsn,
     /// The valid prefix of the page holding `end`, decrypted, and its continuation length.
     pub(crate) tail_page: Option<(Vec<u8>, u32)>,
     /// Damage cut away by [`RecoveryMode::TruncateAtDamage`].
@@ -89,12 +89,12 @@ pub(crate) fn recover(
     // A checkpoint past the end: the log is not the one the engine checkpointed. Refused
     // before anything is truncated.
     if let Some(checkpoint) = checkpoint
-        && files.geo.skip_headers(checkpoint).0 > files.geo.skip_headers(Lsn(end)).0
+        && files.geo.skip_headers(checkpoint) > files.geo.skip_headers(end)
     {
         return Err(Error::CheckpointBeyondEnd {
             dir: files.dir.clone(),
             checkpoint,
-            end: Some(Lsn(end)),
+            end: Some(end),
         });
     }
     tail::truncate_after(files, end, proven)?;
@@ -109,7 +109,7 @@ pub(crate) fn recover(
 
 /// Where the valid log ends, and the valid prefix of the page holding the end.
 struct ScanEnd {
-    end: u64,
+    end: Lsn,
     tail_page: Option<(Vec<u8>, u32)>,
     /// Damage cut away by [`RecoveryMode::TruncateAtDamage`].
     salvaged: Option<Salvage>,
@@ -127,7 +127,7 @@ fn read_to_end<E: From<Error>>(
     mut deliver: impl FnMut(Stored) -> std::result::Result<(), E>,
 ) -> std::result::Result<ScanEnd, E> {
     loop {
-        let until = u64::MAX;
+        let until = Lsn(u64::MAX);
         if let Some(end) = read_until(&mut cursor, files, policy, until, progress, &mut deliver)? {
             return Ok(end);
         }
@@ -140,7 +140,7 @@ fn read_until<E: From<Error>>(
     cursor: &mut Cursor<'_>,
     files: &LogFiles,
     policy: RecoveryMode,
-    until: u64,
+    until: Lsn,
     progress: &mut Progress<'_>,
     deliver: &mut impl FnMut(Stored) -> std::result::Result<(), E>,
 ) -> std::result::Result<Option<ScanEnd>, E> {
@@ -173,13 +173,13 @@ fn read_until<E: From<Error>>(
 /// The recovery policy's decision about damage proven to lie inside the durable log: the
 /// damage itself as the error, or (when the configuration asked for it) a cut at `end`, the
 /// start of the first damaged record.
-fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> Result<Salvage> {
+fn salvage(files: &LogFiles, policy: RecoveryMode, end: Lsn, damage: Error) -> Result<Salvage> {
     match (policy, damage) {
         (RecoveryMode::TruncateAtDamage, Error::Corrupt { at, kind }) => Ok(Salvage {
             at,
             kind,
-            cut_at: Lsn(end),
-            files_ended_at: Lsn(files.end_of_files()),
+            cut_at: end,
+            files_ended_at: files.end_of_files(),
         }),
         (_, damage) => Err(damage),
     }
@@ -190,7 +190,7 @@ fn salvage(files: &LogFiles, policy: RecoveryMode, end: u64, damage: Error) -> R
 const PIPELINE_AFTER_BYTES: u64 = 1 << 20;
 /// Where a scan starts, what it does with damage, and whom it tells how far it has come.
 struct Scan<'a, 'l> {
-    start: u64,
+    start: Lsn,
     policy: RecoveryMode,
     progress: &'a mut Progress<'l>,
 }
@@ -263,20 +263,19 @@ fn replay_prefetched(
 
 /// Where a replay from `from` starts reading: the earlier of `from` (which must be where a
 /// record starts, or `Lsn::default()` for the oldest record) and the proven start.
-fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
-    let oldest = u64::from(files.segments[0].header.start);
-    let from = u64::from(from);
-    if from == 0 || from == oldest {
+fn replay_start(files: &LogFiles, from: Lsn, proven: Lsn) -> Result<Lsn> {
+    let oldest = files.segments[0].header.start;
+    if from == Lsn(0) || from == oldest {
         return Ok(files
             .first_record_in_segment(oldest)?
-            .unwrap_or_else(|| files.geo.skip_headers(Lsn(oldest)).0));
+            .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
     if from < oldest {
-        return Err(Error::LsnNotAvailable(Lsn(from)));
+        return Err(Error::LsnNotAvailable(from));
     }
     // A position on a page or segment boundary (a record's end, `end_lsn()`) stands for the
     // first record after the headers there.
-    let pos = files.geo.skip_headers(Lsn(from)).0;
+    let pos = files.geo.skip_headers(from);
     if pos >= files.end_of_files() {
         // Past the files: nothing to replay, and `recover` refuses it unless the log's end
         // turns out to be there (a log ending on the last segment's boundary).
@@ -288,9 +287,9 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
 
 /// The valid bytes of the page holding `end` (decrypted) and its continuation length, so the
 /// writer can rewrite that page with the old records intact.
-fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Option<(Vec<u8>, u32)>> {
-    let page = geo.page_start(Lsn(end)).0;
-    if end.is_multiple_of(geo.page_size) || end <= page + format::PAGE_HEADER_LEN as u64 {
+fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: Lsn) -> Result<Option<(Vec<u8>, u32)>> {
+    let page = geo.page_start(end);
+    if end.0.is_multiple_of(geo.page_size) || end <= page + format::PAGE_HEADER_LEN as u64 {
         return Ok(None);
     }
     if !cursor.load(page)? {
@@ -315,7 +314,7 @@ const PROGRESS_CLOCK_EVERY_BYTES: u64 = 1 << 20;
 struct Progress<'l> {
     listener: Option<&'l dyn EventListener>,
     /// Where the scan started.
-    from: u64,
+    from: Lsn,
     /// Bytes from `from` to the end of the last segment file.
     total_bytes: u64,
     records: u64,
@@ -327,11 +326,11 @@ struct Progress<'l> {
 }
 
 impl<'l> Progress<'l> {
-    fn new(listener: Option<&'l dyn EventListener>, from: u64, end_of_files: u64) -> Self {
+    fn new(listener: Option<&'l dyn EventListener>, from: Lsn, end_of_files: Lsn) -> Self {
         Progress {
             listener,
             from,
-            total_bytes: end_of_files.saturating_sub(from),
+            total_bytes: end_of_files.checked_distance(from).unwrap_or(0),
             records: 0,
             reported_bytes: 0,
             reported_at: Instant::now(),
@@ -340,9 +339,12 @@ impl<'l> Progress<'l> {
     }
 
     /// A record was read; the scan is now at `position`.
-    fn record_read(&mut self, position: u64) {
+    fn record_read(&mut self, position: Lsn) {
         self.records += 1;
-        let bytes = position.saturating_sub(self.from).min(self.total_bytes);
+        let bytes = position
+            .checked_distance(self.from)
+            .unwrap_or(0)
+            .min(self.total_bytes);
         if self.listener.is_none() || bytes < self.next_clock_bytes {
             return;
         }

@@ -27,23 +27,23 @@ use crate::storage::{StorageFile, read_full};
 /// `Buffered` and never closed) costs one read per page, not one per page for every later
 /// segment. It reads the pages a candidate needs when the candidate first needs them, and no
 /// others: an unreadable page of the proven part stays unread, as the open never needs it.
-pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
+pub(crate) fn proven_start(files: &LogFiles) -> Result<Lsn> {
     let geo = files.geo;
-    let oldest = u64::from(files.segments[0].header.start);
+    let oldest = files.segments[0].header.start;
     let oldest_first = files
         .first_record_in_segment(oldest)?
-        .unwrap_or_else(|| geo.skip_headers(Lsn(oldest)).0);
+        .unwrap_or_else(|| geo.skip_headers(oldest));
     // Highest durable hint of the segments after the one looked at whose pages were read.
-    let mut later_hint = 0u64;
+    let mut later_hint = Lsn(0);
     // Segments after the one looked at whose pages no candidate has needed yet, newest first
     // (their page 1 held no valid header).
     let mut unread: Vec<usize> = Vec::new();
     // A segment read from one of its pages on, for a record that ran into its successor: its
     // index, the first page read and the highest hint from there.
-    let mut partly: Option<(usize, u64, u64)> = None;
+    let mut partly: Option<(usize, Lsn, Lsn)> = None;
     let mut tail = oldest_first;
     for i in (1..files.segments.len()).rev() {
-        let start = u64::from(files.segments[i].header.start);
+        let start = files.segments[i].header.start;
         let Some(first) = candidate(files, i)? else {
             unread.push(i);
             continue;
@@ -51,8 +51,12 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
         // The pages from `first` on, in log order: the segment before (when the candidate is
         // there), this one, then the later ones not read yet.
         let before = if first < start {
-            let from = geo.page_start(Lsn(first)).0;
-            Some((i - 1, from, segment_hint(files, i - 1, from, u64::MAX)?))
+            let from = geo.page_start(first);
+            Some((
+                i - 1,
+                from,
+                segment_hint(files, i - 1, from, Lsn(u64::MAX))?,
+            ))
         } else {
             None
         };
@@ -62,7 +66,7 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
         }
         // Every segment after the one before is read whole now; that one is read in part.
         partly = before;
-        let before_hint = before.map_or(0, |(_, _, hint)| hint);
+        let before_hint = before.map_or(Lsn(0), |(_, _, hint)| hint);
         if before_hint.max(here).max(later_hint) >= first {
             tail = first;
             break;
@@ -75,14 +79,14 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
 /// The candidate start for segment `i` (not the oldest): its first record boundary, or, when
 /// a record runs into it from the segment before, that segment's first record boundary; `None`
 /// when its page 1 holds no valid header or the segment before has no record boundary.
-fn candidate(files: &LogFiles, i: usize) -> Result<Option<u64>> {
+fn candidate(files: &LogFiles, i: usize) -> Result<Option<Lsn>> {
     let geo = files.geo;
-    let start = u64::from(files.segments[i].header.start);
+    let start = files.segments[i].header.start;
     let page1 = start + geo.page_size;
     Ok(match files.read_page_header(page1)? {
-        Some(h) if h.rem_len == 0 => Some(geo.skip_headers(Lsn(page1)).0),
+        Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
         Some(_) => {
-            let previous = u64::from(files.segments[i - 1].header.start);
+            let previous = files.segments[i - 1].header.start;
             files
                 .first_record_in_segment(previous)?
                 .filter(|&first| first < start)
@@ -96,42 +100,42 @@ fn candidate(files: &LogFiles, i: usize) -> Result<Option<u64>> {
 fn whole_segment_hint(
     files: &LogFiles,
     i: usize,
-    partly: &mut Option<(usize, u64, u64)>,
-) -> Result<u64> {
-    let page1 = u64::from(files.segments[i].header.start) + files.geo.page_size;
+    partly: &mut Option<(usize, Lsn, Lsn)>,
+) -> Result<Lsn> {
+    let page1 = files.segments[i].header.start + files.geo.page_size;
     match partly.take_if(|(j, _, _)| *j == i) {
         Some((_, from, hint)) => Ok(hint.max(segment_hint(files, i, page1, from)?)),
-        None => segment_hint(files, i, page1, u64::MAX),
+        None => segment_hint(files, i, page1, Lsn(u64::MAX)),
     }
 }
 
 /// The highest durable hint among the valid page headers of segment `i` from `from_page` up
 /// to `to_page` (0 when there is none).
-fn segment_hint(files: &LogFiles, i: usize, from_page: u64, to_page: u64) -> Result<u64> {
+fn segment_hint(files: &LogFiles, i: usize, from_page: Lsn, to_page: Lsn) -> Result<Lsn> {
     let mut pages = Vec::new();
     files.segment_page_headers(&files.segments[i], from_page, to_page, &mut pages)?;
     Ok(pages
         .iter()
         .filter_map(|p| p.header.as_ref())
-        .map(|h| u64::from(h.durable_hint))
+        .map(|h| h.durable_hint)
         .max()
-        .unwrap_or(0))
+        .unwrap_or_default())
 }
 
 /// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every
 /// segment from the one holding `synced_before` (before which the log is proven durable) to the
 /// end: whatever the previous writer left in the page cache becomes durable before new pages
 /// claim, through their durable hint, that the log is durable up to `end`.
-pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> Result<()> {
+pub(crate) fn truncate_after(files: &LogFiles, end: Lsn, synced_before: Lsn) -> Result<()> {
     let geo = files.geo;
-    let tail_segment = if end.is_multiple_of(geo.segment_size) {
+    let tail_segment = if end.0.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {
-        geo.segment_start(Lsn(end)).0
+        geo.segment_start(end)
     };
     let storage = files.storage.as_ref();
     for seg in files.segments.iter().rev() {
-        let start = u64::from(seg.header.start);
+        let start = seg.header.start;
         if start > tail_segment {
             storage
                 .remove(&seg.path)
@@ -145,7 +149,7 @@ pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> 
             }
             file.sync_data()
                 .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
-            if start <= geo.segment_start(Lsn(synced_before)).0 {
+            if start <= geo.segment_start(synced_before) {
                 break;
             }
         }
@@ -244,22 +248,22 @@ mod tests {
 
     /// `proven_start` as it was first written: every candidate reads the page headers from
     /// there to the end of the files. Kept as the reference the one-pass walk must agree with.
-    fn proven_start_rescanning(files: &LogFiles) -> Result<u64> {
+    fn proven_start_rescanning(files: &LogFiles) -> Result<Lsn> {
         let geo = files.geo;
-        let oldest = u64::from(files.segments[0].header.start);
+        let oldest = files.segments[0].header.start;
         let oldest_first = files
             .first_record_in_segment(oldest)?
-            .unwrap_or_else(|| geo.skip_headers(Lsn(oldest)).0);
+            .unwrap_or_else(|| geo.skip_headers(oldest));
         let mut tail = oldest_first;
         for i in (1..files.segments.len()).rev() {
             let Some(first) = candidate(files, i)? else {
                 continue;
             };
             let proven = files
-                .page_headers_from(geo.page_start(Lsn(first)).0)?
+                .page_headers_from(geo.page_start(first))?
                 .iter()
                 .filter_map(|p| p.header)
-                .any(|h| u64::from(h.durable_hint) >= first);
+                .any(|h| h.durable_hint >= first);
             if proven {
                 tail = first;
                 break;
@@ -386,9 +390,9 @@ mod tests {
         /// Runs `f` and returns its result (errors as text) and the reads it made.
         fn run(
             &self,
-            f: impl FnOnce() -> Result<u64>,
+            f: impl FnOnce() -> Result<Lsn>,
         ) -> (
-            std::result::Result<u64, String>,
+            std::result::Result<Lsn, String>,
             std::collections::BTreeSet<(std::path::PathBuf, u64)>,
         ) {
             self.reads.lock().unwrap().clear();

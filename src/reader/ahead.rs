@@ -60,7 +60,7 @@ pub(crate) const PREFETCH_DEPTH: usize = 4;
 /// A window of one segment file's bytes, refilled with one large read when a page outside it
 /// is asked for.
 pub(crate) struct ReadAhead {
-    segment: u64,
+    segment: Lsn,
     offset: u64,
     len: usize,
     buf: Vec<u8>,
@@ -69,7 +69,7 @@ pub(crate) struct ReadAhead {
 impl ReadAhead {
     pub(crate) fn new() -> ReadAhead {
         ReadAhead {
-            segment: u64::MAX,
+            segment: Lsn(u64::MAX),
             offset: 0,
             len: 0,
             buf: Vec::new(),
@@ -82,7 +82,7 @@ impl ReadAhead {
     pub(crate) fn read(
         &mut self,
         file: &dyn StorageFile,
-        segment: u64,
+        segment: Lsn,
         offset: u64,
         out: &mut [u8],
     ) -> std::io::Result<usize> {
@@ -92,7 +92,7 @@ impl ReadAhead {
             && end <= self.offset + self.len as u64;
         if !inside {
             self.buf.resize(READ_AHEAD_BYTES.max(out.len()), 0);
-            self.segment = u64::MAX;
+            self.segment = Lsn(u64::MAX);
             self.len = match read_full(file, &mut self.buf, offset) {
                 Ok(n) => n,
                 Err(_) => return read_full(file, out, offset),
@@ -164,7 +164,7 @@ impl PageFeed {
 
     /// What was made for the record at `lsn` whose header is `head`, if anything; what was
     /// made for records before `lsn` is dropped.
-    fn made_for(&mut self, lsn: u64, head: &[u8]) -> Option<(&Made, &[u8])> {
+    fn made_for(&mut self, lsn: Lsn, head: &[u8]) -> Option<(&Made, &[u8])> {
         loop {
             let front = self.records.front_mut()?;
             while front.made.front().is_some_and(|m| m.lsn < lsn) {
@@ -185,13 +185,13 @@ impl PageFeed {
 
     /// Whether the prefetcher verified the CRC of the record at `lsn`, whose header bytes are
     /// `head`, and decrypted its payload: then [`PageFeed::take_plaintext`] hands it out.
-    pub(crate) fn verified(&mut self, lsn: u64, head: &[u8]) -> bool {
+    pub(crate) fn verified(&mut self, lsn: Lsn, head: &[u8]) -> bool {
         self.made_for(lsn, head).is_some_and(|(m, _)| m.verified)
     }
 
     /// Appends the payload of the record at `lsn` (header `head`), decrypted by the prefetcher
     /// after its CRC matched, to `out`. False when there is none.
-    pub(crate) fn take_plaintext(&mut self, lsn: u64, head: &[u8], out: &mut Vec<u8>) -> bool {
+    pub(crate) fn take_plaintext(&mut self, lsn: Lsn, head: &[u8], out: &mut Vec<u8>) -> bool {
         match self.made_for(lsn, head) {
             Some((made, plain)) if made.verified => out.extend_from_slice(plain),
             _ => return false,
@@ -203,7 +203,7 @@ impl PageFeed {
     /// Decrypts `stored`, the CRC-verified payload of the record at `lsn` whose header bytes
     /// are `head`, with the keystream made ahead for exactly this record. False when there is
     /// none: the caller then decrypts it as usual.
-    pub(crate) fn decrypt(&mut self, lsn: u64, head: &[u8], stored: &mut [u8]) -> bool {
+    pub(crate) fn decrypt(&mut self, lsn: Lsn, head: &[u8], stored: &mut [u8]) -> bool {
         match self.made_for(lsn, head) {
             Some((made, stream)) if !made.verified && made.len == stored.len() => {
                 for (b, s) in stored.iter_mut().zip(stream) {
@@ -241,7 +241,7 @@ impl PageFeed {
 
     /// The prefetched page at `page`, if the prefetcher delivered it; pages before it are
     /// dropped. `None` leaves the page to the cursor.
-    pub(crate) fn take(&mut self, page: u64) -> Option<Prefetched> {
+    pub(crate) fn take(&mut self, page: Lsn) -> Option<Prefetched> {
         loop {
             let next = match self.next.take() {
                 Some(p) => p,
@@ -286,7 +286,7 @@ impl PageFeed {
 /// and so is the rest of its segment (the cursor reads those itself and decides what they
 /// mean); the first failed read ends the prefetching. It also ends when the cursor's side is
 /// dropped.
-pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
+pub(crate) fn prefetch_pages(files: &LogFiles, from: Lsn, ends: FeedEnds) {
     let FeedEnds {
         batches,
         spent,
@@ -310,7 +310,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
     let mut held: Option<Batch> = None;
     let mut send = |batch: Batch, walker: &mut Walker<'_>| -> bool {
         if let Some(mut prev) = held.take() {
-            let limit = batch.pages.first().map_or(u64::MAX, |p| p.lsn);
+            let limit = batch.pages.first().map_or(Lsn(u64::MAX), |p| p.lsn);
             // Decryption goes to whichever side has slack: with batches waiting, the cursor is
             // the slower side and this thread decrypts; with none, the cursor is (or soon
             // will be) waiting for pages, and decrypting them itself costs it less than the wait.
@@ -338,10 +338,10 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         held = Some(batch);
         true
     };
-    let mut page = geo.page_start(Lsn(from)).0;
+    let mut page = geo.page_start(from);
     'segments: while page < files.end_of_files() {
-        let seg_start = geo.segment_start(Lsn(page)).0;
-        if geo.is_header_page(Lsn(page)) {
+        let seg_start = geo.segment_start(page);
+        if geo.is_header_page(page) {
             page += geo.page_size;
             continue;
         }
@@ -388,7 +388,7 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         page = seg_end;
     }
     if let Some(mut last) = held.take() {
-        walker.walk(&last.pages, &[], u64::MAX, &mut last.records);
+        walker.walk(&last.pages, &[], Lsn(u64::MAX), &mut last.records);
         last.records.finish();
         decrypt_pages(files, &mut last.pages);
         let _ = batches.send(last);
@@ -411,7 +411,7 @@ fn decrypt_pages(files: &LogFiles, pages: &mut [Prefetched]) {
 /// checks and (pagelevel) its key is listed and present; `None` otherwise.
 fn checked_page(
     files: &LogFiles,
-    page: u64,
+    page: Lsn,
     raw: &[u8],
     spent: &Receiver<Vec<u8>>,
 ) -> Option<Prefetched> {

@@ -20,9 +20,9 @@ use crate::storage::StorageFile;
 #[derive(Debug, Clone)]
 pub(crate) struct Invalid {
     /// Start of the record that could not be read: the end of the valid log if this is a tail.
-    pub(crate) lsn: u64,
+    pub(crate) lsn: Lsn,
     /// Where the problem was found.
-    pub(crate) at: u64,
+    pub(crate) at: Lsn,
     pub(crate) kind: CorruptionKind,
 }
 
@@ -89,7 +89,7 @@ pub(crate) enum Step {
 }
 
 struct LoadedPage {
-    lsn: u64,
+    lsn: Lsn,
     header: PageHeader,
     image: Vec<u8>,
 }
@@ -97,18 +97,18 @@ struct LoadedPage {
 /// Walks the record stream from a record boundary.
 pub(crate) struct Cursor<'a> {
     files: &'a LogFiles,
-    pos: u64,
+    pos: Lsn,
     page: Option<LoadedPage>,
-    file: Option<(u64, Box<dyn StorageFile>)>,
+    file: Option<(Lsn, Box<dyn StorageFile>)>,
     /// Large reads instead of one per page (recovery only; see `reader::ahead`).
     ahead: Option<Box<ReadAhead>>,
     /// Pages read, checked and decrypted by another thread (recovery only).
     feed: Option<Box<PageFeed>>,
     /// The segment and key id last found listed, so a run of records under one key in one
     /// segment looks the segment up once.
-    listed: Option<(u64, u32)>,
+    listed: Option<(Lsn, u32)>,
     /// The segment last looked up for its format version, and that version.
-    version: Option<(u64, u32)>,
+    version: Option<(Lsn, u32)>,
     /// True once this cursor has read a record (of any kind): a resume record can then only
     /// be reached through the end it names, never by reading on.
     read_before: bool,
@@ -119,7 +119,7 @@ pub(crate) struct Cursor<'a> {
 #[derive(Default)]
 pub(crate) struct Parked {
     page: Option<LoadedPage>,
-    file: Option<(u64, Box<dyn StorageFile>)>,
+    file: Option<(Lsn, Box<dyn StorageFile>)>,
 }
 
 /// Result of trying to read bytes: `Err` is a hard error (I/O, missing key), `Ok(Err)` a place
@@ -127,7 +127,7 @@ pub(crate) struct Parked {
 type Try<T> = Result<std::result::Result<T, Invalid>>;
 
 impl<'a> Cursor<'a> {
-    pub(crate) fn new(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
+    pub(crate) fn new(files: &'a LogFiles, pos: Lsn) -> Cursor<'a> {
         Cursor {
             files,
             pos,
@@ -143,7 +143,7 @@ impl<'a> Cursor<'a> {
 
     /// A cursor at `pos` that reads its segment files in large chunks. Only for a log no one
     /// writes while it reads (recovery holds the directory).
-    pub(crate) fn reading_ahead(files: &'a LogFiles, pos: u64) -> Cursor<'a> {
+    pub(crate) fn reading_ahead(files: &'a LogFiles, pos: Lsn) -> Cursor<'a> {
         Cursor {
             ahead: Some(Box::new(ReadAhead::new())),
             ..Cursor::new(files, pos)
@@ -157,13 +157,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Where the next record is read from.
-    pub(crate) fn position(&self) -> u64 {
+    pub(crate) fn position(&self) -> Lsn {
         self.pos
     }
 
     /// A cursor at `pos` that reuses what `parked` kept: the open segment file and, unless
     /// forgotten, the last page read.
-    pub(crate) fn resume(files: &'a LogFiles, pos: u64, parked: Parked) -> Cursor<'a> {
+    pub(crate) fn resume(files: &'a LogFiles, pos: Lsn, parked: Parked) -> Cursor<'a> {
         Cursor {
             page: parked.page,
             file: parked.file,
@@ -188,7 +188,7 @@ impl<'a> Cursor<'a> {
     /// returned.
     pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
-            let start = self.files.geo.skip_headers(Lsn(self.pos)).0;
+            let start = self.files.geo.skip_headers(self.pos);
             let step = self.read_record(start)?;
             let read_before = std::mem::replace(&mut self.read_before, step.is_ok());
             match step {
@@ -196,23 +196,23 @@ impl<'a> Cursor<'a> {
                     let stored = format::header_len_for_flags(rec.header.flags) as u64
                         + u64::from(rec.header.len);
                     self.check_switch_tag(rec)?;
-                    self.pos = self.files.geo.after_switch(Lsn(start), stored).0;
+                    self.pos = self.files.geo.after_switch(start, stored);
                 }
                 Ok(rec) if rec.header.flags & RECORD_FLAG_RESUME != 0 => {
                     self.check_resume_read_on(&rec, read_before)?;
-                    self.pos = u64::from(rec.end_lsn);
+                    self.pos = rec.end_lsn;
                 }
                 Ok(rec) => {
                     // The cursor's postcondition: a record read where it was looked for, ending
                     // past its start, and the cursor moved to its end.
                     debug_assert!(
-                        u64::from(rec.lsn) == start && u64::from(rec.end_lsn) > start,
+                        rec.lsn == start && rec.end_lsn > start,
                         "record read at {} for {} ending at {}",
                         rec.lsn,
-                        Lsn(start),
+                        start,
                         rec.end_lsn
                     );
-                    self.pos = u64::from(rec.end_lsn);
+                    self.pos = rec.end_lsn;
                     return Ok(Step::Record(rec));
                 }
                 Err(invalid) => match self.resumed_after(start)? {
@@ -244,7 +244,7 @@ impl<'a> Cursor<'a> {
     /// only when the end it names lies inside the body of the page before: after any other
     /// record it would skip what that record's end says comes next.
     fn check_resume_read_on(&self, rec: &Stored, read_before: bool) -> Result<()> {
-        let start = u64::from(rec.lsn);
+        let start = rec.lsn;
         if read_before {
             return Err(self.control_corrupt(start, "resume record right after another record"));
         }
@@ -252,11 +252,11 @@ impl<'a> Cursor<'a> {
         let named: [u8; RESUME_PAYLOAD_LEN] = rec.stored.as_slice().try_into().map_err(|_| {
             self.control_corrupt(start, "resume record whose payload is not 8 bytes")
         })?;
-        let end = u64::from_le_bytes(named);
-        let page = geo.page_start(Lsn(end)).0;
+        let end = Lsn(u64::from_le_bytes(named));
+        let page = geo.page_start(end);
         let inside = end < start
             && end > page + PAGE_HEADER_LEN as u64
-            && geo.skip_headers(Lsn(page + geo.page_size)).0 == start;
+            && geo.skip_headers(page + geo.page_size) == start;
         if !inside {
             return Err(self.control_corrupt(
                 start,
@@ -270,19 +270,19 @@ impl<'a> Cursor<'a> {
     /// at the start of the next page's body, if there is one naming exactly `start` (a pagelevel
     /// writer reopened the log there and left the rest of this page unwritten). `None` otherwise,
     /// and always in the other modes, which never write a resume record.
-    fn resumed_after(&mut self, start: u64) -> Result<Option<u64>> {
+    fn resumed_after(&mut self, start: Lsn) -> Result<Option<Lsn>> {
         let geo = self.files.geo;
-        let page = geo.page_start(Lsn(start)).0;
+        let page = geo.page_start(start);
         if self.files.mode != Mode::PageLevel || start <= page + PAGE_HEADER_LEN as u64 {
             return Ok(None);
         }
-        let next_body = geo.skip_headers(Lsn(page + geo.page_size)).0;
+        let next_body = geo.skip_headers(page + geo.page_size);
         Ok(match self.read_record(next_body)? {
             Ok(rec)
                 if rec.header.flags & RECORD_FLAG_RESUME != 0
-                    && rec.stored == start.to_le_bytes() =>
+                    && rec.stored == start.0.to_le_bytes() =>
             {
-                Some(u64::from(rec.end_lsn))
+                Some(rec.end_lsn)
             }
             Ok(other) => {
                 other.discard();
@@ -300,9 +300,9 @@ impl<'a> Cursor<'a> {
         &self,
         header: &RecordHeader,
         version: u32,
-        start: u64,
+        start: Lsn,
     ) -> Result<std::result::Result<(), Invalid>> {
-        let body_start = self.files.geo.page_start(Lsn(start)).0 + PAGE_HEADER_LEN as u64;
+        let body_start = self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64;
         let seal = Seal::new(self.files.mode, self.files.log_id);
         match seal.check_header(header, version, start == body_start) {
             Ok(()) => Ok(Ok(())),
@@ -320,7 +320,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Corruption of the control record at `start`.
-    fn control_corrupt(&self, start: u64, what: &'static str) -> Error {
+    fn control_corrupt(&self, start: Lsn, what: &'static str) -> Error {
         Error::Corrupt {
             at: self.position_of(start),
             kind: CorruptionKind::BadControlRecord(what),
@@ -328,16 +328,16 @@ impl<'a> Cursor<'a> {
     }
 
     /// Segment, offset and LSN of a record starting at `start`.
-    fn position_of(&self, start: u64) -> Position {
-        let segment = self.files.geo.segment_start(Lsn(start)).0;
+    fn position_of(&self, start: Lsn) -> Position {
+        let segment = self.files.geo.segment_start(start);
         Position {
-            segment: Lsn(segment),
+            segment,
             offset: start - segment,
-            lsn: Lsn(start),
+            lsn: start,
         }
     }
 
-    fn read_record(&mut self, start: u64) -> Try<Stored> {
+    fn read_record(&mut self, start: Lsn) -> Try<Stored> {
         let mut pos = start;
         let mut head = [0u8; format::RECORD_HEADER_ENCRYPTED];
         let hlen = match self.header_in_loaded_page(start, &mut head) {
@@ -361,7 +361,7 @@ impl<'a> Cursor<'a> {
             }
         };
         let total = (hlen + header.len as usize) as u64;
-        let segment = self.files.geo.segment_start(Lsn(start)).0;
+        let segment = self.files.geo.segment_start(start);
         let version = self.version_of(segment);
         // A record whose CRC the prefetcher verified over these header bytes and the payload of
         // the same pages: the cursor still walks its pages (page loads, continuation lengths)
@@ -417,16 +417,16 @@ impl<'a> Cursor<'a> {
             }
         }
         Ok(Ok(Stored {
-            lsn: Lsn(start),
-            end_lsn: Lsn(pos),
+            lsn: start,
+            end_lsn: pos,
             header,
             stored,
             log_id: self.files.log_id,
             version,
             at: Position {
-                segment: Lsn(segment),
+                segment,
                 offset: start - segment,
-                lsn: Lsn(start),
+                lsn: start,
             },
         }))
     }
@@ -436,7 +436,7 @@ impl<'a> Cursor<'a> {
     /// copy without loading a page or skipping a header); returns its length.
     fn header_in_loaded_page(
         &self,
-        start: u64,
+        start: Lsn,
         head: &mut [u8; format::RECORD_HEADER_ENCRYPTED],
     ) -> Option<usize> {
         let p = self.page.as_ref()?;
@@ -457,9 +457,9 @@ impl<'a> Cursor<'a> {
     /// returns its length.
     fn read_header(
         &mut self,
-        pos: &mut u64,
+        pos: &mut Lsn,
         head: &mut [u8; format::RECORD_HEADER_ENCRYPTED],
-        start: u64,
+        start: Lsn,
     ) -> Try<usize> {
         if let Err(inv) = self.read_into(pos, &mut head[..RECORD_HEADER_PLAIN], start, 0, None)? {
             return Ok(Err(inv));
@@ -480,7 +480,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The format version of the segment starting at `segment`, looked up once per segment.
-    fn version_of(&mut self, segment: u64) -> u32 {
+    fn version_of(&mut self, segment: Lsn) -> u32 {
         match self.version {
             Some((s, version)) if s == segment => version,
             _ => {
@@ -495,10 +495,10 @@ impl<'a> Cursor<'a> {
     /// in a segment of format `version`) into `stored` and checks the record's CRC.
     fn read_payload(
         &mut self,
-        pos: &mut u64,
+        pos: &mut Lsn,
         head: &[u8],
         (header, version): (&RecordHeader, u32),
-        start: u64,
+        start: Lsn,
         stored: &mut Vec<u8>,
     ) -> Try<()> {
         let total = (head.len() + header.len as usize) as u64;
@@ -518,7 +518,7 @@ impl<'a> Cursor<'a> {
             left -= chunk;
             consumed += chunk;
         }
-        let crc = format::record_crc(version, Lsn(start), head, stored);
+        let crc = format::record_crc(version, start, head, stored);
         if crc != header.crc {
             let kind = CorruptionKind::RecordChecksum {
                 expected: header.crc,
@@ -534,9 +534,9 @@ impl<'a> Cursor<'a> {
     /// continuation lengths be checked.
     fn read_into(
         &mut self,
-        pos: &mut u64,
+        pos: &mut Lsn,
         out: &mut [u8],
-        record: u64,
+        record: Lsn,
         consumed: usize,
         total: Option<u64>,
     ) -> Try<()> {
@@ -548,9 +548,9 @@ impl<'a> Cursor<'a> {
     /// would read them (the same page loads and checks, in the same order), without copying.
     fn pass_over(
         &mut self,
-        pos: &mut u64,
+        pos: &mut Lsn,
         len: usize,
-        record: u64,
+        record: Lsn,
         consumed: usize,
         total: u64,
     ) -> Try<()> {
@@ -562,10 +562,10 @@ impl<'a> Cursor<'a> {
     /// before; `total`, when known, lets page continuation lengths be checked.
     fn walk_bytes(
         &mut self,
-        pos: &mut u64,
+        pos: &mut Lsn,
         len: usize,
         mut out: Option<&mut [u8]>,
-        record: u64,
+        record: Lsn,
         consumed: usize,
         total: Option<u64>,
     ) -> Try<()> {
@@ -581,8 +581,8 @@ impl<'a> Cursor<'a> {
                     p.lsn
                 }
                 _ => {
-                    *pos = geo.skip_headers(Lsn(*pos)).0;
-                    geo.page_start(Lsn(*pos)).0
+                    *pos = geo.skip_headers(*pos);
+                    geo.page_start(*pos)
                 }
             };
             let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
@@ -616,7 +616,7 @@ impl<'a> Cursor<'a> {
         Ok(Ok(()))
     }
 
-    fn load_page(&mut self, page: u64, record: u64) -> Try<&LoadedPage> {
+    fn load_page(&mut self, page: Lsn, record: Lsn) -> Try<&LoadedPage> {
         if self.page.as_ref().is_some_and(|p| p.lsn == page) {
             return Ok(Ok(self.page.as_ref().expect("checked just above")));
         }
@@ -637,7 +637,7 @@ impl<'a> Cursor<'a> {
             })));
         }
         let geo = self.files.geo;
-        let seg_start = geo.segment_start(Lsn(page)).0;
+        let seg_start = geo.segment_start(page);
         let Some(seg) = self.files.segment(seg_start) else {
             let kind = if seg_start < self.files.end_of_files() {
                 CorruptionKind::MissingSegment
@@ -688,7 +688,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The decrypted image of the page at `page`, if it is the page last loaded.
-    pub(crate) fn loaded_page(&self, page: u64) -> Option<(&PageHeader, &[u8])> {
+    pub(crate) fn loaded_page(&self, page: Lsn) -> Option<(&PageHeader, &[u8])> {
         self.page
             .as_ref()
             .filter(|p| p.lsn == page)
@@ -696,7 +696,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Loads the page at `page` (for recovery, to keep the valid prefix of the tail page).
-    pub(crate) fn load(&mut self, page: u64) -> Result<bool> {
+    pub(crate) fn load(&mut self, page: Lsn) -> Result<bool> {
         Ok(self.load_page(page, page)?.is_ok())
     }
 }
@@ -705,29 +705,26 @@ impl<'a> Cursor<'a> {
 /// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
 /// record's `end_lsn` that falls on a page or segment boundary starts the next record
 /// after the headers there; the end of the last segment file is where the log goes on.
-pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
-    let oldest = files
-        .segments
-        .first()
-        .map_or(0, |s| u64::from(s.header.start));
-    if lsn == Lsn(0) || u64::from(lsn) == oldest {
+pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
+    let oldest = files.segments.first().map_or(Lsn(0), |s| s.header.start);
+    if lsn == Lsn(0) || lsn == oldest {
         let first = files.first_record_in_segment(oldest)?;
-        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(Lsn(oldest)).0));
+        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
     // Past the files, a position in the segment right after the last is one the writer may
     // have handed out already (a log ending on the boundary, a pagelevel writer resuming on a
     // fresh page there): the log goes on there once that segment is made. Farther is not the log.
-    if u64::from(lsn) < oldest {
+    if lsn < oldest {
         return Err(Error::Purged {
             needed: lsn,
-            oldest: Lsn(oldest),
+            oldest,
         });
     }
     let files_end = files.end_of_files();
-    if u64::from(lsn) >= files_end.saturating_add(files.geo.segment_size) {
+    if lsn >= files_end.saturating_add(files.geo.segment_size) {
         return Err(Error::LsnNotAvailable(lsn));
     }
-    let pos = files.geo.skip_headers(lsn).0;
+    let pos = files.geo.skip_headers(lsn);
     if pos < files.end_of_files() {
         check_record_start(files, pos)?;
     }
@@ -737,21 +734,21 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
 /// Checks that `pos` is where a record starts, by walking from the first record boundary of
 /// its page (the page header's continuation length says where that is). Positions in a
 /// part of the log not written yet are left for the iteration to end at.
-pub(crate) fn check_record_start(files: &LogFiles, pos: u64) -> Result<()> {
+pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
     let geo = files.geo;
-    let not_a_record = || Error::NotRecordStart(Lsn(pos));
-    let page = geo.page_start(Lsn(pos)).0;
+    let not_a_record = || Error::NotRecordStart(pos);
+    let page = geo.page_start(pos);
     let body = page + PAGE_HEADER_LEN as u64;
-    if geo.is_header_page(Lsn(page)) || pos < body {
+    if geo.is_header_page(page) || pos < body {
         return Err(not_a_record());
     }
     let Some(header) = files.read_page_header(page)? else {
         return Ok(());
     };
-    let mut at = geo.advance(Lsn(body), header.rem_len as u64).0;
+    let mut at = geo.advance(body, header.rem_len as u64);
     let mut cursor = Cursor::new(files, at);
     loop {
-        let next = geo.skip_headers(Lsn(at)).0;
+        let next = geo.skip_headers(at);
         if next == pos {
             return Ok(());
         }
@@ -761,13 +758,13 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: u64) -> Result<()> {
         match cursor.next()? {
             // The cursor steps over switch and resume records without returning them, so
             // the record it returns may start after `at`: compare its own start too.
-            Step::Record(stored) if u64::from(stored.lsn) == pos => return Ok(()),
-            Step::Record(stored) => at = u64::from(stored.end_lsn),
+            Step::Record(stored) if stored.lsn == pos => return Ok(()),
+            Step::Record(stored) => at = stored.end_lsn,
             Step::End(_) => return Ok(()),
         }
     }
 }
 
-fn invalid(lsn: u64, at: u64, kind: CorruptionKind) -> Invalid {
+fn invalid(lsn: Lsn, at: Lsn, kind: CorruptionKind) -> Invalid {
     Invalid { lsn, at, kind }
 }

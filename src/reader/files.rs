@@ -57,13 +57,13 @@ pub struct PageInfo {
 pub fn check_page_header(
     log_id: u64,
     mode: Mode,
-    page: u64,
+    page: Lsn,
     bytes: &[u8],
 ) -> std::result::Result<PageHeader, CorruptionKind> {
     let header = PageHeader::decode(log_id, bytes).ok_or(CorruptionKind::BadPageHeader)?;
-    if u64::from(header.page_lsn) != page {
+    if header.page_lsn != page {
         return Err(CorruptionKind::PageAddress {
-            expected: Lsn(page),
+            expected: page,
             got: header.page_lsn,
         });
     }
@@ -197,7 +197,7 @@ impl LogFiles {
         for (seg, (expected, version_before)) in
             segments[1..].iter().zip(segments.iter().map(|s| {
                 (
-                    u64::from(s.header.start) + first.geometry.segment_size,
+                    s.header.start + first.geometry.segment_size,
                     s.header.version,
                 )
             }))
@@ -244,12 +244,12 @@ impl LogFiles {
                     ),
                 ));
             }
-            if u64::from(h.start) != expected {
+            if h.start != expected {
                 // Segments are created in order and purged oldest first: a gap is damage.
                 return Err(Error::corrupt(
-                    Lsn(expected),
+                    expected,
                     0,
-                    Lsn(expected),
+                    expected,
                     CorruptionKind::MissingSegment,
                 ));
             }
@@ -318,8 +318,8 @@ impl LogFiles {
 
     /// The format version of the segment holding `lsn`, which decides how the checksum of a
     /// record starting there is computed; the current version for a position in no segment.
-    pub(crate) fn version_at(&self, lsn: u64) -> u32 {
-        self.segment(self.geo.segment_start(Lsn(lsn)).0)
+    pub(crate) fn version_at(&self, lsn: Lsn) -> u32 {
+        self.segment(self.geo.segment_start(lsn))
             .map_or(format::FORMAT_VERSION, |s| s.header.version)
     }
 
@@ -330,23 +330,20 @@ impl LogFiles {
     /// back at the current one, whose records the old header's checksum rule fails; one
     /// prepared under an older key comes back listing the active key. A segment whose file is
     /// gone does not count.
-    pub(crate) fn segment_remade(&self, lsn: u64) -> Result<bool> {
-        let here = self.geo.segment_start(Lsn(lsn)).0;
-        let next_page = self.geo.page_start(Lsn(lsn)).0 + self.geo.page_size;
-        let next = self
-            .geo
-            .segment_start(self.geo.skip_headers(Lsn(next_page)))
-            .0;
+    pub(crate) fn segment_remade(&self, lsn: Lsn) -> Result<bool> {
+        let here = self.geo.segment_start(lsn);
+        let next_page = self.geo.page_start(lsn) + self.geo.page_size;
+        let next = self.geo.segment_start(self.geo.skip_headers(next_page));
         Ok(self.header_changed(here)? || next != here && self.header_changed(next)?)
     }
 
     /// True when the file of the segment at `start` (one of these files) holds another header
     /// than the one these files read; false when the file is gone or not one of these files.
-    fn header_changed(&self, start: u64) -> Result<bool> {
+    fn header_changed(&self, start: Lsn) -> Result<bool> {
         let Some(seg) = self.segment(start) else {
             return Ok(false);
         };
-        match read_segment_header(self.storage.as_ref(), &seg.path, Lsn(start)) {
+        match read_segment_header(self.storage.as_ref(), &seg.path, start) {
             Ok(header) => Ok(header != seg.header),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Ok(false)
@@ -355,38 +352,37 @@ impl LogFiles {
         }
     }
 
-    pub(crate) fn segment(&self, start: u64) -> Option<&SegmentInfo> {
+    pub(crate) fn segment(&self, start: Lsn) -> Option<&SegmentInfo> {
         self.segments
-            .binary_search_by_key(&start, |s| u64::from(s.header.start))
+            .binary_search_by_key(&start, |s| s.header.start)
             .ok()
             .map(|i| &self.segments[i])
     }
 
     /// The end of the last segment file: nothing of this log lies beyond.
-    pub(crate) fn end_of_files(&self) -> u64 {
+    pub(crate) fn end_of_files(&self) -> Lsn {
         self.segments
             .last()
-            .map(|s| u64::from(s.header.start) + self.geo.segment_size)
-            .unwrap_or(0)
+            .map(|s| s.header.start + self.geo.segment_size)
+            .unwrap_or_default()
     }
 
     /// The first record boundary in the segment that starts at `start`, if page 1's header is
     /// valid (its continuation length says how far the previous segment's last record runs).
-    pub(crate) fn first_record_in_segment(&self, start: u64) -> Result<Option<u64>> {
+    pub(crate) fn first_record_in_segment(&self, start: Lsn) -> Result<Option<Lsn>> {
         let page = start + self.geo.page_size;
         let Some(header) = self.read_page_header(page)? else {
             return Ok(None);
         };
-        Ok(Some(
-            self.geo
-                .advance(self.geo.skip_headers(Lsn(page)), header.rem_len as u64)
-                .0,
-        ))
+        Ok(Some(self.geo.advance(
+            self.geo.skip_headers(page),
+            header.rem_len as u64,
+        )))
     }
 
     /// Reads and checks the header of the page at `page`; `None` when it is not valid.
-    pub(crate) fn read_page_header(&self, page: u64) -> Result<Option<PageHeader>> {
-        let seg_start = self.geo.segment_start(Lsn(page)).0;
+    pub(crate) fn read_page_header(&self, page: Lsn) -> Result<Option<PageHeader>> {
+        let seg_start = self.geo.segment_start(page);
         let Some(seg) = self.segment(seg_start) else {
             return Ok(None);
         };
@@ -397,14 +393,14 @@ impl LogFiles {
         let mut buf = [0u8; PAGE_HEADER_LEN];
         let n = read_full(file.as_ref(), &mut buf, page - seg_start)
             .map_err(|e| Error::io("read page header", &seg.path, e))?;
-        Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| u64::from(h.page_lsn) == page))
+        Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == page))
     }
 
     /// Every page header from `from_page` to the end of the files, in order.
-    pub(crate) fn page_headers_from(&self, from_page: u64) -> Result<Vec<PageInfo>> {
+    pub(crate) fn page_headers_from(&self, from_page: Lsn) -> Result<Vec<PageInfo>> {
         let mut out = Vec::new();
         for seg in &self.segments {
-            self.segment_page_headers(seg, from_page, u64::MAX, &mut out)?;
+            self.segment_page_headers(seg, from_page, Lsn(u64::MAX), &mut out)?;
         }
         Ok(out)
     }
@@ -414,11 +410,11 @@ impl LogFiles {
     pub(crate) fn segment_page_headers(
         &self,
         seg: &SegmentInfo,
-        from_page: u64,
-        to_page: u64,
+        from_page: Lsn,
+        to_page: Lsn,
         out: &mut Vec<PageInfo>,
     ) -> Result<()> {
-        let start = u64::from(seg.header.start);
+        let start = seg.header.start;
         if start + self.geo.segment_size <= from_page {
             return Ok(());
         }
@@ -430,17 +426,20 @@ impl LogFiles {
             .file_len()
             .map_err(|e| Error::io("stat segment", &seg.path, e))?;
         let mut buf = [0u8; PAGE_HEADER_LEN];
-        let mut offset = self.geo.page_size.max(from_page.saturating_sub(start));
+        let mut offset = self
+            .geo
+            .page_size
+            .max(from_page.checked_distance(start).unwrap_or(0));
         while offset < self.geo.segment_size && offset < len && start + offset < to_page {
             let n = read_full(file.as_ref(), &mut buf, offset)
                 .map_err(|e| Error::io("read page header", &seg.path, e))?;
             let page_lsn = start + offset;
-            let header = PageHeader::decode(self.log_id, &buf[..n])
-                .filter(|h| u64::from(h.page_lsn) == page_lsn);
+            let header =
+                PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == page_lsn);
             out.push(PageInfo {
-                segment: Lsn(start),
+                segment: start,
                 offset,
-                page_lsn: Lsn(page_lsn),
+                page_lsn,
                 header,
             });
             offset += self.geo.page_size;
@@ -451,8 +450,8 @@ impl LogFiles {
     /// Fails unless the header of the segment holding `at` lists `key_id`. A record or page
     /// naming another key of the ring would decrypt to garbage that still passes its checksum
     /// (the checksum covers ciphertext), so this is damage, not the end of the log.
-    pub(crate) fn check_key_listed(&self, key_id: u32, at: u64) -> Result<()> {
-        let start = self.geo.segment_start(Lsn(at)).0;
+    pub(crate) fn check_key_listed(&self, key_id: u32, at: Lsn) -> Result<()> {
+        let start = self.geo.segment_start(at);
         match self.segment(start) {
             Some(seg) if !seg.header.lists_key(key_id) => {
                 Err(self.position_error(at, at, CorruptionKind::UnlistedKey { key_id }))
@@ -464,16 +463,16 @@ impl LogFiles {
     /// The largest durable hint among the valid page headers from `from_page` on, up to the
     /// first page without one: every byte before it had been fdatasync'ed when that page was
     /// written. 0 when there is none.
-    pub(crate) fn latest_hint(&self, from_page: u64) -> Result<u64> {
-        let mut hint = 0;
+    pub(crate) fn latest_hint(&self, from_page: Lsn) -> Result<Lsn> {
+        let mut hint = Lsn(0);
         let mut page = from_page;
         loop {
-            if self.geo.is_header_page(Lsn(page)) {
+            if self.geo.is_header_page(page) {
                 page += self.geo.page_size;
                 continue;
             }
             match self.read_page_header(page)? {
-                Some(h) => hint = hint.max(u64::from(h.durable_hint)),
+                Some(h) => hint = hint.max(h.durable_hint),
                 None => return Ok(hint),
             }
             page += self.geo.page_size;
@@ -482,16 +481,15 @@ impl LogFiles {
 
     /// The largest durable hint among the valid headers of the page holding `lsn` and of the
     /// page after it (the next body page), 0 when neither has one.
-    pub(crate) fn hint_near(&self, lsn: u64) -> Result<u64> {
-        let page = self.geo.page_start(Lsn(lsn)).0;
+    pub(crate) fn hint_near(&self, lsn: Lsn) -> Result<Lsn> {
+        let page = self.geo.page_start(lsn);
         let next = self
             .geo
-            .page_start(self.geo.skip_headers(Lsn(page + self.geo.page_size)))
-            .0;
-        let mut hint = 0;
+            .page_start(self.geo.skip_headers(page + self.geo.page_size));
+        let mut hint = Lsn(0);
         for p in [page, next] {
             if let Some(h) = self.read_page_header(p)? {
-                hint = hint.max(u64::from(h.durable_hint));
+                hint = hint.max(h.durable_hint);
             }
         }
         Ok(hint)
@@ -564,9 +562,9 @@ impl LogFiles {
         Ok(())
     }
 
-    pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
-        let segment = self.geo.segment_start(Lsn(at)).0;
-        Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)
+    pub(crate) fn position_error(&self, at: Lsn, lsn: Lsn, kind: CorruptionKind) -> Error {
+        let segment = self.geo.segment_start(at);
+        Error::corrupt(segment, at - segment, lsn, kind)
     }
 }
 

@@ -111,15 +111,15 @@ pub struct Follower {
     files: Option<LogFiles>,
     parked: Parked,
     /// Where the next record starts (meaningful once `files` is loaded).
-    pos: u64,
+    pos: Lsn,
     /// Everything before this position is known to be durable.
-    durable: u64,
+    durable: Lsn,
     visibility: Visibility,
     poll_interval: Duration,
     /// The invalid record last checked for damage, and when.
-    checked: Option<(u64, Instant)>,
+    checked: Option<(Lsn, Instant)>,
     /// Where a re-read of the segment headers first failed, and when.
-    reread_failed: Option<(u64, Instant)>,
+    reread_failed: Option<(Lsn, Instant)>,
     /// The mode the log must be of ([`Follower::require_mode`]).
     required: Option<Mode>,
 }
@@ -129,7 +129,7 @@ impl std::fmt::Debug for Follower {
         f.debug_struct("Follower")
             .field("dir", &self.dir)
             .field("position", &self.position())
-            .field("durable", &Lsn(self.durable))
+            .field("durable", &self.durable)
             .field("visibility", &self.visibility)
             .finish()
     }
@@ -166,8 +166,8 @@ impl Follower {
             from,
             files: None,
             parked: Parked::default(),
-            pos: 0,
-            durable: 0,
+            pos: Lsn(0),
+            durable: Lsn(0),
             visibility: Visibility::default(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             checked: None,
@@ -257,7 +257,7 @@ impl Follower {
     /// Where the next record starts (before the log exists: the position asked for).
     pub fn position(&self) -> Lsn {
         if self.files.is_some() {
-            Lsn(self.pos)
+            self.pos
         } else {
             self.from
         }
@@ -265,7 +265,7 @@ impl Follower {
 
     /// How far the follower knows the log to be durable.
     pub fn durable_lsn(&self) -> Lsn {
-        Lsn(self.durable)
+        self.durable
     }
 
     /// The log's mode, once the log exists.
@@ -350,7 +350,7 @@ impl Follower {
         }
         self.pos = super::record_start(&files, self.from)?;
         // `durable_lsn` is true from the start, not only once a record needed it.
-        let frontier = durable_frontier(&files, self.wal.as_ref(), Lsn(self.pos))?;
+        let frontier = durable_frontier(&files, self.wal.as_ref(), self.pos)?;
         self.durable = self.durable.max(frontier);
         self.files = Some(files);
         Ok(true)
@@ -471,9 +471,9 @@ impl Follower {
         let starts = list_segments(self.storage.as_ref(), &self.dir)?;
         match starts.first() {
             None => return Err(error),
-            Some(&oldest) if files.geo.segment_start(Lsn(self.pos)).0 < u64::from(oldest) => {
+            Some(&oldest) if files.geo.segment_start(self.pos) < oldest => {
                 return Err(Error::Purged {
-                    needed: Lsn(self.pos),
+                    needed: self.pos,
                     oldest,
                 });
             }
@@ -515,7 +515,7 @@ impl Follower {
             };
             match step {
                 Step::Record(stored) => {
-                    let end = u64::from(stored.end_lsn);
+                    let end = stored.end_lsn;
                     if self.visibility == Visibility::Written || end <= self.durable {
                         let keep = cursor.park(true);
                         let item = convert(stored, files.keys.as_deref());
@@ -545,7 +545,7 @@ impl Follower {
                 }
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
-                    if files.geo.segment_start(Lsn(invalid.at)).0 >= files.end_of_files() {
+                    if files.geo.segment_start(invalid.at) >= files.end_of_files() {
                         match refresh(files, self.ring.as_ref())? {
                             Some(newer) => {
                                 self.files = Some(newer);
@@ -606,7 +606,7 @@ fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>>
 /// one the follower read the header of ([`LogFiles::segment_remade`]); `None` when it is, when
 /// its header cannot be read (what follows judges the record as before), or when the files are
 /// still changing under a writer's hands (the next poll looks again).
-fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<LogFiles>> {
+fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: Lsn) -> Result<Option<LogFiles>> {
     if !files.segment_remade(lsn).unwrap_or(false) {
         return Ok(None);
     }
@@ -619,16 +619,16 @@ fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<L
 
 /// How far the log is known to be durable, looking from the record at `from`: the writer's
 /// own count when it is in this process, else the page headers' durable hints.
-fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Result<u64> {
+fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Result<Lsn> {
     if let Some(wal) = wal.and_then(Weak::upgrade) {
-        return Ok(wal.synced_lsn().0);
+        return Ok(wal.synced_lsn());
     }
-    files.latest_hint(files.geo.page_start(from).0)
+    files.latest_hint(files.geo.page_start(from))
 }
 
 /// Whether the follower has been stopped at the invalid record at `lsn` for
 /// [`DAMAGE_CHECK_EVERY`] since it arrived there or last checked.
-fn stalled(checked: &mut Option<(u64, Instant)>, lsn: u64) -> bool {
+fn stalled(checked: &mut Option<(Lsn, Instant)>, lsn: Lsn) -> bool {
     match checked {
         Some((at, when)) if *at == lsn => {
             if when.elapsed() < DAMAGE_CHECK_EVERY {

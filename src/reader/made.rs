@@ -27,7 +27,7 @@ pub(crate) const AHEAD_MAX_RECORD: usize = 2 * READ_AHEAD_BYTES;
 /// What the prefetcher made for one perrecord record.
 pub(super) struct Made {
     /// Where the record starts.
-    pub(super) lsn: u64,
+    pub(super) lsn: Lsn,
     /// The record's header as the prefetcher read it: what was made is used only for a record
     /// whose header bytes the cursor finds to be exactly these.
     pub(super) head: [u8; RECORD_HEADER_ENCRYPTED],
@@ -152,11 +152,11 @@ pub(super) struct Walker<'a> {
     /// Carries the spreading of left records from one record and batch to the next.
     spread: u32,
     /// The next record boundary, or `None` when the walk ended (or the log is not perrecord).
-    pos: Option<u64>,
+    pos: Option<Lsn>,
 }
 
 impl<'a> Walker<'a> {
-    pub(super) fn new(files: &'a LogFiles, from: u64) -> Walker<'a> {
+    pub(super) fn new(files: &'a LogFiles, from: Lsn) -> Walker<'a> {
         let walks = files.mode.is_per_record() && !files.mode.is_authenticated();
         Walker {
             files,
@@ -178,7 +178,7 @@ impl<'a> Walker<'a> {
         &mut self,
         pages: &[Prefetched],
         next: &[Prefetched],
-        limit: u64,
+        limit: Lsn,
         out: &mut Records,
     ) {
         let geo = self.files.geo;
@@ -194,8 +194,8 @@ impl<'a> Walker<'a> {
                 self.spread -= SHARE_STEPS;
             }
             // Only a position at a page or segment start has headers to skip.
-            let start = if pos % geo.page_size == 0 {
-                geo.skip_headers(Lsn(pos)).0
+            let start = if pos.0.is_multiple_of(geo.page_size) {
+                geo.skip_headers(pos)
             } else {
                 pos
             };
@@ -211,13 +211,13 @@ impl<'a> Walker<'a> {
     fn step(
         &self,
         geo: Geometry,
-        start: u64,
+        start: Lsn,
         window: &mut Window<'_>,
         make: bool,
         out: &mut Records,
-    ) -> Option<u64> {
+    ) -> Option<Lsn> {
         let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
-        let page = geo.page_start(Lsn(start)).0;
+        let page = geo.page_start(start);
         let in_page = (start - page) as usize;
         let page_size = geo.page_size as usize;
         // Most headers lie within one page: read them straight from it.
@@ -237,10 +237,7 @@ impl<'a> Walker<'a> {
         };
         let header = RecordHeader::decode(&head[..hlen]).ok()?;
         if header.flags & RECORD_FLAG_SWITCH != 0 {
-            return Some(
-                geo.after_switch(Lsn(start), (hlen + header.len as usize) as u64)
-                    .0,
-            );
+            return Some(geo.after_switch(start, (hlen + header.len as usize) as u64));
         }
         let len = header.len as usize;
         if make
@@ -256,7 +253,7 @@ impl<'a> Walker<'a> {
             // Ends inside the same page, short of its end: the next record starts right here.
             return Some(start + total as u64);
         }
-        Some(geo.advance(Lsn(start), total as u64).0)
+        Some(geo.advance(start, total as u64))
     }
 
     /// Makes the encrypted record at `start` (header `head`, decoded as `header`) ready for the
@@ -268,7 +265,7 @@ impl<'a> Walker<'a> {
     fn make(
         &self,
         geo: Geometry,
-        start: u64,
+        start: Lsn,
         head: &[u8; RECORD_HEADER_ENCRYPTED],
         header: &RecordHeader,
         window: &mut Window<'_>,
@@ -278,11 +275,11 @@ impl<'a> Walker<'a> {
         let keys = self.files.keys.as_ref()?;
         let len = header.len as usize;
         let at = out.slot(len);
-        let payload = geo.advance(Lsn(start), RECORD_HEADER_ENCRYPTED as u64).0;
+        let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
         let slot = out.slot_mut(at);
         let verified = window.stream_bytes(geo, payload, slot).is_some();
         let version = self.files.version_at(start);
-        if verified && format::record_crc(version, Lsn(start), head, slot) != header.crc {
+        if verified && format::record_crc(version, start, head, slot) != header.crc {
             out.cut(at);
             return Some(());
         }
@@ -313,7 +310,7 @@ struct Window<'p> {
 }
 
 impl<'p> Window<'p> {
-    fn page(&mut self, page: u64) -> Option<&'p [u8]> {
+    fn page(&mut self, page: Lsn) -> Option<&'p [u8]> {
         let (b, i) = self.hint;
         for (b, i) in [(b, i), (b, i + 1), (b + 1, 0)] {
             if let Some(p) = self.batches.get(b).and_then(|pages| pages.get(i))
@@ -334,11 +331,11 @@ impl<'p> Window<'p> {
 
     /// Copies the record stream's bytes from `pos` (skipping page and segment headers);
     /// `None` if a page is not in the window.
-    fn stream_bytes(&mut self, geo: Geometry, mut pos: u64, out: &mut [u8]) -> Option<()> {
+    fn stream_bytes(&mut self, geo: Geometry, mut pos: Lsn, out: &mut [u8]) -> Option<()> {
         let mut done = 0;
         while done < out.len() {
-            pos = geo.skip_headers(Lsn(pos)).0;
-            let page = geo.page_start(Lsn(pos)).0;
+            pos = geo.skip_headers(pos);
+            let page = geo.page_start(pos);
             let image = self.page(page)?;
             let in_page = (pos - page) as usize;
             let n = (out.len() - done).min(image.len() - in_page);

@@ -164,12 +164,12 @@ impl Reader {
 
     /// Every page header of the log, oldest first (valid or not), without needing a key.
     pub fn page_headers(&self) -> Result<Vec<PageInfo>> {
-        self.files.page_headers_from(0)
+        self.files.page_headers_from(Lsn(0))
     }
 
     /// The first record boundary of the oldest segment.
     pub fn first_lsn(&self) -> Result<Lsn> {
-        record_start(&self.files, Lsn(0)).map(Lsn)
+        record_start(&self.files, Lsn(0))
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to
@@ -224,7 +224,7 @@ impl Walk<'_> {
                 self.cursor = None;
                 match settle(self.files, invalid) {
                     Ok(Settled::End(lsn)) => {
-                        self.end = Some(Lsn(lsn));
+                        self.end = Some(lsn);
                         None
                     }
                     Ok(Settled::Resume(cursor, stored)) => {
@@ -245,7 +245,7 @@ impl Walk<'_> {
 /// How a walk that stopped at an invalid record goes on.
 pub(crate) enum Settled<'a> {
     /// The end of the valid log, at this position.
-    End(u64),
+    End(Lsn),
     /// The record was read in full on a second look: the writer had moved on.
     Resume(Cursor<'a>, Box<Stored>),
 }
@@ -274,10 +274,10 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
 /// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
-    let start_page = files.geo.page_start(Lsn(invalid.lsn)).0;
+    let start_page = files.geo.page_start(invalid.lsn);
     for page in files.page_headers_from(start_page)? {
         if let Some(h) = page.header
-            && u64::from(h.durable_hint) > invalid.lsn
+            && h.durable_hint > invalid.lsn
         {
             return Ok(Some(files.position_error(
                 invalid.at,

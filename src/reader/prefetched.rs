@@ -3,6 +3,7 @@
 //! for perrecord records (`reader::made`) work on. The rules are in the docs of
 //! `reader::ahead`.
 
+use crate::Lsn;
 use crate::format::PageHeader;
 
 /// Bytes one read-ahead system call asks for (32 pages of 8 KiB).
@@ -10,7 +11,7 @@ pub(crate) const READ_AHEAD_BYTES: usize = 256 << 10;
 
 /// A page read and checked ahead of the cursor, its body decrypted unless `encrypted`.
 pub(crate) struct Prefetched {
-    pub(crate) lsn: u64,
+    pub(crate) lsn: Lsn,
     pub(crate) header: PageHeader,
     /// The whole page.
     pub(crate) image: Vec<u8>,

@@ -121,7 +121,7 @@ pub(crate) struct SealKey<'a> {
 /// Where a record lands: its LSN and the format version of the segment it starts in.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct At {
-    pub(crate) lsn: u64,
+    pub(crate) lsn: Lsn,
     pub(crate) version: u32,
 }
 
@@ -227,7 +227,7 @@ impl Seal {
         if out.len() != len {
             return Err(Error::Config(format!(
                 "a record of {len} bytes at lsn {} sealed into a buffer of {} bytes",
-                crate::Lsn(at.lsn),
+                at.lsn,
                 out.len()
             )));
         }
@@ -252,7 +252,7 @@ impl Seal {
             let Some(iv) = key.iv else {
                 return Err(Error::Config(format!(
                     "a record at lsn {} sealed under a key without an IV",
-                    crate::Lsn(at.lsn)
+                    at.lsn
                 )));
             };
             header.encryption = Some((key.key_id, iv));
@@ -260,13 +260,13 @@ impl Seal {
                 RecordSeal::Plain => {}
                 RecordSeal::Ctr => ctr::apply(key.keys, key.key_id, &iv, &mut out[hlen..])?,
                 RecordSeal::Gcm => {
-                    let aad = format::auth_aad(at.version, self.log_id, &header, Lsn(at.lsn));
+                    let aad = format::auth_aad(at.version, self.log_id, &header, at.lsn);
                     gcm::seal(key.keys, (key.key_id, &iv), &aad, &mut out[hlen..])?;
                 }
             }
         }
         header.encode(&mut out[..hlen]);
-        let crc = format::bind_crc_to_lsn(at.version, format::record_crc_whole(out), Lsn(at.lsn));
+        let crc = format::bind_crc_to_lsn(at.version, format::record_crc_whole(out), at.lsn);
         out[..4].copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }
@@ -370,8 +370,7 @@ pub(crate) fn open_record(
         let keys = keys.ok_or(Error::MissingKey(key_id))?;
         match RecordSeal::of_flags(header.flags) {
             RecordSeal::Gcm => {
-                let lsn = u64::from(found.at.lsn);
-                let aad = format::auth_aad(found.version, found.log_id, header, Lsn(lsn));
+                let aad = format::auth_aad(found.version, found.log_id, header, found.at.lsn);
                 if !gcm::open(keys, (key_id, &iv), &aad, stored)? {
                     return Err(Error::AuthenticationFailed {
                         at: found.at,

@@ -54,14 +54,14 @@ fn open_at(
     seal: &Seal,
     keys: &Keys,
     record: &[u8],
-    lsn: u64,
+    lsn: Lsn,
 ) -> std::result::Result<Vec<u8>, String> {
     let hlen = format::header_len_for_flags(record[format::REC_FLAGS_AT]);
     let mut header = RecordHeader::decode(&record[..hlen]).map_err(|e| format!("{e:?}"))?;
     seal.check_header(&header, FORMAT_VERSION, false)
         .map_err(|e| format!("{e:?}"))?;
     let (head, stored) = record.split_at(hlen);
-    if format::record_crc(FORMAT_VERSION, Lsn(lsn), head, stored) != header.crc {
+    if format::record_crc(FORMAT_VERSION, lsn, head, stored) != header.crc {
         return Err("checksum".into());
     }
     let mut stored = stored.to_vec();
@@ -70,8 +70,8 @@ fn open_at(
         version: FORMAT_VERSION,
         at: Position {
             segment: crate::Lsn(0),
-            offset: lsn,
-            lsn: crate::Lsn(lsn),
+            offset: lsn.0,
+            lsn,
         },
     };
     open_record(Some(keys), found, &mut header, &mut stored).map_err(|e| e.to_string())?;
@@ -85,7 +85,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
         for compression in [Compression::Off, Compression::Lz4 { min_len: 1 }] {
             let seal = Seal::new(mode, 0x1234).compressing(compression);
             for (i, payload) in payloads().iter().enumerate() {
-                let lsn = 0x1_0000_0000 + 4096 * i as u64 + 48;
+                let lsn = Lsn(0x1_0000_0000 + 4096 * i as u64 + 48);
                 let key = SealKey {
                     keys: &keys,
                     key_id: 1,
@@ -120,7 +120,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
         iv: Some(iv(9)),
     };
     let at = At {
-        lsn: 4096 + 48,
+        lsn: Lsn(4096 + 48),
         version: FORMAT_VERSION,
     };
     let mut record = seal_at(&seal, &key, 5, 0, b"balance=100", at);
@@ -128,7 +128,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
     let hlen = format::header_len_for_flags(record[format::REC_FLAGS_AT]);
     let crc = {
         let (head, stored) = record.split_at(hlen);
-        format::record_crc(FORMAT_VERSION, Lsn(moved), head, stored)
+        format::record_crc(FORMAT_VERSION, moved, head, stored)
     };
     record[..4].copy_from_slice(&crc.to_le_bytes());
     let error = open_at(&seal, &keys, &record, moved).unwrap_err();
@@ -144,7 +144,7 @@ fn a_record_under_a_key_without_an_iv_is_refused() {
         iv: None,
     };
     let at = At {
-        lsn: 4096 + 48,
+        lsn: Lsn(4096 + 48),
         version: FORMAT_VERSION,
     };
     for mode in [Mode::PerRecord, Mode::PerRecordGcm] {
@@ -172,7 +172,7 @@ fn a_sealed_switch_with_the_lsn_known_is_a_tag_over_nothing() {
             AUTHENTICATED_CONTROL_VERSION,
         ] {
             let at = At {
-                lsn: 8192 + 48,
+                lsn: Lsn(8192 + 48),
                 version,
             };
             let record = seal_at(&seal, &key, 0, RECORD_FLAG_SWITCH, &[], at);
@@ -201,7 +201,7 @@ fn a_wrong_buffer_length_is_an_error() {
     };
     let seal = Seal::new(Mode::PerRecordGcm, 1);
     let at = At {
-        lsn: 4096 + 48,
+        lsn: Lsn(4096 + 48),
         version: FORMAT_VERSION,
     };
     let mut out = vec![0u8; seal.stored_len(FORMAT_VERSION, 3, 0) + 1];
@@ -221,7 +221,7 @@ fn headers_of_another_mode_disagree() {
     };
     for written in Mode::ALL {
         let at = At {
-            lsn: 4096 + 48,
+            lsn: Lsn(4096 + 48),
             version: FORMAT_VERSION,
         };
         let record = seal_at(&Seal::new(written, 1), &key, 1, 0, b"abc", at);

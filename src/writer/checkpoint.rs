@@ -72,7 +72,7 @@ impl Wal {
                 meta.len()
             )));
         }
-        if u64::from(lsn) > self.reservations.end().0 {
+        if lsn > self.reservations.end() {
             return Err(Error::LsnNotAvailable(lsn));
         }
         match self.sync {
@@ -91,10 +91,10 @@ impl Wal {
             }
             // A restart could not replay from a position a purge already removed.
             let oldest = self.oldest_segment()?;
-            if u64::from(lsn) < oldest {
+            if lsn < oldest {
                 return Err(Error::Purged {
                     needed: lsn,
-                    oldest: Lsn(oldest),
+                    oldest,
                 });
             }
             let checkpoint = Checkpoint {
@@ -136,15 +136,15 @@ impl Wal {
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
-        if u64::from(lsn) > self.reservations.end().0 {
+        if lsn > self.reservations.end() {
             return Err(Error::LsnNotAvailable(lsn));
         }
         let mut control = self.retention.lock();
         let oldest = self.oldest_segment()?;
-        if u64::from(lsn) < oldest {
+        if lsn < oldest {
             return Err(Error::Purged {
                 needed: lsn,
-                oldest: Lsn(oldest),
+                oldest,
             });
         }
         let count = control.holds.len();
@@ -238,11 +238,7 @@ impl Wal {
         // A hold whose position was purged (its creation failed after the file reached the
         // disk, or the log was cut by hand) keeps nothing: it is lost.
         let oldest = self.oldest_segment()?;
-        for hold in loaded
-            .holds
-            .iter_mut()
-            .filter(|h| u64::from(h.lsn) < oldest)
-        {
+        for hold in loaded.holds.iter_mut().filter(|h| h.lsn < oldest) {
             hold.lost = true;
         }
         *self.retention.lock() = loaded;
@@ -263,11 +259,12 @@ impl Wal {
     }
 
     /// Where the oldest segment file starts.
-    fn oldest_segment(&self) -> Result<u64> {
+    fn oldest_segment(&self) -> Result<Lsn> {
         Ok(
             crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
                 .first()
-                .map_or(0, |s| u64::from(*s)),
+                .copied()
+                .unwrap_or(Lsn(0)),
         )
     }
 

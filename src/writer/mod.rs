@@ -698,7 +698,7 @@ impl Wal {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let at = At {
-            lsn: lsn.0,
+            lsn,
             version: self.version_at(lsn),
         };
         let len = self

@@ -166,7 +166,6 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         replay,
         config.listener.as_deref(),
     )?;
-    let (scanned_from, end) = (Lsn(scanned_from), Lsn(end));
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
     let next_page = files.geo.page_start(end) + files.geo.page_size;
@@ -346,7 +345,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: Lsn) -> bool {
     if end == segment {
         return false;
     }
-    let Some(seg) = files.segment(segment.0) else {
+    let Some(seg) = files.segment(segment) else {
         return false;
     };
     if seg.header.version != format::FORMAT_VERSION {
@@ -364,7 +363,7 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: Lsn) -> bool {
 /// continues in a new segment of the current version.
 fn tail_format(files: &LogFiles, end: Lsn) -> (Lsn, u32) {
     let segment = files.geo.segment_start(end);
-    match files.segment(segment.0) {
+    match files.segment(segment) {
         Some(seg) if end != segment => (segment + files.geo.segment_size, seg.header.version),
         _ => (Lsn(0), format::FORMAT_VERSION),
     }

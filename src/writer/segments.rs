@@ -270,7 +270,7 @@ impl Wal {
     /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
     fn switch_record(&self, lsn: Lsn) -> Result<Vec<u8>> {
         let at = At {
-            lsn: lsn.0,
+            lsn,
             version: self.version_at(lsn),
         };
         let keys = self.keys.load();

@@ -24,12 +24,12 @@ fn page_headers_are_accepted_as_written_and_refused_with_a_reason() {
         // Page 0 holds the segment header; page 1 is the first page of records.
         let page = &segment[page_size as usize..][..PAGE_HEADER_LEN];
 
-        let header = check_page_header(log_id, mode, page_size, page)
+        let header = check_page_header(log_id, mode, Lsn(page_size), page)
             .unwrap_or_else(|kind| panic!("{mode}: a page as written: {kind}"));
         assert_eq!(header.page_lsn, Lsn(page_size), "{mode}");
 
         assert_eq!(
-            check_page_header(log_id, mode, 2 * page_size, page).unwrap_err(),
+            check_page_header(log_id, mode, Lsn(2 * page_size), page).unwrap_err(),
             CorruptionKind::PageAddress {
                 expected: Lsn(2 * page_size),
                 got: Lsn(page_size)
@@ -37,14 +37,14 @@ fn page_headers_are_accepted_as_written_and_refused_with_a_reason() {
             "{mode}: a page read at another address"
         );
         assert_eq!(
-            check_page_header(log_id ^ 1, mode, page_size, page).unwrap_err(),
+            check_page_header(log_id ^ 1, mode, Lsn(page_size), page).unwrap_err(),
             CorruptionKind::BadPageHeader,
             "{mode}: another log's page (its checksum is seeded with the log id)"
         );
         let mut broken = page.to_vec();
         broken[0] ^= 0xFF;
         assert_eq!(
-            check_page_header(log_id, mode, page_size, &broken).unwrap_err(),
+            check_page_header(log_id, mode, Lsn(page_size), &broken).unwrap_err(),
             CorruptionKind::BadPageHeader,
             "{mode}: a broken magic"
         );
@@ -54,7 +54,7 @@ fn page_headers_are_accepted_as_written_and_refused_with_a_reason() {
             Mode::PageLevel
         };
         assert_eq!(
-            check_page_header(log_id, other, page_size, page).unwrap_err(),
+            check_page_header(log_id, other, Lsn(page_size), page).unwrap_err(),
             CorruptionKind::BadPageHeader,
             "{mode}: read as a {other} log, the encryption flag does not fit"
         );

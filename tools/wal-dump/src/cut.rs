@@ -23,7 +23,7 @@ use crate::fail::Fail;
 const CHUNK: usize = 1 << 20;
 
 /// Cuts the log with id `log_id` in `dir` at `end`, a record boundary.
-pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), Fail> {
+pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: Lsn) -> Result<(), Fail> {
     let lock = FsStorage
         .lock_dir(dir)
         .map_err(|e| Fail::io("lock log directory", dir, &e))?;
@@ -33,10 +33,10 @@ pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), F
             dir.display()
         )));
     }
-    let tail_segment = if end.is_multiple_of(geo.segment_size) {
+    let tail_segment = if end.0.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {
-        geo.segment_start(Lsn(end)).0
+        geo.segment_start(end)
     };
     let entries = std::fs::read_dir(dir).map_err(|e| Fail::io("read log directory", dir, &e))?;
     for entry in entries {
@@ -45,14 +45,13 @@ pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), F
         let Some(start) = name.to_str().and_then(inspect::parse_segment_file_name) else {
             continue;
         };
-        let start = u64::from(start);
         let path = entry.path();
         if start > tail_segment {
             std::fs::remove_file(&path)
                 .map_err(|e| Fail::io("remove segment after the cut", &path, &e))?;
         } else if start == tail_segment {
             zero_after(&path, end - start, geo.segment_size)?;
-            lower_hint(&path, geo.page_start(Lsn(end)).0 - start, log_id, end)?;
+            lower_hint(&path, geo.page_start(end) - start, log_id, end)?;
         }
     }
     File::open(dir)
@@ -95,7 +94,7 @@ fn zero_after(path: &Path, keep: u64, size: u64) -> Result<(), Fail> {
 
 /// Lowers the durable hint of the page header at `offset` of the segment file at `path` to
 /// `end` when it lies beyond, and makes the change durable.
-fn lower_hint(path: &Path, offset: u64, log_id: u64, end: u64) -> Result<(), Fail> {
+fn lower_hint(path: &Path, offset: u64, log_id: u64, end: Lsn) -> Result<(), Fail> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -107,10 +106,10 @@ fn lower_hint(path: &Path, offset: u64, log_id: u64, end: u64) -> Result<(), Fai
     let Some(mut header) = PageHeader::decode(log_id, &bytes) else {
         return Ok(());
     };
-    if u64::from(header.durable_hint) <= end {
+    if header.durable_hint <= end {
         return Ok(());
     }
-    header.durable_hint = Lsn(end);
+    header.durable_hint = end;
     header.encode(log_id, &mut bytes);
     file.write_all_at(&bytes, offset)
         .map_err(|e| Fail::trouble(format!("write {} offset {offset}: {e}", path.display())))?;

@@ -80,7 +80,7 @@ fn nothing_shown(
 ) -> Result<String, Fail> {
     let filtered = args.start.is_some() || args.end.is_some() || selected || args.limit == Some(0);
     if let Some(seg) = target.segment {
-        let name = inspect::segment_file_name(Lsn(seg));
+        let name = inspect::segment_file_name(seg);
         let first_page = seg + reader.geometry().page_size;
         if disk.page_header(first_page)?.is_none() {
             return Ok(format!(
@@ -130,8 +130,8 @@ fn follow_from_creation(
         selection,
         shown: 0,
     };
-    let from = args.start.map_or(0, u64::from);
-    let to = args.end.map_or(u64::MAX, u64::from);
+    let from = args.start.unwrap_or_default();
+    let to = args.end.unwrap_or(Lsn(u64::MAX));
     lister.follow(&target, Lsn(0), from, to, out)
 }
 
@@ -157,8 +157,8 @@ impl Lister<'_> {
         reader: &Reader,
         disk: &mut Disk,
         begin: Lsn,
-        from: u64,
-        to: u64,
+        from: Lsn,
+        to: Lsn,
         out: &mut dyn Write,
     ) -> Result<(), Fail> {
         let layout = (reader.mode(), reader.geometry());
@@ -181,8 +181,8 @@ impl Lister<'_> {
         &mut self,
         target: &Target,
         begin: Lsn,
-        from: u64,
-        to: u64,
+        from: Lsn,
+        to: Lsn,
         out: &mut dyn Write,
     ) -> Result<u8, Fail> {
         let visibility = if self.args.durable {
@@ -238,10 +238,10 @@ impl Lister<'_> {
         layout: (Mode, Geometry),
         disk: &mut Disk,
         rec: &RawRecord,
-        from: u64,
-        to: u64,
+        from: Lsn,
+        to: Lsn,
     ) -> Result<Admit, Fail> {
-        let lsn = u64::from(rec.lsn);
+        let lsn = rec.lsn;
         if lsn >= to || self.args.limit.is_some_and(|l| self.shown >= l) {
             return Ok(Admit::Stop);
         }
@@ -306,7 +306,7 @@ impl Lister<'_> {
         }
         if self.args.raw {
             if mode == Mode::PageLevel {
-                let at = geo.advance(Lsn(view.lsn), rec.header.len_bytes() as u64).0;
+                let at = geo.advance(view.lsn, rec.header.len_bytes() as u64);
                 return Ok(Shown::Bytes(disk.stream(at, rec.header.len as usize)?));
             }
             return Ok(Shown::Bytes(rec.stored.clone()));
@@ -340,8 +340,8 @@ enum Shown {
 
 /// The header fields of one record as the tool shows them.
 pub struct RecordView {
-    pub lsn: u64,
-    pub end_lsn: u64,
+    pub lsn: Lsn,
+    pub end_lsn: Lsn,
     pub kind: u8,
     pub len: u32,
     pub header_len: usize,
@@ -364,11 +364,11 @@ impl RecordView {
         disk: &mut Disk,
         rec: &RawRecord,
     ) -> Result<RecordView, Fail> {
-        let lsn = u64::from(rec.lsn);
+        let lsn = rec.lsn;
         let (encryption, key_id, iv) = match (mode, rec.header.encryption) {
             (_, Some((id, iv))) => ("record", Some(id), Some(iv)),
             (Mode::PageLevel, None) => {
-                let page = disk.page_header(geo.page_start(Lsn(lsn)).0)?;
+                let page = disk.page_header(geo.page_start(lsn))?;
                 let id = page
                     .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
                     .map(|h| h.key_id);
@@ -378,7 +378,7 @@ impl RecordView {
         };
         Ok(RecordView {
             lsn,
-            end_lsn: u64::from(rec.end_lsn),
+            end_lsn: rec.end_lsn,
             kind: rec.header.kind,
             len: rec.header.len,
             header_len: rec.header.len_bytes(),
@@ -459,9 +459,9 @@ impl RecordView {
             _ => (None, None),
         };
         let obj = JsonRecord {
-            lsn: self.lsn,
+            lsn: self.lsn.0,
             lsn_text: fmt_lsn(self.lsn),
-            end_lsn: self.end_lsn,
+            end_lsn: self.end_lsn.0,
             end_lsn_text: fmt_lsn(self.end_lsn),
             kind: self.kind,
             kind_name: self.kind_name.clone(),
@@ -527,13 +527,13 @@ fn list_pages(
     args: &Args,
     reader: &Reader,
     disk: &mut Disk,
-    from: u64,
-    to: u64,
+    from: Lsn,
+    to: Lsn,
     out: &mut dyn Write,
 ) -> Result<(), Fail> {
     let mut shown = 0u64;
     for info in reader.page_headers()? {
-        let page = u64::from(info.page_lsn);
+        let page = info.page_lsn;
         if page < from || page >= to {
             continue;
         }
@@ -556,7 +556,7 @@ fn list_pages(
                     key_id.map(|k| k.to_string()).unwrap_or_else(|| "-".into()),
                     iv.unwrap_or_else(|| "-".into()),
                     h.rem_len,
-                    fmt_lsn(h.durable_hint.into()),
+                    fmt_lsn(h.durable_hint),
                 )?,
                 None => writeln!(
                     out,
@@ -567,7 +567,7 @@ fn list_pages(
             },
             OutputFormat::Json => {
                 let obj = JsonPage {
-                    page_lsn: page,
+                    page_lsn: page.0,
                     page_lsn_text: fmt_lsn(page),
                     segment: inspect::segment_file_name(info.segment),
                     offset: info.offset,
@@ -577,7 +577,7 @@ fn list_pages(
                     iv,
                     rem_len: h.map(|h| h.rem_len),
                     durable_hint: h.map(|h| h.durable_hint.into()),
-                    durable_hint_text: h.map(|h| fmt_lsn(h.durable_hint.into())),
+                    durable_hint_text: h.map(|h| fmt_lsn(h.durable_hint)),
                 };
                 serde_json::to_writer(&mut *out, &obj)
                     .map_err(|e| Fail::trouble(format!("write output: {e}")))?;
@@ -600,6 +600,6 @@ pub fn crc_ok(rec: &RawRecord) -> bool {
     let mut head = [0u8; inspect::RECORD_HEADER_ENCRYPTED];
     let n = rec.header.len_bytes();
     rec.header.encode(&mut head[..n]);
-    let lsn = u64::from(rec.lsn);
-    inspect::record_crc(rec.format_version, Lsn(lsn), &head[..n], &rec.stored) == rec.header.crc
+    let lsn = rec.lsn;
+    inspect::record_crc(rec.format_version, lsn, &head[..n], &rec.stored) == rec.header.crc
 }

@@ -110,11 +110,11 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
     let (target, reader, _) = open(args, "--truncate-to", false)?;
     let geo = reader.geometry();
     let log_id = reader.log_id();
-    let cut = cut_after(&reader, u64::from(lsn), args)?;
+    let cut = cut_after(&reader, lsn, args)?;
     drop(reader);
     let mut report = Report::new("truncate", args, lsn);
     report.records_cut = cut.records;
-    report.bytes_cut = cut.end - u64::from(lsn);
+    report.bytes_cut = cut.end - lsn;
     let what = format!(
         "{} record{} ({} bytes of log, {lsn} .. {}){}",
         cut.records,
@@ -147,17 +147,16 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
         );
     };
     // The segment the log ends in; a log that ends at a segment's end ends in that segment.
-    let at = u64::from(lsn);
-    let from = if at.is_multiple_of(geo.segment_size) {
-        at - geo.segment_size
+    let from = if lsn.0.is_multiple_of(geo.segment_size) {
+        lsn - geo.segment_size
     } else {
-        geo.segment_start(Lsn(at)).0
+        geo.segment_start(lsn)
     };
     let copied = back_up(&target.dir, backup, |start| start >= from)?;
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();
     report.segments_removed = segment_names(&target.dir, |start| start > from)?;
-    crate::cut::cut_log(&target.dir, geo, log_id, u64::from(lsn))?;
+    crate::cut::cut_log(&target.dir, geo, log_id, lsn)?;
     report.result = "truncated";
     report.print(
         args.format,
@@ -167,7 +166,7 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
                 "backup: {} segment file{} from {} on copied to {}",
                 copied.len(),
                 if copied.len() == 1 { "" } else { "s" },
-                inspect::segment_file_name(Lsn(from)),
+                inspect::segment_file_name(from),
                 backup.display()
             ),
             format!("truncated: the log now ends at {lsn}; cut: {what}"),
@@ -179,12 +178,12 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
 /// count.
 struct After {
     records: u64,
-    end: u64,
+    end: Lsn,
     damaged: bool,
 }
 
 /// Checks that `lsn` is a record boundary of the valid log, and counts what follows it.
-fn cut_after(reader: &Reader, lsn: u64, args: &Args) -> Result<After, Fail> {
+fn cut_after(reader: &Reader, lsn: Lsn, args: &Args) -> Result<After, Fail> {
     let key_file = args.key_file.as_deref();
     let mut disk = Disk::new(reader);
     let begin = disk.boundary_before(lsn)?;
@@ -193,7 +192,7 @@ fn cut_after(reader: &Reader, lsn: u64, args: &Args) -> Result<After, Fail> {
         end: lsn,
         damaged: false,
     };
-    let mut boundary = u64::from(begin) == lsn;
+    let mut boundary = begin == lsn;
     let mut records = reader.raw_records_from(begin);
     for item in records.by_ref() {
         let rec = match item {
@@ -219,8 +218,8 @@ fn cut_after(reader: &Reader, lsn: u64, args: &Args) -> Result<After, Fail> {
                 return Err(fail);
             }
         };
-        let start = u64::from(rec.lsn);
-        let end = u64::from(rec.end_lsn);
+        let start = rec.lsn;
+        let end = rec.end_lsn;
         if start == lsn || end == lsn {
             boundary = true;
         }
@@ -235,7 +234,7 @@ fn cut_after(reader: &Reader, lsn: u64, args: &Args) -> Result<After, Fail> {
     if boundary {
         return Ok(after);
     }
-    let ends = records.end_lsn().map(u64::from);
+    let ends = records.end_lsn();
     Err(Fail::trouble(match ends {
         Some(end) if lsn > end => format!(
             "--truncate-to {}: the log ends at {} already",
@@ -257,15 +256,14 @@ pub fn purge(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
     let mut disk = Disk::new(&reader);
     // The segment holding the end of the log is the newest with a written first page; the
     // library never purges it, nor what follows.
-    let mut holding = 0;
+    let mut holding = Lsn(0);
     for s in reader.segments() {
-        let start = u64::from(s.header.start);
+        let start = s.header.start;
         if disk.page_header(start + geo.page_size)?.is_some() {
             holding = start;
         }
     }
-    let limit = u64::from(lsn);
-    let doomed = |start: u64| start.saturating_add(geo.segment_size) <= limit && start < holding;
+    let doomed = |start: Lsn| start.saturating_add(geo.segment_size) <= lsn && start < holding;
     let names = segment_names(&target.dir, doomed)?;
     let mode = reader.mode();
     drop(reader);
@@ -339,7 +337,7 @@ pub fn purge(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
 }
 
 /// Names of the segment files in `dir` whose start `pick` selects, in order.
-fn segment_names(dir: &std::path::Path, pick: impl Fn(u64) -> bool) -> Result<Vec<String>, Fail> {
+fn segment_names(dir: &std::path::Path, pick: impl Fn(Lsn) -> bool) -> Result<Vec<String>, Fail> {
     let entries = std::fs::read_dir(dir).map_err(|e| Fail::io("read log directory", dir, &e))?;
     let mut names = Vec::new();
     for entry in entries {
@@ -347,7 +345,7 @@ fn segment_names(dir: &std::path::Path, pick: impl Fn(u64) -> bool) -> Result<Ve
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        if inspect::parse_segment_file_name(&name).is_some_and(|s| pick(u64::from(s))) {
+        if inspect::parse_segment_file_name(&name).is_some_and(&pick) {
             names.push(name);
         }
     }

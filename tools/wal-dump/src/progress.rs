@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use crate::source::fmt_lsn;
+use walcrypt::Lsn;
 
 /// How long a pass runs before its progress shows, and how often the line is redrawn.
 const DELAY: Duration = Duration::from_secs(1);
@@ -15,8 +15,8 @@ const STRIDE: u32 = 4096;
 
 pub struct Progress {
     what: &'static str,
-    from: u64,
-    to: u64,
+    from: Lsn,
+    to: Lsn,
     on: bool,
     started: Instant,
     drawn: Option<Instant>,
@@ -25,7 +25,7 @@ pub struct Progress {
 
 impl Progress {
     /// A pass named `what` over the log positions `[from, to)`.
-    pub fn new(what: &'static str, from: u64, to: u64) -> Progress {
+    pub fn new(what: &'static str, from: Lsn, to: Lsn) -> Progress {
         Progress {
             what,
             from,
@@ -38,7 +38,7 @@ impl Progress {
     }
 
     /// The pass has reached `lsn`.
-    pub fn at(&mut self, lsn: u64) {
+    pub fn at(&mut self, lsn: Lsn) {
         if !self.on {
             return;
         }
@@ -54,9 +54,8 @@ impl Progress {
         let mut err = std::io::stderr().lock();
         let _ = write!(
             err,
-            "\r\x1b[Kwal-dump: {} {pct:5.1}% (lsn {})",
+            "\r\x1b[Kwal-dump: {} {pct:5.1}% (lsn {lsn})",
             self.what,
-            fmt_lsn(lsn)
         );
         let _ = err.flush();
         self.drawn = Some(Instant::now());
@@ -74,11 +73,11 @@ impl Drop for Progress {
 }
 
 /// The log positions a reader covers: from its oldest segment's start to its newest's end.
-pub fn span(reader: &walcrypt::Reader) -> (u64, u64) {
+pub fn span(reader: &walcrypt::Reader) -> (Lsn, Lsn) {
     let segs = reader.segments();
-    let first = segs.first().map_or(0, |s| u64::from(s.header.start));
-    let last = segs.last().map_or(0, |s| {
-        u64::from(s.header.start) + reader.geometry().segment_size
-    });
+    let first = segs.first().map_or(Lsn(0), |s| s.header.start);
+    let last = segs
+        .last()
+        .map_or(Lsn(0), |s| s.header.start + reader.geometry().segment_size);
     (first, last)
 }

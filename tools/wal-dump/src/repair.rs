@@ -94,7 +94,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let Some(backup) = backup else {
         return Err(Fail::trouble("--repair needs --backup DIR"));
     };
-    let from = u64::from(at.segment).min(geo.segment_start(Lsn(found.cut_at)).0);
+    let from = at.segment.min(geo.segment_start(found.cut_at));
     let copied = back_up(&target.dir, backup, |start| start >= from)?;
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();
@@ -102,14 +102,14 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         "backup: {} segment file{} from {} on copied to {}",
         copied.len(),
         if copied.len() == 1 { "" } else { "s" },
-        inspect::segment_file_name(Lsn(from)),
+        inspect::segment_file_name(from),
         backup.display()
     );
 
     let cut_at = match keys {
         None if mode != Mode::Plaintext => {
             crate::cut::cut_log(&target.dir, geo, log_id, found.cut_at)?;
-            Some(Lsn(found.cut_at))
+            Some(found.cut_at)
         }
         keys => {
             let mut config = Config::new(mode).recovery(RecoveryMode::TruncateAtDamage);
@@ -220,17 +220,17 @@ impl Report {
             damage: found.damage.as_ref().map(|(at, kind)| JsonDamage {
                 segment: inspect::segment_file_name(at.segment),
                 offset: at.offset,
-                lsn: u64::from(at.lsn),
+                lsn: at.lsn.0,
                 lsn_text: at.lsn.to_string(),
                 kind: kind.clone(),
             }),
-            cut_at: found.cut_at,
+            cut_at: found.cut_at.0,
             cut_at_text: fmt_lsn(found.cut_at),
             records_kept: found.kept,
             records_cut: if damaged { found.cut_records } else { 0 },
             records_cut_is_lower_bound: found.cut_uncounted,
             bytes_cut: if damaged { found.cut_bytes() } else { 0 },
-            cut_end: found.cut_end,
+            cut_end: found.cut_end.0,
             cut_end_text: fmt_lsn(found.cut_end),
             backup: None,
             backup_files: 0,
@@ -257,7 +257,7 @@ impl Report {
 pub fn back_up(
     dir: &Path,
     backup: &Path,
-    pick: impl Fn(u64) -> bool,
+    pick: impl Fn(Lsn) -> bool,
 ) -> Result<Vec<PathBuf>, Fail> {
     std::fs::create_dir_all(backup).map_err(|e| Fail::io("create backup directory", backup, &e))?;
     let mut existing =
@@ -276,7 +276,7 @@ pub fn back_up(
         let Some(start) = name.to_str().and_then(inspect::parse_segment_file_name) else {
             continue;
         };
-        if !pick(u64::from(start)) {
+        if !pick(start) {
             continue;
         }
         let to = backup.join(&name);

@@ -64,7 +64,7 @@ pub struct Target {
     /// The log directory.
     pub dir: PathBuf,
     /// When PATH named one segment file: that segment's start LSN.
-    pub segment: Option<u64>,
+    pub segment: Option<Lsn>,
     /// `--require-mode`: the mode every reader opened on the log must find.
     pub require_mode: Option<Mode>,
 }
@@ -94,7 +94,7 @@ impl Target {
         };
         Ok(Target {
             dir,
-            segment: Some(start.into()),
+            segment: Some(start),
             require_mode: None,
         })
     }
@@ -120,24 +120,21 @@ impl Target {
             reader = reader.require_mode(mode).map_err(|e| Fail::from_wal(&e))?;
         }
         if let Some(start) = self.segment
-            && !reader
-                .segments()
-                .iter()
-                .any(|s| u64::from(s.header.start) == start)
+            && !reader.segments().iter().any(|s| s.header.start == start)
         {
             return Err(Fail::trouble(format!(
                 "{}: segment {} is not part of the log",
                 self.dir.display(),
-                inspect::segment_file_name(Lsn(start))
+                inspect::segment_file_name(start)
             )));
         }
         Ok(reader)
     }
 
     /// The LSN range `[from, to)` that the user's PATH and `--start`/`--end` select.
-    pub fn range(&self, reader: &Reader, start: Option<Lsn>, end: Option<Lsn>) -> (u64, u64) {
-        let mut from = start.map(u64::from).unwrap_or(0);
-        let mut to = end.map(u64::from).unwrap_or(u64::MAX);
+    pub fn range(&self, reader: &Reader, start: Option<Lsn>, end: Option<Lsn>) -> (Lsn, Lsn) {
+        let mut from = start.unwrap_or_default();
+        let mut to = end.unwrap_or(Lsn(u64::MAX));
         if let Some(seg) = self.segment {
             from = from.max(seg);
             to = to.min(seg.saturating_add(reader.geometry().segment_size));
@@ -150,8 +147,8 @@ impl Target {
 pub struct Disk {
     geo: Geometry,
     log_id: u64,
-    segments: BTreeMap<u64, PathBuf>,
-    open: Option<(u64, File)>,
+    segments: BTreeMap<Lsn, PathBuf>,
+    open: Option<(Lsn, File)>,
 }
 
 impl Disk {
@@ -167,7 +164,7 @@ impl Disk {
             log_id,
             segments: segments
                 .iter()
-                .map(|s| (u64::from(s.header.start), s.path.clone()))
+                .map(|s| (s.header.start, s.path.clone()))
                 .collect(),
             open: None,
         }
@@ -178,13 +175,13 @@ impl Disk {
         self.segments.len() == segments.len()
             && segments
                 .iter()
-                .all(|s| self.segments.contains_key(&u64::from(s.header.start)))
+                .all(|s| self.segments.contains_key(&s.header.start))
     }
 
     /// Reads up to `buf.len()` bytes at `lsn` from its segment file, without crossing the
     /// segment's end; returns how many bytes the file held (0 for a missing segment).
-    pub fn read(&mut self, lsn: u64, buf: &mut [u8]) -> Result<usize, Fail> {
-        let seg = self.geo.segment_start(Lsn(lsn)).0;
+    pub fn read(&mut self, lsn: Lsn, buf: &mut [u8]) -> Result<usize, Fail> {
+        let seg = self.geo.segment_start(lsn);
         let Some(path) = self.segments.get(&seg) else {
             return Ok(0);
         };
@@ -217,19 +214,19 @@ impl Disk {
 
     /// `n` record-stream bytes from the body position `from`, skipping page and segment
     /// headers, as stored on disk (ciphertext in pagelevel).
-    pub fn stream(&mut self, from: u64, n: usize) -> Result<Vec<u8>, Fail> {
+    pub fn stream(&mut self, from: Lsn, n: usize) -> Result<Vec<u8>, Fail> {
         let mut out = vec![0u8; n];
         let mut pos = from;
         let mut done = 0;
         while done < n {
-            pos = self.geo.skip_headers(Lsn(pos)).0;
-            let room = (self.geo.page_start(Lsn(pos)).0 + self.geo.page_size - pos) as usize;
+            pos = self.geo.skip_headers(pos);
+            let room = ((self.geo.page_start(pos) + self.geo.page_size) - pos) as usize;
             let step = room.min(n - done);
             let got = self.read(pos, &mut out[done..done + step])?;
             if got < step {
                 return Err(Fail::damage(format!(
                     "lsn {}: the file ends inside a record",
-                    fmt_lsn(pos)
+                    pos
                 )));
             }
             done += step;
@@ -239,46 +236,45 @@ impl Disk {
     }
 
     /// The raw 48 bytes where the header of `page` lives (zeros past the end of the file).
-    pub fn page_header_bytes(&mut self, page: u64) -> Result<[u8; PAGE_HEADER_LEN], Fail> {
+    pub fn page_header_bytes(&mut self, page: Lsn) -> Result<[u8; PAGE_HEADER_LEN], Fail> {
         let mut buf = [0u8; PAGE_HEADER_LEN];
         self.read(page, &mut buf)?;
         Ok(buf)
     }
 
     /// The decoded header of `page`, if valid and at its own address.
-    pub fn page_header(&mut self, page: u64) -> Result<Option<PageHeader>, Fail> {
+    pub fn page_header(&mut self, page: Lsn) -> Result<Option<PageHeader>, Fail> {
         let bytes = self.page_header_bytes(page)?;
-        Ok(PageHeader::decode(self.log_id, &bytes).filter(|h| u64::from(h.page_lsn) == page))
+        Ok(PageHeader::decode(self.log_id, &bytes).filter(|h| h.page_lsn == page))
     }
 
     /// The first record boundary in the segment starting at `seg`, from its first page's
     /// continuation length.
-    pub fn first_record_in_segment(&mut self, seg: u64) -> Result<Option<u64>, Fail> {
+    pub fn first_record_in_segment(&mut self, seg: Lsn) -> Result<Option<Lsn>, Fail> {
         let page = seg + self.geo.page_size;
         Ok(self.page_header(page)?.map(|h| {
             self.geo
-                .advance(self.geo.skip_headers(Lsn(page)), h.rem_len as u64)
-                .0
+                .advance(self.geo.skip_headers(page), h.rem_len as u64)
         }))
     }
 
     /// A record boundary at or before `target` from which reading can start cheaply: the first
     /// record of the segment holding `target` (or an earlier one when a record spans into it).
     /// `Lsn(0)` means the start of the log.
-    pub fn boundary_before(&mut self, target: u64) -> Result<Lsn, Fail> {
-        let starts: Vec<u64> = self.segments.keys().copied().collect();
+    pub fn boundary_before(&mut self, target: Lsn) -> Result<Lsn, Fail> {
+        let starts: Vec<Lsn> = self.segments.keys().copied().collect();
         let Some(&oldest) = starts.first() else {
             return Ok(Lsn(0));
         };
         if target <= oldest {
             return Ok(Lsn(0));
         }
-        let seg = self.geo.segment_start(Lsn(target)).0;
+        let seg = self.geo.segment_start(target);
         for &s in starts.iter().rev().filter(|&&s| s <= seg && s > oldest) {
             if let Some(b) = self.first_record_in_segment(s)?
                 && b <= target
             {
-                return Ok(Lsn(b));
+                return Ok(b);
             }
         }
         Ok(Lsn(0))
@@ -287,18 +283,17 @@ impl Disk {
 
 /// An LSN as the library prints it (`Lsn`'s `Display`: `HI/LO` hex, e.g. `0/1A2C0`), so the
 /// tool, the library's errors and the crate's users all print an LSN the same way.
-pub fn fmt_lsn(lsn: u64) -> String {
-    Lsn(lsn).to_string()
+pub fn fmt_lsn(lsn: Lsn) -> String {
+    lsn.to_string()
 }
 
 /// Where `lsn` lies on disk: `segment <file> offset <n> (lsn <lsn>)`.
-pub fn position(geo: Geometry, lsn: u64) -> String {
-    let seg = geo.segment_start(Lsn(lsn)).0;
+pub fn position(geo: Geometry, lsn: Lsn) -> String {
+    let seg = geo.segment_start(lsn);
     format!(
-        "segment {} offset {} (lsn {})",
-        inspect::segment_file_name(Lsn(seg)),
+        "segment {} offset {} (lsn {lsn})",
+        inspect::segment_file_name(seg),
         lsn - seg,
-        fmt_lsn(lsn)
     )
 }
 

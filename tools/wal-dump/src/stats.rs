@@ -31,8 +31,8 @@ struct KindStats {
 struct Counted {
     kinds: BTreeMap<u8, KindStats>,
     record_keys: BTreeSet<u32>,
-    first: Option<u64>,
-    last_end: u64,
+    first: Option<Lsn>,
+    last_end: Lsn,
     records: u64,
     /// The damage that ended the count, with where it is.
     damage: Option<String>,
@@ -93,9 +93,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let breakdown = Breakdown::of(&reader, first, counted.last_end, total);
     if json {
         doc.insert("records".into(), json!(counted.records));
-        doc.insert("first_lsn".into(), json!(first));
+        doc.insert("first_lsn".into(), json!(first.0));
         doc.insert("first_lsn_text".into(), json!(fmt_lsn(first)));
-        doc.insert("end_lsn".into(), json!(counted.last_end));
+        doc.insert("end_lsn".into(), json!(counted.last_end.0));
         doc.insert("end_lsn_text".into(), json!(fmt_lsn(counted.last_end)));
         doc.insert("key_ids_in_use".into(), json!(used_keys));
         if let Some(ring) = keys.as_ref() {
@@ -164,7 +164,7 @@ fn count(
     disk: &mut Disk,
     args: &Args,
     selection: &Selection,
-    (from, to): (u64, u64),
+    (from, to): (Lsn, Lsn),
 ) -> Result<Counted, Fail> {
     let layout = (reader.mode(), reader.geometry());
     let mut c = Counted::default();
@@ -188,7 +188,7 @@ fn count(
                 break;
             }
         };
-        let lsn = u64::from(rec.lsn);
+        let lsn = rec.lsn;
         progress.at(lsn);
         if lsn >= to || args.limit.is_some_and(|l| c.records >= l) {
             break;
@@ -204,7 +204,7 @@ fn count(
             c.record_keys.insert(id);
         }
         c.first.get_or_insert(lsn);
-        c.last_end = rec.end_lsn.into();
+        c.last_end = rec.end_lsn;
         c.records += 1;
     }
     Ok(c)
@@ -244,7 +244,7 @@ fn overview_json(reader: &Reader, target: &Target, doc: &mut serde_json::Map<Str
     doc.insert("last_segment".into(), json!(name(segs.last())));
     doc.insert(
         "selected_segment".into(),
-        json!(target.segment.map(|s| inspect::segment_file_name(Lsn(s)))),
+        json!(target.segment.map(inspect::segment_file_name)),
     );
     doc.insert("page_size".into(), json!(geo.page_size));
     doc.insert("segment_size".into(), json!(geo.segment_size));
@@ -273,7 +273,7 @@ fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Resu
         (Some(start), _, _) => writeln!(
             out,
             "segments:           1 selected ({}) of {}",
-            inspect::segment_file_name(Lsn(start)),
+            inspect::segment_file_name(start),
             segs.len()
         )?,
         (None, Some(a), Some(b)) => writeln!(
@@ -313,12 +313,12 @@ fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Resu
 }
 
 /// Key ids of the encrypted page headers in `[from, to)`.
-fn page_key_ids(reader: &Reader, from: u64, to: u64) -> Result<Vec<u32>, Fail> {
-    let first_page = reader.geometry().page_start(Lsn(from)).0;
+fn page_key_ids(reader: &Reader, from: Lsn, to: Lsn) -> Result<Vec<u32>, Fail> {
+    let first_page = reader.geometry().page_start(from);
     let ids: BTreeSet<u32> = reader
         .page_headers()?
         .into_iter()
-        .filter(|p| (first_page..to).contains(&u64::from(p.page_lsn)))
+        .filter(|p| (first_page..to).contains(&p.page_lsn))
         .filter_map(|p| p.header)
         .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
         .map(|h| h.key_id)
@@ -391,8 +391,8 @@ fn write_kind_table(
 /// Where the bytes between the start of the first record's segment and the end of the last
 /// record go, and the part of them that encryption adds to headers.
 struct Breakdown {
-    span_start: u64,
-    end: u64,
+    span_start: Lsn,
+    end: Lsn,
     log_bytes: u64,
     total: KindStats,
     pages: u64,
@@ -406,14 +406,13 @@ struct Breakdown {
 }
 
 impl Breakdown {
-    fn of(reader: &Reader, first: u64, end: u64, total: KindStats) -> Breakdown {
+    fn of(reader: &Reader, first: Lsn, end: Lsn, total: KindStats) -> Breakdown {
         let geo = reader.geometry();
-        let span_start = geo.segment_start(Lsn(first)).0;
+        let span_start = geo.segment_start(first);
         let log_bytes = end - span_start;
         let pages = log_bytes.div_ceil(geo.page_size);
         let header_pages = (geo
-            .segment_start(Lsn(end.saturating_sub(1).max(span_start)))
-            .0
+            .segment_start(end.checked_sub(1).unwrap_or_default().max(span_start))
             - span_start)
             / geo.segment_size
             + 1;
@@ -445,9 +444,9 @@ impl Breakdown {
     fn json(&self) -> Value {
         json!({
             "log_bytes": self.log_bytes,
-            "from": self.span_start,
+            "from": self.span_start.0,
             "from_text": fmt_lsn(self.span_start),
-            "to": self.end,
+            "to": self.end.0,
             "to_text": fmt_lsn(self.end),
             "payload": self.total.payload,
             "record_headers": self.total.header,

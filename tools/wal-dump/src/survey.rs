@@ -13,7 +13,7 @@ pub struct Survey {
     /// Records before the damage: a cut keeps them.
     pub kept: u64,
     /// Where the log would end: the start of the first damaged record.
-    pub cut_at: u64,
+    pub cut_at: Lsn,
     /// The first damage and what it is; `None` for a clean log (a torn tail is no damage).
     pub damage: Option<(Position, String)>,
     /// The damaged record and the records read after it.
@@ -22,7 +22,7 @@ pub struct Survey {
     pub cut_uncounted: bool,
     /// End of the last record read after the damage (or of the last written page when none
     /// could be read): the cut removes `[cut_at, cut_end)` of log.
-    pub cut_end: u64,
+    pub cut_end: Lsn,
     /// For a log without damage: written pages after the page where the valid log ends. An
     /// open takes them for a torn tail and cuts them (damage in a log whose durable hints
     /// prove nothing reads the same way).
@@ -32,7 +32,7 @@ pub struct Survey {
 impl Survey {
     /// Bytes of written log the cut removes.
     pub fn cut_bytes(&self) -> u64 {
-        self.cut_end.saturating_sub(self.cut_at)
+        self.cut_end.checked_distance(self.cut_at).unwrap_or(0)
     }
 }
 
@@ -47,9 +47,9 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
     for item in reader.raw_records_from(Lsn::default()) {
         match item {
             Ok(rec) => {
-                progress.at(u64::from(rec.lsn));
+                progress.at(rec.lsn);
                 kept += 1;
-                last_end = Some(u64::from(rec.end_lsn));
+                last_end = Some(rec.end_lsn);
             }
             Err(Error::Corrupt { at, kind }) => {
                 damage = Some((at, kind.to_string()));
@@ -60,7 +60,7 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
     }
     let cut_at = match last_end {
         Some(end) => end,
-        None => u64::from(reader.first_lsn()?),
+        None => reader.first_lsn()?,
     };
     let mut survey = Survey {
         kept,
@@ -75,7 +75,7 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
         survey.count_cut(reader)?;
     } else {
         let geo = reader.geometry();
-        let tail = geo.page_start(Lsn(cut_at)).0;
+        let tail = geo.page_start(cut_at);
         survey.pages_after_end = written_pages(reader)?
             .iter()
             .filter(|(page, _)| *page > tail)
@@ -115,15 +115,15 @@ impl Survey {
             };
             let mut read = 0u64;
             let mut stopped = None;
-            for item in reader.raw_records_from(Lsn(from)) {
+            for item in reader.raw_records_from(from) {
                 match item {
                     Ok(rec) => {
-                        progress.at(u64::from(rec.lsn));
+                        progress.at(rec.lsn);
                         read += 1;
-                        last_end = Some(u64::from(rec.end_lsn));
+                        last_end = Some(rec.end_lsn);
                     }
                     Err(Error::Corrupt { at, .. }) => {
-                        stopped = Some(u64::from(at.lsn).max(u64::from(at.segment) + at.offset));
+                        stopped = Some(at.lsn.max(at.segment + at.offset));
                         break;
                     }
                     Err(e) => return Err(e),
@@ -145,29 +145,29 @@ impl Survey {
 }
 
 /// Valid page headers of the log, in LSN order: page start and continuation length.
-fn written_pages(reader: &Reader) -> Result<Vec<(u64, u64)>, Error> {
-    let mut pages: Vec<(u64, u64)> = reader
+fn written_pages(reader: &Reader) -> Result<Vec<(Lsn, u64)>, Error> {
+    let mut pages: Vec<(Lsn, u64)> = reader
         .page_headers()?
         .into_iter()
-        .filter_map(|p| p.header.map(|h| (u64::from(p.page_lsn), h.rem_len as u64)))
+        .filter_map(|p| p.header.map(|h| (p.page_lsn, h.rem_len as u64)))
         .collect();
     pages.sort_unstable();
     Ok(pages)
 }
 
 /// The first record boundary on a page after the one holding `at`.
-fn boundary_after(geo: inspect::Geometry, pages: &[(u64, u64)], at: u64) -> Option<u64> {
+fn boundary_after(geo: inspect::Geometry, pages: &[(Lsn, u64)], at: Lsn) -> Option<Lsn> {
     pages
         .iter()
-        .filter(|(page, _)| *page > geo.page_start(Lsn(at)).0)
-        .map(|&(page, rem)| (page, geo.advance(geo.skip_headers(Lsn(page)), rem).0))
+        .filter(|(page, _)| *page > geo.page_start(at))
+        .map(|&(page, rem)| (page, geo.advance(geo.skip_headers(page), rem)))
         .find(|&(page, b)| b < page + geo.page_size)
         .map(|(_, b)| b)
 }
 
 /// Where the record after the damaged one at `start` begins, by its header as stored (record
 /// headers are plaintext except in pagelevel). `None` when the header cannot be read.
-fn after_damaged_record(reader: &Reader, start: u64) -> Option<u64> {
+fn after_damaged_record(reader: &Reader, start: Lsn) -> Option<Lsn> {
     if reader.mode() == Mode::PageLevel {
         return None;
     }
@@ -181,12 +181,7 @@ fn after_damaged_record(reader: &Reader, start: u64) -> Option<u64> {
     let hlen = inspect::header_len_for_flags(plain).min(max);
     let bytes = disk.stream(start, hlen).ok()?;
     let header = RecordHeader::decode(&bytes).ok()?;
-    let next = geo
-        .advance(
-            Lsn(start),
-            (header.len_bytes() + header.len as usize) as u64,
-        )
-        .0;
+    let next = geo.advance(start, (header.len_bytes() + header.len as usize) as u64);
     (next > start).then_some(next)
 }
 

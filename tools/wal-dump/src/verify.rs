@@ -29,7 +29,7 @@ struct IvUse {
     iv: [u8; IV_LEN],
     blocks: u128,
     /// Where: the page or record start.
-    at: u64,
+    at: Lsn,
     page: bool,
 }
 
@@ -57,13 +57,13 @@ struct Verify<'a> {
     reader: Reader,
     disk: Disk,
     ring: Option<&'a KeyRing>,
-    from: u64,
-    to: u64,
+    from: Lsn,
+    to: Lsn,
     found: Findings,
     ivs: Vec<IvUse>,
     /// Pages whose header area holds anything but zeros, but for a reused file's pages of its
     /// earlier life past the last page the log wrote in it.
-    written_pages: Vec<u64>,
+    written_pages: Vec<Lsn>,
     /// Those pages of an earlier life.
     earlier_life_pages: u64,
 }
@@ -71,12 +71,12 @@ struct Verify<'a> {
 /// Whether the header bytes of `page` are a valid page header of this log for the same offset
 /// of an earlier segment in the same 4 GiB window of LSNs: a page a reused segment file kept
 /// from its earlier life.
-fn earlier_life(geo: inspect::Geometry, log_id: u64, page: u64, bytes: &[u8]) -> bool {
+fn earlier_life(geo: inspect::Geometry, log_id: u64, page: Lsn, bytes: &[u8]) -> bool {
     inspect::PageHeader::decode(log_id, bytes).is_some_and(|h| {
-        let was = u64::from(h.page_lsn);
+        let was = h.page_lsn;
         was < page
             && (page - was).is_multiple_of(geo.segment_size)
-            && inspect::same_lsn_window(Lsn(was), Lsn(page))
+            && inspect::same_lsn_window(was, page)
     })
 }
 
@@ -199,20 +199,20 @@ impl Verify<'_> {
     /// Segment files form a run without gaps and have their full size.
     fn check_segments(&mut self) -> Result<(), Fail> {
         let geo = self.geo();
-        let segs: Vec<(u64, std::path::PathBuf)> = self
+        let segs: Vec<(Lsn, std::path::PathBuf)> = self
             .reader
             .segments()
             .iter()
-            .map(|s| (u64::from(s.header.start), s.path.clone()))
+            .map(|s| (s.header.start, s.path.clone()))
             .collect();
         for pair in segs.windows(2) {
             let (a, b) = (pair[0].0, pair[1].0);
             if b != a + geo.segment_size {
                 self.found.damage.push(format!(
                     "segment files missing between {} and {} (expected {} next)",
-                    inspect::segment_file_name(Lsn(a)),
-                    inspect::segment_file_name(Lsn(b)),
-                    inspect::segment_file_name(Lsn(a + geo.segment_size))
+                    inspect::segment_file_name(a),
+                    inspect::segment_file_name(b),
+                    inspect::segment_file_name(a + geo.segment_size)
                 ));
             }
         }
@@ -226,7 +226,7 @@ impl Verify<'_> {
             if len < geo.segment_size {
                 self.found.damage.push(format!(
                     "segment {} is {len} bytes, expected {}: truncated at offset {len}",
-                    inspect::segment_file_name(Lsn(*start)),
+                    inspect::segment_file_name(*start),
                     geo.segment_size
                 ));
             }
@@ -234,7 +234,7 @@ impl Verify<'_> {
         Ok(())
     }
 
-    fn in_range_segment(&self, start: u64) -> bool {
+    fn in_range_segment(&self, start: Lsn) -> bool {
         start + self.geo().segment_size > self.from && start < self.to
     }
 
@@ -244,13 +244,13 @@ impl Verify<'_> {
         let geo = self.geo();
         let mode = self.reader.mode();
         let log_id = self.reader.log_id();
-        let segs: Vec<(u64, Vec<u32>)> = self
+        let segs: Vec<(Lsn, Vec<u32>)> = self
             .reader
             .segments()
             .iter()
             .map(|s| {
                 let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
-                (u64::from(s.header.start), ids)
+                (s.header.start, ids)
             })
             .collect();
         let (first, last) = crate::progress::span(&self.reader);
@@ -276,7 +276,7 @@ impl Verify<'_> {
                     bytes.iter().any(|&b| b != 0) && !earlier_life(geo, log_id, *page, bytes)
                 })
                 .map_or(start, |i| headers[i].0);
-            let mut hole: Option<u64> = None;
+            let mut hole: Option<Lsn> = None;
             for (page, bytes) in headers {
                 if bytes.iter().all(|&b| b == 0) {
                     hole.get_or_insert(page);
@@ -307,7 +307,7 @@ impl Verify<'_> {
         Ok(())
     }
 
-    fn check_page(&mut self, page: u64, bytes: &[u8], log_id: u64, mode: Mode, listed: &[u32]) {
+    fn check_page(&mut self, page: Lsn, bytes: &[u8], log_id: u64, mode: Mode, listed: &[u32]) {
         let geo = self.geo();
         let at = position(geo, page);
         let h = match inspect::check_page_header(log_id, mode, page, bytes) {
@@ -370,14 +370,14 @@ impl Verify<'_> {
         let (first, last) = crate::progress::span(&reader);
         let mut progress = crate::progress::Progress::new("verify: records", first, last);
         let mut begin = self.disk.boundary_before(self.from)?;
-        let mut prev_end: Option<u64> = None;
+        let mut prev_end: Option<Lsn> = None;
         loop {
             let mut records = reader.raw_records_from(begin);
             let mut damage_at = None;
             for item in records.by_ref() {
                 match item {
                     Ok(rec) => {
-                        let lsn = u64::from(rec.lsn);
+                        let lsn = rec.lsn;
                         progress.at(lsn);
                         if lsn >= self.to {
                             return Ok(());
@@ -385,19 +385,18 @@ impl Verify<'_> {
                         if lsn >= self.from {
                             self.check_record(&rec, prev_end);
                         }
-                        prev_end = Some(rec.end_lsn.into());
+                        prev_end = Some(rec.end_lsn);
                     }
                     Err(e @ walcrypt::Error::Corrupt { .. }) => {
                         if let walcrypt::Error::Corrupt { at, .. } = &e {
-                            damage_at =
-                                Some((u64::from(at.segment) + at.offset).max(u64::from(at.lsn)));
+                            damage_at = Some((at.segment + at.offset).max(at.lsn));
                         }
                         self.found.damage.push(one_line(&e.to_string()));
                         break;
                     }
                     Err(e @ walcrypt::Error::AuthenticationFailed { .. }) => {
                         if let walcrypt::Error::AuthenticationFailed { at, .. } = &e {
-                            damage_at = Some(u64::from(at.lsn));
+                            damage_at = Some(at.lsn);
                         }
                         self.found.damage.push(one_line(&e.to_string()));
                         break;
@@ -413,19 +412,19 @@ impl Verify<'_> {
             }
             match damage_at {
                 Some(at) => match self.resume_after(at)? {
-                    Some(next) if next > u64::from(begin) => {
+                    Some(next) if next > begin => {
                         self.found.notes.push(format!(
                             "resumed reading records at {} after the damage",
                             fmt_lsn(next)
                         ));
-                        begin = Lsn(next);
+                        begin = next;
                         prev_end = None;
                     }
                     _ => return Ok(()),
                 },
                 None => {
                     if let Some(end) = records.end_lsn() {
-                        self.check_tail(end.into())?;
+                        self.check_tail(end)?;
                     }
                     return Ok(());
                 }
@@ -435,13 +434,13 @@ impl Verify<'_> {
 
     /// Length of a segment-switch record starting at `lsn`: sealed (header with key id and IV,
     /// then a tag) in a perrecord-gcm segment of format version 4 or later, else 12 bytes.
-    fn switch_len(&self, lsn: u64) -> u64 {
-        let seg = self.geo().segment_start(Lsn(lsn)).0;
+    fn switch_len(&self, lsn: Lsn) -> u64 {
+        let seg = self.geo().segment_start(lsn);
         let version = self
             .reader
             .segments()
             .iter()
-            .find(|s| u64::from(s.header.start) == seg)
+            .find(|s| s.header.start == seg)
             .map_or(inspect::FORMAT_VERSION, |s| s.header.version);
         if self.reader.mode().is_authenticated()
             && version >= inspect::AUTHENTICATED_CONTROL_VERSION
@@ -452,9 +451,9 @@ impl Verify<'_> {
         }
     }
 
-    fn check_record(&mut self, rec: &walcrypt::inspect::RawRecord, prev_end: Option<u64>) {
+    fn check_record(&mut self, rec: &walcrypt::inspect::RawRecord, prev_end: Option<Lsn>) {
         let geo = self.geo();
-        let lsn = u64::from(rec.lsn);
+        let lsn = rec.lsn;
         let at = position(geo, lsn);
         self.found.records += 1;
         if !crc_ok(rec) {
@@ -463,17 +462,13 @@ impl Verify<'_> {
                 .push(format!("{at}: record checksum mismatch"));
         }
         if let Some(pe) = prev_end {
-            let next = geo.skip_headers(Lsn(pe)).0;
+            let next = geo.skip_headers(pe);
             // A segment-switch record at `next` (the cursor hands out none) sends the log to
             // the segment after the one holding its last byte, which may be the next segment.
-            let after_switch = geo
-                .skip_headers(geo.after_switch(Lsn(next), self.switch_len(next)))
-                .0;
+            let after_switch = geo.skip_headers(geo.after_switch(next, self.switch_len(next)));
             // A pagelevel writer that reopened the log left the rest of the page unused and
             // resumed after a resume record at the start of the next page's body.
-            let after_resume = geo
-                .skip_headers(Lsn(geo.page_start(Lsn(pe)).0 + geo.page_size))
-                .0
+            let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
                 + (inspect::RECORD_HEADER_PLAIN + inspect::RESUME_PAYLOAD_LEN) as u64;
             if lsn != next && lsn != after_switch && lsn != after_resume {
                 self.found.damage.push(format!(
@@ -483,12 +478,12 @@ impl Verify<'_> {
             }
         }
         if let Some((key_id, iv)) = rec.header.encryption {
-            let seg = geo.segment_start(Lsn(lsn)).0;
+            let seg = geo.segment_start(lsn);
             let listed = self
                 .reader
                 .segments()
                 .iter()
-                .find(|s| u64::from(s.header.start) == seg)
+                .find(|s| s.header.start == seg)
                 .is_some_and(|s| s.header.lists_key(key_id));
             if !listed {
                 self.found.damage.push(format!(
@@ -506,14 +501,14 @@ impl Verify<'_> {
     }
 
     /// The first record boundary on a page after the one holding `at`.
-    fn resume_after(&mut self, at: u64) -> Result<Option<u64>, Fail> {
+    fn resume_after(&mut self, at: Lsn) -> Result<Option<Lsn>, Fail> {
         let geo = self.geo();
         for &page in self.written_pages.clone().iter() {
-            if page <= geo.page_start(Lsn(at)).0 {
+            if page <= geo.page_start(at) {
                 continue;
             }
             if let Some(h) = self.disk.page_header(page)? {
-                let b = geo.advance(geo.skip_headers(Lsn(page)), h.rem_len as u64).0;
+                let b = geo.advance(geo.skip_headers(page), h.rem_len as u64);
                 if b < page + geo.page_size {
                     return Ok(Some(b));
                 }
@@ -524,16 +519,16 @@ impl Verify<'_> {
 
     /// After the end of the valid log nothing may follow: the rest of the tail page is zero
     /// (decrypted, in pagelevel) and no later page was written.
-    fn check_tail(&mut self, end: u64) -> Result<(), Fail> {
+    fn check_tail(&mut self, end: Lsn) -> Result<(), Fail> {
         if end >= self.to {
             return Ok(());
         }
         let geo = self.geo();
-        let tail_page = geo.page_start(Lsn(end)).0;
+        let tail_page = geo.page_start(end);
         let mut leftover = 0usize;
         // Past the last record the page holds zeros as written, in every mode: pagelevel
         // encrypts only the filled part of a body.
-        if !end.is_multiple_of(geo.page_size) && self.disk.page_header(tail_page)?.is_some() {
+        if !end.0.is_multiple_of(geo.page_size) && self.disk.page_header(tail_page)?.is_some() {
             let mut page = vec![0u8; geo.page_size as usize];
             let n = self.disk.read(tail_page, &mut page)?;
             page.truncate(n);
@@ -543,7 +538,7 @@ impl Verify<'_> {
         let later = self
             .written_pages
             .iter()
-            .filter(|&&p| p > tail_page || (p == tail_page && end.is_multiple_of(geo.page_size)))
+            .filter(|&&p| p > tail_page || (p == tail_page && end.0.is_multiple_of(geo.page_size)))
             .count();
         if leftover > 0 || later > 0 {
             self.found.damage.push(format!(
