@@ -9,6 +9,7 @@
 mod args;
 mod charts;
 mod cpu;
+mod lines;
 mod model;
 mod peers;
 mod recovery;
@@ -145,13 +146,40 @@ fn run(args: &Args) -> Result<(), BoxError> {
     println!(
         "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process)"
     );
+    println!(
+        "  lw/txn, lx/txn = shared-line writes, line transfers (a write to a line another thread wrote last) per txn, by the workers; lane/rec = writes to the appender's own lane per record; sh/rec = writes to lines every appender writes per record; lw/wo = commit-path writes per write-out;"
+    );
+    println!(
+        "  budget = writes but the lanes' / (1 per record + 4 per write-out), met when <= 1; {}",
+        if lines::COUNTING {
+            "counted (feature line-ledger): exact counts of the wrapped atomics and mutexes, see docs/BENCHMARKS.md"
+        } else {
+            "— = not counted: build with --features line-ledger"
+        }
+    );
     println!("{}", report::ledger_table(&summary));
+    if lines::COUNTING {
+        println!("LINES BY SITE (per txn: label writes/transfers, most written first)");
+        println!("{}", report::line_sites_table(&summary));
+    }
     let fits = model::fit(&summary, cores);
     println!(
         "SCALING MODEL (a prediction, not a measurement): X(n) = n / (t_par + n*t_ser), t_ser = measured insert+write lock hold per txn at {} threads, t_par = the rest of a txn at the smallest thread count",
         fits.first().map_or(cores, |f| f.ser_from)
     );
     println!("{}", model::table(&fits, args.model_cores));
+    let projections = model::project(&summary, cores, args.line_ns);
+    println!(
+        "PROJECTION (a model, not a measurement; \"measured\" rows are this machine's {cores} cores, oversubscribed above {cores} threads):"
+    );
+    println!(
+        "  amdahl: X(n) = n / (t_par + n*t_ser), t_ser = ser ns and t_par = cpu per txn - t_ser, both from the base row (largest thread count <= cores);"
+    );
+    println!(
+        "  +lines: the same with t_ser + L*t_line, L = line transfers per txn at the largest thread count, t_line = {} ns (--line-ns); — = not counted",
+        args.line_ns
+    );
+    println!("{}", model::projection_table(&projections));
     let rec_summary = report::summarize_recovery(&recoveries);
     if !rec_summary.is_empty() {
         println!(
@@ -169,6 +197,11 @@ fn run(args: &Args) -> Result<(), BoxError> {
     )?;
     write(&out.join("rounds.csv"), &report::rounds_csv(&cells))?;
     write(&out.join("model.csv"), &model::csv(&fits, args.model_cores))?;
+    write(
+        &out.join("projection.csv"),
+        &model::projection_csv(&projections),
+    )?;
+    write(&out.join("lines.csv"), &report::lines_csv(&cells))?;
     if !rec_summary.is_empty() {
         write(
             &out.join("recovery.csv"),
