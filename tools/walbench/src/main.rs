@@ -176,8 +176,11 @@ fn run(args: &Args) -> Result<(), BoxError> {
         "  amdahl: X(n) = n / (t_par + n*t_ser), t_ser = ser ns and t_par = cpu per txn - t_ser, both from the base row (largest thread count <= cores);"
     );
     println!(
-        "  +lines: the same with t_ser + L*t_line, L = line transfers per txn at the largest thread count, t_line = {} ns (--line-ns); — = not counted",
+        "  +lines: the same with t_ser + L*t_line, t_line = {} ns (--line-ns), L = line transfers per txn counted at the largest thread count (few cores: a lower bound);",
         args.line_ns
+    );
+    println!(
+        "  +all: L = every write to a line other threads write too (all but the lanes'), each moving its line (an upper bound); — = not counted"
     );
     println!("{}", model::projection_table(&projections));
     let rec_summary = report::summarize_recovery(&recoveries);

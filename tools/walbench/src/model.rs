@@ -174,9 +174,12 @@ pub const PROJECTED_CORES: [usize; 4] = [8, 16, 32, 64];
 /// X(n) = n / (t_par + n * t_ser)
 /// ```
 ///
-/// and the same with every counted line transfer as serial time (`+lines`): `t_ser +
-/// L * t_line`, where `L` is the line transfers per transaction at the largest measured
-/// thread count and `t_line` the assumed cost of one (`--line-ns`).
+/// and the same with line transfers as serial time, `t_ser + L * t_line`, `t_line` the
+/// assumed cost of one (`--line-ns`): `+lines` with `L` the transfers per transaction counted
+/// at the largest measured thread count (on a machine with few cores, fewer than many cores
+/// would see: a lower bound), `+all` with `L` every write to a line other threads write too
+/// (every write but the appenders' own lanes', at the same thread count: each would move its
+/// line; an upper bound).
 #[derive(Debug, Clone)]
 pub struct Projection {
     pub workload: Workload,
@@ -187,6 +190,9 @@ pub struct Projection {
     /// Line transfers per transaction (NaN when not counted) and the thread count it is from.
     pub transfers: f64,
     pub transfers_from: usize,
+    /// Writes to lines other threads write too, per transaction (NaN when not counted), at
+    /// `transfers_from` threads.
+    pub shared_writes: f64,
     pub line_ns: f64,
     /// Measured txn/s per thread count.
     pub measured: Vec<(usize, f64)>,
@@ -199,10 +205,21 @@ impl Projection {
         n * 1e9 / (self.t_par_ns + n * self.t_ser_ns)
     }
 
-    /// Amdahl with each line transfer as `line_ns` of serial time; NaN when not counted.
+    /// Amdahl with each counted line transfer as `line_ns` of serial time; NaN when not
+    /// counted.
     pub fn with_lines(&self, n: usize) -> f64 {
+        self.with_transfers(n, self.transfers)
+    }
+
+    /// Amdahl with every write to a line other threads write as a transfer; NaN when not
+    /// counted.
+    pub fn with_all_lines(&self, n: usize) -> f64 {
+        self.with_transfers(n, self.shared_writes)
+    }
+
+    fn with_transfers(&self, n: usize, transfers: f64) -> f64 {
         let n = n as f64;
-        let t_ser = self.t_ser_ns + self.transfers * self.line_ns;
+        let t_ser = self.t_ser_ns + transfers * self.line_ns;
         n * 1e9 / (self.t_par_ns + n * t_ser)
     }
 
@@ -240,6 +257,7 @@ pub fn project(rows: &[Summary], cores: usize, line_ns: f64) -> Vec<Projection> 
                 t_par_ns: (base.cpu_us * 1e3 - t_ser_ns).max(0.0),
                 transfers: largest.line_transfers,
                 transfers_from: largest.threads,
+                shared_writes: largest.shared_line_writes,
                 line_ns,
                 measured: mine.iter().map(|r| (r.threads, r.txn_per_s)).collect(),
             });
@@ -308,24 +326,26 @@ pub fn projection_table(projections: &[Projection]) -> String {
             let _ = write!(s, " {:>8}", thousands(p.amdahl(n)));
         }
         s.push('\n');
-        let extra = p.transfers * p.line_ns;
-        let _ = write!(
-            s,
-            "{} {:>4} {:>8.0} {:>9.0} {:>8}",
-            lead("+lines"),
-            p.base_threads,
-            p.t_ser_ns,
-            p.t_par_ns,
-            if extra.is_finite() {
-                format!("{extra:.0}")
-            } else {
-                "—".into()
+        for (row, transfers) in [("+lines", p.transfers), ("+all", p.shared_writes)] {
+            let extra = transfers * p.line_ns;
+            let _ = write!(
+                s,
+                "{} {:>4} {:>8.0} {:>9.0} {:>8}",
+                lead(row),
+                p.base_threads,
+                p.t_ser_ns,
+                p.t_par_ns,
+                if extra.is_finite() {
+                    format!("{extra:.0}")
+                } else {
+                    "—".into()
+                }
+            );
+            for &n in &ns {
+                let _ = write!(s, " {:>8}", thousands(p.with_transfers(n, transfers)));
             }
-        );
-        for &n in &ns {
-            let _ = write!(s, " {:>8}", thousands(p.with_lines(n)));
+            s.push('\n');
         }
-        s.push('\n');
     }
     s
 }
@@ -333,8 +353,8 @@ pub fn projection_table(projections: &[Projection]) -> String {
 pub fn projection_csv(projections: &[Projection]) -> String {
     let mut s = String::from(
         "workload,mode,base_threads,t_ser_ns,t_par_ns,line_transfers_per_txn,\
-         line_transfers_from_threads,line_ns,cores,measured_txn_per_s,amdahl_txn_per_s,\
-         with_lines_txn_per_s\n",
+         line_transfers_from_threads,shared_line_writes_per_txn,line_ns,cores,\
+         measured_txn_per_s,amdahl_txn_per_s,with_lines_txn_per_s,with_all_lines_txn_per_s\n",
     );
     let field = |x: f64| {
         if x.is_finite() {
@@ -347,7 +367,7 @@ pub fn projection_csv(projections: &[Projection]) -> String {
         for n in columns(std::slice::from_ref(p)) {
             let _ = writeln!(
                 s,
-                "{},{},{},{:.1},{:.1},{},{},{:.1},{},{},{},{}",
+                "{},{},{},{:.1},{:.1},{},{},{},{:.1},{},{},{},{},{}",
                 p.workload.name(),
                 p.mode.name(),
                 p.base_threads,
@@ -359,11 +379,13 @@ pub fn projection_csv(projections: &[Projection]) -> String {
                     String::new()
                 },
                 p.transfers_from,
+                field(p.shared_writes),
                 p.line_ns,
                 n,
                 p.measured_at(n).map_or(String::new(), field),
                 field(p.amdahl(n)),
-                field(p.with_lines(n))
+                field(p.with_lines(n)),
+                field(p.with_all_lines(n))
             );
         }
     }
@@ -401,6 +423,7 @@ mod tests {
             t_par_ns: 9800.0,
             transfers: 2.0,
             transfers_from: 16,
+            shared_writes: 4.0,
             line_ns: 100.0,
             measured: vec![(1, 100e3)],
         };
@@ -409,6 +432,7 @@ mod tests {
         assert!((p.amdahl(64) - 64e9 / (9800.0 + 64.0 * 200.0)).abs() < 1e-6);
         assert!(p.with_lines(64) < p.amdahl(64));
         assert!((p.with_lines(64) - 64e9 / (9800.0 + 64.0 * 400.0)).abs() < 1e-6);
+        assert!(p.with_all_lines(64) < p.with_lines(64));
         let table = projection_table(std::slice::from_ref(&p));
         assert!(table.contains("n=64") && table.contains("100.0k"));
         let uncounted = Projection {

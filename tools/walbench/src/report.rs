@@ -58,6 +58,7 @@ pub struct Summary {
     /// writes but the lanes' over the budget of 1 per record + 4 per write-out.
     pub line_writes: f64,
     pub line_transfers: f64,
+    pub shared_line_writes: f64,
     pub lane_writes_per_record: f64,
     pub append_writes_per_record: f64,
     pub commit_writes_per_write_out: f64,
@@ -130,6 +131,7 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 ivcsw: med(&|c| c.involuntary_switches_per_txn()),
                 line_writes: med(&|c| c.line_writes_per_txn()),
                 line_transfers: med(&|c| c.line_transfers_per_txn()),
+                shared_line_writes: med(&|c| c.shared_line_writes_per_txn()),
                 lane_writes_per_record: med(&|c| c.lane_writes_per_record()),
                 append_writes_per_record: med(&|c| c.append_writes_per_record()),
                 commit_writes_per_write_out: med(&|c| c.commit_writes_per_write_out()),

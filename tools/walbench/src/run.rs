@@ -105,6 +105,13 @@ impl Cell {
             .as_ref()
             .map_or(f64::NAN, |l| self.per_txn(l.transfers))
     }
+    /// Writes to lines other threads write too (every line but the appenders' own lanes) per
+    /// transaction; NaN without the feature.
+    pub fn shared_line_writes_per_txn(&self) -> f64 {
+        self.lines
+            .as_ref()
+            .map_or(f64::NAN, |l| self.per_txn(l.writes - l.lane_writes()))
+    }
     /// Writes to the appenders' own lanes per record appended; NaN without the feature.
     pub fn lane_writes_per_record(&self) -> f64 {
         self.lines.as_ref().map_or(f64::NAN, |l| {
