@@ -1,8 +1,8 @@
 //! The shared-line ledger: how many times the writer's threads write a cache line other
 //! threads also write, and how many of those writes take the line from another thread.
 //!
-//! The writer's atomics that several threads write are [`LineU64`], [`LineU32`],
-//! [`LineUsize`] and [`LineBool`] here, and its mutexes are `OrderedMutex` (lock_order.rs).
+//! The writer's atomics that several threads write are `LineU64`, `LineU32`,
+//! `LineUsize` and `LineBool` here, and its mutexes are `OrderedMutex` (lock_order.rs).
 //! Without the cargo feature `line-ledger` (the default) each wrapper is a
 //! `#[repr(transparent)]` newtype over the standard atomic with `#[inline]` methods that call
 //! it and nothing else: the same code as the bare atomic. Under `cfg(loom)` they wrap loom's
