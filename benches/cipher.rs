@@ -24,7 +24,7 @@ use walcrypt::inspect::{
     FORMAT_VERSION, RECORD_HEADER_ENCRYPTED as HLEN, bind_crc_to_lsn, ctr_apply_keystream,
     record_crc_whole,
 };
-use walcrypt::{IV_LEN, Key};
+use walcrypt::{IV_LEN, Key, Lsn};
 
 type CtrCore<'a> = ctr::CtrCore<&'a Aes256, ctr::flavors::Ctr128BE>;
 
@@ -156,7 +156,7 @@ fn cipher(c: &mut Criterion) {
                 *t ^= *s;
             }
             let crc = crc32c::crc32c_append(7, &tag);
-            black_box(bind_crc_to_lsn(FORMAT_VERSION, crc, lsn))
+            black_box(bind_crc_to_lsn(FORMAT_VERSION, crc, Lsn(lsn)))
         })
     });
     group.finish();
@@ -172,7 +172,7 @@ fn cipher(c: &mut Criterion) {
     group.bench_function("in_insert_lock", |b| {
         b.iter(|| {
             lsn += 4096;
-            let crc = bind_crc_to_lsn(FORMAT_VERSION, black_box(0x1c2f_0a11), lsn);
+            let crc = bind_crc_to_lsn(FORMAT_VERSION, black_box(0x1c2f_0a11), Lsn(lsn));
             header[..4].copy_from_slice(&crc.to_le_bytes());
             black_box(&header);
         })

@@ -326,28 +326,28 @@ impl Geometry {
     }
 
     /// Start of the segment holding `lsn`.
-    pub fn segment_start(&self, lsn: u64) -> u64 {
-        lsn - lsn % self.segment_size
+    pub fn segment_start(&self, lsn: Lsn) -> Lsn {
+        Lsn(lsn.0 - lsn.0 % self.segment_size)
     }
 
     /// Start of the page holding `lsn`.
-    pub fn page_start(&self, lsn: u64) -> u64 {
-        lsn - lsn % self.page_size
+    pub fn page_start(&self, lsn: Lsn) -> Lsn {
+        Lsn(lsn.0 - lsn.0 % self.page_size)
     }
 
     /// True when `page` (a page start) is page 0 of its segment, the segment header page.
-    pub fn is_header_page(&self, page: u64) -> bool {
-        page.is_multiple_of(self.segment_size)
+    pub fn is_header_page(&self, page: Lsn) -> bool {
+        page.0.is_multiple_of(self.segment_size)
     }
 
     /// Moves `lsn` forward past page and segment headers to the first position at or after it
     /// where record bytes may go.
-    pub fn skip_headers(&self, lsn: u64) -> u64 {
+    pub fn skip_headers(&self, lsn: Lsn) -> Lsn {
         let mut lsn = lsn;
-        if lsn.is_multiple_of(self.segment_size) {
+        if lsn.0.is_multiple_of(self.segment_size) {
             lsn += self.page_size;
         }
-        if lsn.is_multiple_of(self.page_size) {
+        if lsn.0.is_multiple_of(self.page_size) {
             lsn += PAGE_HEADER_LEN as u64;
         }
         lsn
@@ -357,19 +357,19 @@ impl Geometry {
     /// payload) at `start`: the first position of the segment after the one that holds the
     /// record's last byte. A switch record may straddle a segment boundary (it goes wherever
     /// the log ends); the rest of the segment holding its tail is then unused as well.
-    pub fn after_switch(&self, start: u64, stored_len: u64) -> u64 {
+    pub fn after_switch(&self, start: Lsn, stored_len: u64) -> Lsn {
         let end = self.advance(start, stored_len.max(1));
         self.segment_start(end - 1) + self.segment_size
     }
 
     /// The position `n` record-stream bytes after `lsn` (which must be a body position),
     /// skipping headers on the way. A position exactly at the end of a body is left there.
-    pub fn advance(&self, lsn: u64, n: u64) -> u64 {
+    pub fn advance(&self, lsn: Lsn, n: u64) -> Lsn {
         let mut pos = lsn;
         let mut left = n;
         while left > 0 {
             pos = self.skip_headers(pos);
-            let room = self.page_start(pos) + self.page_size - pos;
+            let room = (self.page_start(pos) + self.page_size) - pos;
             let step = room.min(left);
             pos += step;
             left -= step;
@@ -541,11 +541,11 @@ pub fn validate_geometry(g: Geometry) -> Result<(), &'static str> {
 pub const LSN_LIMIT: u64 = 1 << 63;
 
 /// Checks a segment's start LSN against the geometry; returns what is wrong.
-pub fn validate_segment_start(g: Geometry, start: u64) -> Result<(), &'static str> {
-    if !start.is_multiple_of(g.segment_size) {
+pub fn validate_segment_start(g: Geometry, start: Lsn) -> Result<(), &'static str> {
+    if !start.0.is_multiple_of(g.segment_size) {
         return Err("start is not a multiple of the segment size");
     }
-    if start > LSN_LIMIT - g.segment_size {
+    if start.0 > LSN_LIMIT - g.segment_size {
         return Err("start lies beyond the LSN range (segments must end by 2^63)");
     }
     Ok(())
@@ -733,7 +733,7 @@ pub fn header_len_for_flags(flags: u8) -> usize {
 /// [`AUTHENTICATED_CONTROL_VERSION`]), zero (5), LSN (8). Only perrecord-gcm records carry a
 /// tag, so the mode code is always perrecord-gcm's: a reader that took the segment for another
 /// mode would not accept a tag at all, and a future authenticated mode gets its own code.
-pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: u64) -> [u8; AAD_LEN] {
+pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: Lsn) -> [u8; AAD_LEN] {
     let mut aad = [0u8; AAD_LEN];
     let key_id = header.encryption.map_or(0, |(id, _)| id);
     put(&mut aad, AAD_LOG_ID_AT, &log_id.to_le_bytes());
@@ -744,7 +744,7 @@ pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: u64) -> [
     if version >= AUTHENTICATED_CONTROL_VERSION {
         put(&mut aad, AAD_MODE_AT, &[mode_code(Mode::PerRecordGcm)]);
     }
-    put(&mut aad, AAD_LSN_AT, &lsn.to_le_bytes());
+    put(&mut aad, AAD_LSN_AT, &lsn.0.to_le_bytes());
     aad
 }
 
@@ -753,7 +753,7 @@ pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: u64) -> [
 /// authenticated record, ciphertext then tag), then, from version 3 on, the low 32 bits of
 /// `lsn` as a little-endian u32 ([`bind_crc_to_lsn`]). A header shorter than the checksum
 /// field contributes nothing.
-pub fn record_crc(version: u32, lsn: u64, header: &[u8], stored_payload: &[u8]) -> u32 {
+pub fn record_crc(version: u32, lsn: Lsn, header: &[u8], stored_payload: &[u8]) -> u32 {
     bind_crc_to_lsn(version, record_crc_unbound(header, stored_payload), lsn)
 }
 
@@ -784,9 +784,9 @@ pub fn record_crc_whole(record: &[u8]) -> u32 {
 /// 4 GiB windows) would give equal checksums for every record at once. See
 /// [`same_lsn_window`].
 #[inline]
-pub fn bind_crc_to_lsn(version: u32, crc: u32, lsn: u64) -> u32 {
+pub fn bind_crc_to_lsn(version: u32, crc: u32, lsn: Lsn) -> u32 {
     if version >= LSN_BOUND_CRC_VERSION {
-        crc32c::crc32c_append(crc, &(lsn as u32).to_le_bytes())
+        crc32c::crc32c_append(crc, &(lsn.0 as u32).to_le_bytes())
     } else {
         crc
     }
@@ -799,8 +799,8 @@ pub fn bind_crc_to_lsn(version: u32, crc: u32, lsn: u64) -> u32 {
 /// the reuse is that the old and the new start lie in one window (then every offset's two LSNs
 /// are less than 4 GiB apart); since windows do not overlap, a file reused again and again
 /// stays within the window of its first incarnation.
-pub fn same_lsn_window(a: u64, b: u64) -> bool {
-    a >> 32 == b >> 32
+pub fn same_lsn_window(a: Lsn, b: Lsn) -> bool {
+    a.0 >> 32 == b.0 >> 32
 }
 
 /// Writes `bytes` into `out` at `at`. Encoders only: their buffers are sized by the caller.
@@ -933,16 +933,16 @@ mod tests {
 
     #[test]
     fn advance_skips_page_and_segment_headers() {
-        let start = G.skip_headers(0);
+        let start = G.skip_headers(Lsn(0)).0;
         assert_eq!(start, 512 + 48);
         // Fill the rest of page 1 exactly: stays at the end of the body.
-        assert_eq!(G.advance(start, 464), 1024);
+        assert_eq!(G.advance(Lsn(start), 464).0, 1024);
         // One more byte lands after page 2's header.
-        assert_eq!(G.advance(start, 465), 1024 + 48 + 1);
+        assert_eq!(G.advance(Lsn(start), 465).0, 1024 + 48 + 1);
         // Crossing the segment boundary skips page 0 of the next segment.
-        let end_of_segment = G.advance(start, 3 * 464);
+        let end_of_segment = G.advance(Lsn(start), 3 * 464).0;
         assert_eq!(end_of_segment, 2048);
-        assert_eq!(G.advance(start, 3 * 464 + 1), 2048 + 512 + 48 + 1);
+        assert_eq!(G.advance(Lsn(start), 3 * 464 + 1).0, 2048 + 512 + 48 + 1);
     }
 
     #[test]
@@ -1085,7 +1085,7 @@ mod tests {
             }
             // The checksum of a header too short to hold its own checksum field covers nothing.
             for n in 0..=len {
-                let _ = record_crc(FORMAT_VERSION, 4096, &bytes[..n], b"payload");
+                let _ = record_crc(FORMAT_VERSION, Lsn(4096), &bytes[..n], b"payload");
             }
             // One call over header and payload together equals the two-part checksum.
             let mut whole = bytes[..len].to_vec();
@@ -1100,11 +1100,11 @@ mod tests {
             );
             // Version 2 stores the unbound checksum; version 3 appends the LSN's low 32 bits.
             let unbound = record_crc_whole(&whole);
-            assert_eq!(record_crc(2, 4096, &bytes[..len], b"payload"), unbound);
+            assert_eq!(record_crc(2, Lsn(4096), &bytes[..len], b"payload"), unbound);
             let mut with_lsn = whole.clone();
             with_lsn.extend_from_slice(&4096u32.to_le_bytes());
             assert_eq!(
-                record_crc(3, 4096, &bytes[..len], b"payload"),
+                record_crc(3, Lsn(4096), &bytes[..len], b"payload"),
                 record_crc_whole(&with_lsn)
             );
         }
@@ -1192,8 +1192,8 @@ mod tests {
             flags: SEALED_SWITCH_FLAGS,
             encryption: Some((1, [0; IV_LEN])),
         };
-        let old = auth_aad(AUTHENTICATED_CONTROL_VERSION - 1, 7, &header, 4096);
-        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, 7, &header, 4096);
+        let old = auth_aad(AUTHENTICATED_CONTROL_VERSION - 1, 7, &header, Lsn(4096));
+        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, 7, &header, Lsn(4096));
         assert_eq!(old[AAD_MODE_AT], 0);
         assert_eq!(new[AAD_MODE_AT], mode_code(Mode::PerRecordGcm));
         assert_eq!(old[..AAD_MODE_AT], new[..AAD_MODE_AT]);
@@ -1246,26 +1246,26 @@ mod tests {
                 }
                 pairs += 1;
                 assert_ne!(
-                    record_crc(FORMAT_VERSION, a, header, stored),
-                    record_crc(FORMAT_VERSION, b, header, stored),
+                    record_crc(FORMAT_VERSION, Lsn(a), header, stored),
+                    record_crc(FORMAT_VERSION, Lsn(b), header, stored),
                     "LSNs {a:#x} and {b:#x}, {len} record bytes"
                 );
                 // Under version 2 the position makes no difference at all.
                 assert_eq!(
-                    record_crc(2, a, header, stored),
-                    record_crc(2, b, header, stored)
+                    record_crc(2, Lsn(a), header, stored),
+                    record_crc(2, Lsn(b), header, stored)
                 );
             }
         }
         assert!(pairs > 15_000);
         // Same window: LSNs a segment apart. Another window: only the high bits differ, and
         // the low-32-bit rule gives the same checksum, which is why reuse stays in one window.
-        assert!(same_lsn_window(0x1_0000_0000, 0x1_FFFF_FFFF));
-        assert!(!same_lsn_window(0x1_FFFF_FFFF, 0x2_0000_0000));
+        assert!(same_lsn_window(Lsn(0x1_0000_0000), Lsn(0x1_FFFF_FFFF)));
+        assert!(!same_lsn_window(Lsn(0x1_FFFF_FFFF), Lsn(0x2_0000_0000)));
         let (header, stored) = record.split_at(RECORD_HEADER_PLAIN);
         assert_eq!(
-            record_crc(FORMAT_VERSION, 0x1_0000_1000, header, stored),
-            record_crc(FORMAT_VERSION, 0x2_0000_1000, header, stored)
+            record_crc(FORMAT_VERSION, Lsn(0x1_0000_1000), header, stored),
+            record_crc(FORMAT_VERSION, Lsn(0x2_0000_1000), header, stored)
         );
     }
 
@@ -1307,7 +1307,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             let a = x >> 1;
             let record: Vec<u8> = (0..len).map(|i| (x >> (i % 56)) as u8).collect();
-            assert!(!same_lsn_window(a, a ^ d));
+            assert!(!same_lsn_window(Lsn(a), Lsn(a ^ d)));
             assert_eq!(full(a, &record), full(a ^ d, &record), "{len} bytes");
         }
     }

@@ -189,6 +189,55 @@ impl From<u64> for Lsn {
     }
 }
 
+/// Position arithmetic. An LSN plus a length is an LSN; an LSN minus an LSN is a length (the
+/// bytes between them, headers included). LSNs are not added to each other. The operators
+/// panic on overflow in debug builds like `u64`'s; the `checked_*` helpers return `None`
+/// instead, for positions that come from input.
+impl Lsn {
+    /// `self + n`, or `None` past `u64::MAX`.
+    pub fn checked_add(self, n: u64) -> Option<Lsn> {
+        self.0.checked_add(n).map(Lsn)
+    }
+
+    /// `self - n`, or `None` below 0.
+    pub fn checked_sub(self, n: u64) -> Option<Lsn> {
+        self.0.checked_sub(n).map(Lsn)
+    }
+
+    /// The bytes from `earlier` to `self`, or `None` when `earlier` is past `self`.
+    pub fn checked_distance(self, earlier: Lsn) -> Option<u64> {
+        self.0.checked_sub(earlier.0)
+    }
+}
+
+impl std::ops::Add<u64> for Lsn {
+    type Output = Lsn;
+    fn add(self, n: u64) -> Lsn {
+        Lsn(self.0 + n)
+    }
+}
+
+impl std::ops::AddAssign<u64> for Lsn {
+    fn add_assign(&mut self, n: u64) {
+        self.0 += n;
+    }
+}
+
+impl std::ops::Sub<u64> for Lsn {
+    type Output = Lsn;
+    fn sub(self, n: u64) -> Lsn {
+        Lsn(self.0 - n)
+    }
+}
+
+/// The distance between two positions, in bytes.
+impl std::ops::Sub<Lsn> for Lsn {
+    type Output = u64;
+    fn sub(self, earlier: Lsn) -> u64 {
+        self.0 - earlier.0
+    }
+}
+
 impl fmt::Display for Lsn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
@@ -238,5 +287,18 @@ mod tests {
         assert_eq!("0x10001a2c0".parse::<Lsn>(), Ok(lsn));
         assert_eq!("4295074496".parse::<Lsn>(), Ok(lsn));
         assert!("zz".parse::<Lsn>().is_err());
+    }
+
+    #[test]
+    fn lsn_arithmetic_adds_lengths_and_subtracts_positions() {
+        let mut lsn = Lsn(8192) + 48;
+        assert_eq!(lsn, Lsn(8240));
+        lsn += 16;
+        assert_eq!(lsn - Lsn(8192), 64);
+        assert_eq!(lsn - 64, Lsn(8192));
+        assert_eq!(Lsn(u64::MAX).checked_add(1), None);
+        assert_eq!(Lsn(0).checked_sub(1), None);
+        assert_eq!(Lsn(10).checked_distance(Lsn(11)), None);
+        assert_eq!(Lsn(11).checked_distance(Lsn(10)), Some(1));
     }
 }

@@ -53,15 +53,25 @@ pub(crate) const LANE_GATE: u8 = 7;
 /// the thread's own lane, the insert lock and the write lock; nothing is taken while it is
 /// held.
 pub(crate) const PREPARER: u8 = 8;
+/// The sync turn (writer/durable.rs), held across a round of fdatasyncs: taken with no lock
+/// held but the thread's own lane, the insert lock and the write lock; under it only the
+/// dirty list and the poison cause are taken.
+pub(crate) const SYNC_TURN: u8 = 9;
+/// The list of segments written since their last fdatasync (writer/durable.rs): taken where a
+/// range lands (with no lock held but the thread's own lane and the insert and write locks),
+/// under the sync turn or the write lock; nothing is taken while it is held.
+pub(crate) const DIRTY: u8 = 10;
 
 /// The levels a thread may hold when it takes a lock of `level`, one bit each.
 #[cfg(debug_assertions)]
 fn may_hold(level: u8) -> u32 {
     let bit = |l: u8| 1u32 << l;
     match level {
-        POISON => (bit(POISON) - 1) & !bit(INFLIGHT),
+        POISON => ((bit(POISON) - 1) & !bit(INFLIGHT)) | bit(SYNC_TURN),
         LANE_GATE => bit(LANE) | bit(INSERT),
         PREPARER => bit(LANE) | bit(INSERT) | bit(WRITE),
+        SYNC_TURN => bit(LANE) | bit(INSERT) | bit(WRITE),
+        DIRTY => bit(LANE) | bit(INSERT) | bit(WRITE) | bit(SYNC_TURN),
         _ => bit(level) - 1,
     }
 }
@@ -79,6 +89,8 @@ const fn name(level: u8) -> &'static str {
         POISON => "poison cause",
         LANE_GATE => "lane gate",
         PREPARER => "preparer",
+        SYNC_TURN => "sync turn",
+        DIRTY => "dirty list",
         _ => "unknown",
     }
 }

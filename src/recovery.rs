@@ -89,7 +89,7 @@ pub(crate) fn recover(
     // A checkpoint past the end: the log is not the one the engine checkpointed. Refused
     // before anything is truncated.
     if let Some(checkpoint) = checkpoint
-        && files.geo.skip_headers(u64::from(checkpoint)) > files.geo.skip_headers(end)
+        && files.geo.skip_headers(checkpoint).0 > files.geo.skip_headers(Lsn(end)).0
     {
         return Err(Error::CheckpointBeyondEnd {
             dir: files.dir.clone(),
@@ -269,14 +269,14 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
     if from == 0 || from == oldest {
         return Ok(files
             .first_record_in_segment(oldest)?
-            .unwrap_or_else(|| files.geo.skip_headers(oldest)));
+            .unwrap_or_else(|| files.geo.skip_headers(Lsn(oldest)).0));
     }
     if from < oldest {
         return Err(Error::LsnNotAvailable(Lsn(from)));
     }
     // A position on a page or segment boundary (a record's end, `end_lsn()`) stands for the
     // first record after the headers there.
-    let pos = files.geo.skip_headers(from);
+    let pos = files.geo.skip_headers(Lsn(from)).0;
     if pos >= files.end_of_files() {
         // Past the files: nothing to replay, and `recover` refuses it unless the log's end
         // turns out to be there (a log ending on the last segment's boundary).
@@ -289,7 +289,7 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: u64) -> Result<u64> {
 /// The valid bytes of the page holding `end` (decrypted) and its continuation length, so the
 /// writer can rewrite that page with the old records intact.
 fn tail_prefix(cursor: &mut Cursor<'_>, geo: Geometry, end: u64) -> Result<Option<(Vec<u8>, u32)>> {
-    let page = geo.page_start(end);
+    let page = geo.page_start(Lsn(end)).0;
     if end.is_multiple_of(geo.page_size) || end <= page + format::PAGE_HEADER_LEN as u64 {
         return Ok(None);
     }

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use crate::Lsn;
 use crate::error::{Error, Result};
 use crate::reader::LogFiles;
 use crate::storage::{StorageFile, read_full};
@@ -31,7 +32,7 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
     let oldest = u64::from(files.segments[0].header.start);
     let oldest_first = files
         .first_record_in_segment(oldest)?
-        .unwrap_or_else(|| geo.skip_headers(oldest));
+        .unwrap_or_else(|| geo.skip_headers(Lsn(oldest)).0);
     // Highest durable hint of the segments after the one looked at whose pages were read.
     let mut later_hint = 0u64;
     // Segments after the one looked at whose pages no candidate has needed yet, newest first
@@ -50,7 +51,7 @@ pub(crate) fn proven_start(files: &LogFiles) -> Result<u64> {
         // The pages from `first` on, in log order: the segment before (when the candidate is
         // there), this one, then the later ones not read yet.
         let before = if first < start {
-            let from = geo.page_start(first);
+            let from = geo.page_start(Lsn(first)).0;
             Some((i - 1, from, segment_hint(files, i - 1, from, u64::MAX)?))
         } else {
             None
@@ -79,7 +80,7 @@ fn candidate(files: &LogFiles, i: usize) -> Result<Option<u64>> {
     let start = u64::from(files.segments[i].header.start);
     let page1 = start + geo.page_size;
     Ok(match files.read_page_header(page1)? {
-        Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
+        Some(h) if h.rem_len == 0 => Some(geo.skip_headers(Lsn(page1)).0),
         Some(_) => {
             let previous = u64::from(files.segments[i - 1].header.start);
             files
@@ -126,7 +127,7 @@ pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> 
     let tail_segment = if end.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {
-        geo.segment_start(end)
+        geo.segment_start(Lsn(end)).0
     };
     let storage = files.storage.as_ref();
     for seg in files.segments.iter().rev() {
@@ -144,7 +145,7 @@ pub(crate) fn truncate_after(files: &LogFiles, end: u64, synced_before: u64) -> 
             }
             file.sync_data()
                 .map_err(|e| Error::io("fdatasync segment", &seg.path, e))?;
-            if start <= geo.segment_start(synced_before) {
+            if start <= geo.segment_start(Lsn(synced_before)).0 {
                 break;
             }
         }
@@ -248,14 +249,14 @@ mod tests {
         let oldest = u64::from(files.segments[0].header.start);
         let oldest_first = files
             .first_record_in_segment(oldest)?
-            .unwrap_or_else(|| geo.skip_headers(oldest));
+            .unwrap_or_else(|| geo.skip_headers(Lsn(oldest)).0);
         let mut tail = oldest_first;
         for i in (1..files.segments.len()).rev() {
             let Some(first) = candidate(files, i)? else {
                 continue;
             };
             let proven = files
-                .page_headers_from(geo.page_start(first))?
+                .page_headers_from(geo.page_start(Lsn(first)).0)?
                 .iter()
                 .filter_map(|p| p.header)
                 .any(|h| u64::from(h.durable_hint) >= first);

@@ -45,6 +45,7 @@ use std::collections::VecDeque;
 use super::files::{LogFiles, check_page_header, read_full};
 use super::made::{AHEAD_MAX_RECORD, Made, Records, SHARE_MAX, Walker, Wiped};
 use super::prefetched::{Prefetched, READ_AHEAD_BYTES};
+use crate::Lsn;
 use crate::format::PAGE_FLAG_ENCRYPTED;
 use crate::seal;
 use crate::storage::StorageFile;
@@ -337,10 +338,10 @@ pub(crate) fn prefetch_pages(files: &LogFiles, from: u64, ends: FeedEnds) {
         held = Some(batch);
         true
     };
-    let mut page = geo.page_start(from);
+    let mut page = geo.page_start(Lsn(from)).0;
     'segments: while page < files.end_of_files() {
-        let seg_start = geo.segment_start(page);
-        if geo.is_header_page(page) {
+        let seg_start = geo.segment_start(Lsn(page)).0;
+        if geo.is_header_page(Lsn(page)) {
             page += geo.page_size;
             continue;
         }

@@ -188,7 +188,7 @@ impl<'a> Cursor<'a> {
     /// returned.
     pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
-            let start = self.files.geo.skip_headers(self.pos);
+            let start = self.files.geo.skip_headers(Lsn(self.pos)).0;
             let step = self.read_record(start)?;
             let read_before = std::mem::replace(&mut self.read_before, step.is_ok());
             match step {
@@ -196,7 +196,7 @@ impl<'a> Cursor<'a> {
                     let stored = format::header_len_for_flags(rec.header.flags) as u64
                         + u64::from(rec.header.len);
                     self.check_switch_tag(rec)?;
-                    self.pos = self.files.geo.after_switch(start, stored);
+                    self.pos = self.files.geo.after_switch(Lsn(start), stored).0;
                 }
                 Ok(rec) if rec.header.flags & RECORD_FLAG_RESUME != 0 => {
                     self.check_resume_read_on(&rec, read_before)?;
@@ -253,10 +253,10 @@ impl<'a> Cursor<'a> {
             self.control_corrupt(start, "resume record whose payload is not 8 bytes")
         })?;
         let end = u64::from_le_bytes(named);
-        let page = geo.page_start(end);
+        let page = geo.page_start(Lsn(end)).0;
         let inside = end < start
             && end > page + PAGE_HEADER_LEN as u64
-            && geo.skip_headers(page + geo.page_size) == start;
+            && geo.skip_headers(Lsn(page + geo.page_size)).0 == start;
         if !inside {
             return Err(self.control_corrupt(
                 start,
@@ -272,11 +272,11 @@ impl<'a> Cursor<'a> {
     /// and always in the other modes, which never write a resume record.
     fn resumed_after(&mut self, start: u64) -> Result<Option<u64>> {
         let geo = self.files.geo;
-        let page = geo.page_start(start);
+        let page = geo.page_start(Lsn(start)).0;
         if self.files.mode != Mode::PageLevel || start <= page + PAGE_HEADER_LEN as u64 {
             return Ok(None);
         }
-        let next_body = geo.skip_headers(page + geo.page_size);
+        let next_body = geo.skip_headers(Lsn(page + geo.page_size)).0;
         Ok(match self.read_record(next_body)? {
             Ok(rec)
                 if rec.header.flags & RECORD_FLAG_RESUME != 0
@@ -302,7 +302,7 @@ impl<'a> Cursor<'a> {
         version: u32,
         start: u64,
     ) -> Result<std::result::Result<(), Invalid>> {
-        let body_start = self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64;
+        let body_start = self.files.geo.page_start(Lsn(start)).0 + PAGE_HEADER_LEN as u64;
         let seal = Seal::new(self.files.mode, self.files.log_id);
         match seal.check_header(header, version, start == body_start) {
             Ok(()) => Ok(Ok(())),
@@ -329,7 +329,7 @@ impl<'a> Cursor<'a> {
 
     /// Segment, offset and LSN of a record starting at `start`.
     fn position_of(&self, start: u64) -> Position {
-        let segment = self.files.geo.segment_start(start);
+        let segment = self.files.geo.segment_start(Lsn(start)).0;
         Position {
             segment: Lsn(segment),
             offset: start - segment,
@@ -361,7 +361,7 @@ impl<'a> Cursor<'a> {
             }
         };
         let total = (hlen + header.len as usize) as u64;
-        let segment = self.files.geo.segment_start(start);
+        let segment = self.files.geo.segment_start(Lsn(start)).0;
         let version = self.version_of(segment);
         // A record whose CRC the prefetcher verified over these header bytes and the payload of
         // the same pages: the cursor still walks its pages (page loads, continuation lengths)
@@ -518,7 +518,7 @@ impl<'a> Cursor<'a> {
             left -= chunk;
             consumed += chunk;
         }
-        let crc = format::record_crc(version, start, head, stored);
+        let crc = format::record_crc(version, Lsn(start), head, stored);
         if crc != header.crc {
             let kind = CorruptionKind::RecordChecksum {
                 expected: header.crc,
@@ -581,8 +581,8 @@ impl<'a> Cursor<'a> {
                     p.lsn
                 }
                 _ => {
-                    *pos = geo.skip_headers(*pos);
-                    geo.page_start(*pos)
+                    *pos = geo.skip_headers(Lsn(*pos)).0;
+                    geo.page_start(Lsn(*pos)).0
                 }
             };
             let fresh_page = *pos == page + PAGE_HEADER_LEN as u64;
@@ -637,7 +637,7 @@ impl<'a> Cursor<'a> {
             })));
         }
         let geo = self.files.geo;
-        let seg_start = geo.segment_start(page);
+        let seg_start = geo.segment_start(Lsn(page)).0;
         let Some(seg) = self.files.segment(seg_start) else {
             let kind = if seg_start < self.files.end_of_files() {
                 CorruptionKind::MissingSegment
@@ -712,7 +712,7 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
         .map_or(0, |s| u64::from(s.header.start));
     if lsn == Lsn(0) || u64::from(lsn) == oldest {
         let first = files.first_record_in_segment(oldest)?;
-        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
+        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(Lsn(oldest)).0));
     }
     // Past the files, a position in the segment right after the last is one the writer may
     // have handed out already (a log ending on the boundary, a pagelevel writer resuming on a
@@ -727,7 +727,7 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
     if u64::from(lsn) >= files_end.saturating_add(files.geo.segment_size) {
         return Err(Error::LsnNotAvailable(lsn));
     }
-    let pos = files.geo.skip_headers(u64::from(lsn));
+    let pos = files.geo.skip_headers(lsn).0;
     if pos < files.end_of_files() {
         check_record_start(files, pos)?;
     }
@@ -740,18 +740,18 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<u64> {
 pub(crate) fn check_record_start(files: &LogFiles, pos: u64) -> Result<()> {
     let geo = files.geo;
     let not_a_record = || Error::NotRecordStart(Lsn(pos));
-    let page = geo.page_start(pos);
+    let page = geo.page_start(Lsn(pos)).0;
     let body = page + PAGE_HEADER_LEN as u64;
-    if geo.is_header_page(page) || pos < body {
+    if geo.is_header_page(Lsn(page)) || pos < body {
         return Err(not_a_record());
     }
     let Some(header) = files.read_page_header(page)? else {
         return Ok(());
     };
-    let mut at = geo.advance(body, header.rem_len as u64);
+    let mut at = geo.advance(Lsn(body), header.rem_len as u64).0;
     let mut cursor = Cursor::new(files, at);
     loop {
-        let next = geo.skip_headers(at);
+        let next = geo.skip_headers(Lsn(at)).0;
         if next == pos {
             return Ok(());
         }

@@ -319,7 +319,7 @@ impl LogFiles {
     /// The format version of the segment holding `lsn`, which decides how the checksum of a
     /// record starting there is computed; the current version for a position in no segment.
     pub(crate) fn version_at(&self, lsn: u64) -> u32 {
-        self.segment(self.geo.segment_start(lsn))
+        self.segment(self.geo.segment_start(Lsn(lsn)).0)
             .map_or(format::FORMAT_VERSION, |s| s.header.version)
     }
 
@@ -331,9 +331,12 @@ impl LogFiles {
     /// prepared under an older key comes back listing the active key. A segment whose file is
     /// gone does not count.
     pub(crate) fn segment_remade(&self, lsn: u64) -> Result<bool> {
-        let here = self.geo.segment_start(lsn);
-        let next_page = self.geo.page_start(lsn) + self.geo.page_size;
-        let next = self.geo.segment_start(self.geo.skip_headers(next_page));
+        let here = self.geo.segment_start(Lsn(lsn)).0;
+        let next_page = self.geo.page_start(Lsn(lsn)).0 + self.geo.page_size;
+        let next = self
+            .geo
+            .segment_start(self.geo.skip_headers(Lsn(next_page)))
+            .0;
         Ok(self.header_changed(here)? || next != here && self.header_changed(next)?)
     }
 
@@ -374,15 +377,16 @@ impl LogFiles {
         let Some(header) = self.read_page_header(page)? else {
             return Ok(None);
         };
-        Ok(Some(self.geo.advance(
-            self.geo.skip_headers(page),
-            header.rem_len as u64,
-        )))
+        Ok(Some(
+            self.geo
+                .advance(self.geo.skip_headers(Lsn(page)), header.rem_len as u64)
+                .0,
+        ))
     }
 
     /// Reads and checks the header of the page at `page`; `None` when it is not valid.
     pub(crate) fn read_page_header(&self, page: u64) -> Result<Option<PageHeader>> {
-        let seg_start = self.geo.segment_start(page);
+        let seg_start = self.geo.segment_start(Lsn(page)).0;
         let Some(seg) = self.segment(seg_start) else {
             return Ok(None);
         };
@@ -448,7 +452,7 @@ impl LogFiles {
     /// naming another key of the ring would decrypt to garbage that still passes its checksum
     /// (the checksum covers ciphertext), so this is damage, not the end of the log.
     pub(crate) fn check_key_listed(&self, key_id: u32, at: u64) -> Result<()> {
-        let start = self.geo.segment_start(at);
+        let start = self.geo.segment_start(Lsn(at)).0;
         match self.segment(start) {
             Some(seg) if !seg.header.lists_key(key_id) => {
                 Err(self.position_error(at, at, CorruptionKind::UnlistedKey { key_id }))
@@ -464,7 +468,7 @@ impl LogFiles {
         let mut hint = 0;
         let mut page = from_page;
         loop {
-            if self.geo.is_header_page(page) {
+            if self.geo.is_header_page(Lsn(page)) {
                 page += self.geo.page_size;
                 continue;
             }
@@ -479,10 +483,11 @@ impl LogFiles {
     /// The largest durable hint among the valid headers of the page holding `lsn` and of the
     /// page after it (the next body page), 0 when neither has one.
     pub(crate) fn hint_near(&self, lsn: u64) -> Result<u64> {
-        let page = self.geo.page_start(lsn);
+        let page = self.geo.page_start(Lsn(lsn)).0;
         let next = self
             .geo
-            .page_start(self.geo.skip_headers(page + self.geo.page_size));
+            .page_start(self.geo.skip_headers(Lsn(page + self.geo.page_size)))
+            .0;
         let mut hint = 0;
         for p in [page, next] {
             if let Some(h) = self.read_page_header(p)? {
@@ -560,7 +565,7 @@ impl LogFiles {
     }
 
     pub(crate) fn position_error(&self, at: u64, lsn: u64, kind: CorruptionKind) -> Error {
-        let segment = self.geo.segment_start(at);
+        let segment = self.geo.segment_start(Lsn(at)).0;
         Error::corrupt(Lsn(segment), at - segment, Lsn(lsn), kind)
     }
 }
@@ -569,7 +574,7 @@ impl LogFiles {
 /// the LSN space. The error names the file (its start) and what is wrong.
 fn check_segment_start(seg: &SegmentInfo, geo: Geometry) -> Result<()> {
     let start = seg.header.start;
-    format::validate_segment_start(geo, u64::from(start))
+    format::validate_segment_start(geo, start)
         .map_err(|what| Error::corrupt(start, 0, start, CorruptionKind::SegmentHeaderField(what)))
 }
 

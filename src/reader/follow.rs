@@ -471,7 +471,7 @@ impl Follower {
         let starts = list_segments(self.storage.as_ref(), &self.dir)?;
         match starts.first() {
             None => return Err(error),
-            Some(&oldest) if files.geo.segment_start(self.pos) < u64::from(oldest) => {
+            Some(&oldest) if files.geo.segment_start(Lsn(self.pos)).0 < u64::from(oldest) => {
                 return Err(Error::Purged {
                     needed: Lsn(self.pos),
                     oldest,
@@ -545,7 +545,7 @@ impl Follower {
                 }
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
-                    if files.geo.segment_start(invalid.at) >= files.end_of_files() {
+                    if files.geo.segment_start(Lsn(invalid.at)).0 >= files.end_of_files() {
                         match refresh(files, self.ring.as_ref())? {
                             Some(newer) => {
                                 self.files = Some(newer);
@@ -621,9 +621,9 @@ fn remade(files: &LogFiles, ring: Option<&KeyRing>, lsn: u64) -> Result<Option<L
 /// own count when it is in this process, else the page headers' durable hints.
 fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Result<u64> {
     if let Some(wal) = wal.and_then(Weak::upgrade) {
-        return Ok(wal.synced_lsn());
+        return Ok(wal.synced_lsn().0);
     }
-    files.latest_hint(files.geo.page_start(u64::from(from)))
+    files.latest_hint(files.geo.page_start(from).0)
 }
 
 /// Whether the follower has been stopped at the invalid record at `lsn` for

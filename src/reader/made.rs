@@ -9,6 +9,7 @@ use zeroize::Zeroize;
 
 use super::files::LogFiles;
 use super::prefetched::{Prefetched, READ_AHEAD_BYTES};
+use crate::Lsn;
 use crate::format::{
     self, Geometry, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
     RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
@@ -194,7 +195,7 @@ impl<'a> Walker<'a> {
             }
             // Only a position at a page or segment start has headers to skip.
             let start = if pos % geo.page_size == 0 {
-                geo.skip_headers(pos)
+                geo.skip_headers(Lsn(pos)).0
             } else {
                 pos
             };
@@ -216,7 +217,7 @@ impl<'a> Walker<'a> {
         out: &mut Records,
     ) -> Option<u64> {
         let mut head = [0u8; RECORD_HEADER_ENCRYPTED];
-        let page = geo.page_start(start);
+        let page = geo.page_start(Lsn(start)).0;
         let in_page = (start - page) as usize;
         let page_size = geo.page_size as usize;
         // Most headers lie within one page: read them straight from it.
@@ -236,7 +237,10 @@ impl<'a> Walker<'a> {
         };
         let header = RecordHeader::decode(&head[..hlen]).ok()?;
         if header.flags & RECORD_FLAG_SWITCH != 0 {
-            return Some(geo.after_switch(start, (hlen + header.len as usize) as u64));
+            return Some(
+                geo.after_switch(Lsn(start), (hlen + header.len as usize) as u64)
+                    .0,
+            );
         }
         let len = header.len as usize;
         if make
@@ -252,7 +256,7 @@ impl<'a> Walker<'a> {
             // Ends inside the same page, short of its end: the next record starts right here.
             return Some(start + total as u64);
         }
-        Some(geo.advance(start, total as u64))
+        Some(geo.advance(Lsn(start), total as u64).0)
     }
 
     /// Makes the encrypted record at `start` (header `head`, decoded as `header`) ready for the
@@ -274,11 +278,11 @@ impl<'a> Walker<'a> {
         let keys = self.files.keys.as_ref()?;
         let len = header.len as usize;
         let at = out.slot(len);
-        let payload = geo.advance(start, RECORD_HEADER_ENCRYPTED as u64);
+        let payload = geo.advance(Lsn(start), RECORD_HEADER_ENCRYPTED as u64).0;
         let slot = out.slot_mut(at);
         let verified = window.stream_bytes(geo, payload, slot).is_some();
         let version = self.files.version_at(start);
-        if verified && format::record_crc(version, start, head, slot) != header.crc {
+        if verified && format::record_crc(version, Lsn(start), head, slot) != header.crc {
             out.cut(at);
             return Some(());
         }
@@ -333,8 +337,8 @@ impl<'p> Window<'p> {
     fn stream_bytes(&mut self, geo: Geometry, mut pos: u64, out: &mut [u8]) -> Option<()> {
         let mut done = 0;
         while done < out.len() {
-            pos = geo.skip_headers(pos);
-            let page = geo.page_start(pos);
+            pos = geo.skip_headers(Lsn(pos)).0;
+            let page = geo.page_start(Lsn(pos)).0;
             let image = self.page(page)?;
             let in_page = (pos - page) as usize;
             let n = (out.len() - done).min(image.len() - in_page);

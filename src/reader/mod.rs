@@ -274,7 +274,7 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
 /// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
-    let start_page = files.geo.page_start(invalid.lsn);
+    let start_page = files.geo.page_start(Lsn(invalid.lsn)).0;
     for page in files.page_headers_from(start_page)? {
         if let Some(h) = page.header
             && u64::from(h.durable_hint) > invalid.lsn

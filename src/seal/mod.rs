@@ -24,6 +24,7 @@
 //! A new mode: a file here for its cipher, a variant of [`RecordSeal`] (and its arms in this
 //! file), its mode and flag codes in `format.rs`.
 
+use crate::Lsn;
 use crate::compress;
 use crate::config::{Compression, Mode};
 use crate::crypto::{IV_LEN, Keys};
@@ -259,13 +260,13 @@ impl Seal {
                 RecordSeal::Plain => {}
                 RecordSeal::Ctr => ctr::apply(key.keys, key.key_id, &iv, &mut out[hlen..])?,
                 RecordSeal::Gcm => {
-                    let aad = format::auth_aad(at.version, self.log_id, &header, at.lsn);
+                    let aad = format::auth_aad(at.version, self.log_id, &header, Lsn(at.lsn));
                     gcm::seal(key.keys, (key.key_id, &iv), &aad, &mut out[hlen..])?;
                 }
             }
         }
         header.encode(&mut out[..hlen]);
-        let crc = format::bind_crc_to_lsn(at.version, format::record_crc_whole(out), at.lsn);
+        let crc = format::bind_crc_to_lsn(at.version, format::record_crc_whole(out), Lsn(at.lsn));
         out[..4].copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }
@@ -370,7 +371,7 @@ pub(crate) fn open_record(
         match RecordSeal::of_flags(header.flags) {
             RecordSeal::Gcm => {
                 let lsn = u64::from(found.at.lsn);
-                let aad = format::auth_aad(found.version, found.log_id, header, lsn);
+                let aad = format::auth_aad(found.version, found.log_id, header, Lsn(lsn));
                 if !gcm::open(keys, (key_id, &iv), &aad, stored)? {
                     return Err(Error::AuthenticationFailed {
                         at: found.at,

@@ -61,7 +61,7 @@ fn open_at(
     seal.check_header(&header, FORMAT_VERSION, false)
         .map_err(|e| format!("{e:?}"))?;
     let (head, stored) = record.split_at(hlen);
-    if format::record_crc(FORMAT_VERSION, lsn, head, stored) != header.crc {
+    if format::record_crc(FORMAT_VERSION, Lsn(lsn), head, stored) != header.crc {
         return Err("checksum".into());
     }
     let mut stored = stored.to_vec();
@@ -128,7 +128,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
     let hlen = format::header_len_for_flags(record[format::REC_FLAGS_AT]);
     let crc = {
         let (head, stored) = record.split_at(hlen);
-        format::record_crc(FORMAT_VERSION, moved, head, stored)
+        format::record_crc(FORMAT_VERSION, Lsn(moved), head, stored)
     };
     record[..4].copy_from_slice(&crc.to_le_bytes());
     let error = open_at(&seal, &keys, &record, moved).unwrap_err();

@@ -13,9 +13,10 @@
 //! dead replica cannot fill the disk.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use zeroize::Zeroizing;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::Wal;
 use crate::config::{Config, SyncMode};
@@ -24,6 +25,30 @@ use crate::error::{Error, Result};
 use crate::keys::KeyRing;
 use crate::reader::{LogFiles, Record};
 use crate::{Lsn, Mode};
+
+/// The control file's contents as this `Wal` last wrote or read them (last checkpoint,
+/// retention holds), and how far a hold may fall behind. Its lock is private to this file:
+/// taken with no lock of the log held (only the rotation's ring lock is taken under it), and
+/// held across the control file's replacement, so the file's generations follow the order of
+/// the changes.
+pub(super) struct Retention {
+    control: Mutex<Control>,
+    /// How far a hold may fall behind the end before a purge gives it up.
+    max_hold_bytes: u64,
+}
+
+impl Retention {
+    pub(super) fn new(max_hold_bytes: u64) -> Retention {
+        Retention {
+            control: Mutex::new(Control::default()),
+            max_hold_bytes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Control> {
+        self.control.lock()
+    }
+}
 
 impl Wal {
     /// Records the engine's checkpoint: every record the engine needs to restore its state
@@ -47,7 +72,7 @@ impl Wal {
                 meta.len()
             )));
         }
-        if u64::from(lsn) > self.insert_end.load(Ordering::Acquire) {
+        if u64::from(lsn) > self.reservations.end().0 {
             return Err(Error::LsnNotAvailable(lsn));
         }
         match self.sync {
@@ -55,7 +80,7 @@ impl Wal {
             SyncMode::Buffered => self.sync()?,
         }
         {
-            let mut control = self.control.lock();
+            let mut control = self.retention.lock();
             if let Some(last) = &control.checkpoint
                 && last.lsn > lsn
             {
@@ -94,7 +119,7 @@ impl Wal {
 
     /// The last checkpoint recorded (by this open or an earlier one), if any.
     pub fn last_checkpoint(&self) -> Option<Checkpoint> {
-        self.control.lock().checkpoint.clone()
+        self.retention.lock().checkpoint.clone()
     }
 
     /// Creates the retention hold `name` at `lsn`, or moves it there: [`Wal::purge_before`]
@@ -111,10 +136,10 @@ impl Wal {
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
-        if u64::from(lsn) > self.insert_end.load(Ordering::Acquire) {
+        if u64::from(lsn) > self.reservations.end().0 {
             return Err(Error::LsnNotAvailable(lsn));
         }
-        let mut control = self.control.lock();
+        let mut control = self.retention.lock();
         let oldest = self.oldest_segment()?;
         if u64::from(lsn) < oldest {
             return Err(Error::Purged {
@@ -152,7 +177,7 @@ impl Wal {
     /// Releases the hold `name`, durably. Returns whether there was one.
     pub fn release_hold(&self, name: &str) -> Result<bool> {
         self.check_poison()?;
-        let mut control = self.control.lock();
+        let mut control = self.retention.lock();
         let Some(at) = control.holds.iter().position(|h| h.name == name) else {
             return Ok(false);
         };
@@ -166,18 +191,18 @@ impl Wal {
 
     /// The retention holds, in the order they were made.
     pub fn holds(&self) -> Vec<Hold> {
-        self.control.lock().holds.clone()
+        self.retention.lock().holds.clone()
     }
 
     /// The oldest position a purge may reach for `lsn`: before the last checkpoint and every
     /// hold still in force. Holds that fell more than `max_hold_bytes` behind the end are given
     /// up first (saved).
-    pub(super) fn purge_limit(&self, lsn: u64) -> Result<u64> {
-        let end = self.insert_end.load(Ordering::Acquire);
-        let mut control = self.control.lock();
+    pub(super) fn purge_limit(&self, lsn: Lsn) -> Result<Lsn> {
+        let end = self.reservations.end();
+        let mut control = self.retention.lock();
         let mut gave_up = false;
         for hold in control.holds.iter_mut().filter(|h| !h.lost) {
-            if end.saturating_sub(u64::from(hold.lsn)) > self.max_hold_bytes {
+            if end.checked_distance(hold.lsn).unwrap_or(0) > self.retention.max_hold_bytes {
                 hold.lost = true;
                 gave_up = true;
             }
@@ -186,19 +211,19 @@ impl Wal {
             self.save_control(&mut control)?;
         }
         // A restart replays from the last checkpoint on disk: what it needs stays too.
-        let checkpoint = control.purge_floor.map_or(u64::MAX, u64::from);
+        let checkpoint = control.purge_floor.unwrap_or(Lsn(u64::MAX));
         Ok(control
             .holds
             .iter()
             .filter(|h| !h.lost)
-            .map(|h| u64::from(h.lsn))
-            .fold(lsn.min(checkpoint), u64::min))
+            .map(|h| h.lsn)
+            .fold(lsn.min(checkpoint), Lsn::min))
     }
 
     /// The key id the control file's checkpoint is sealed under, if any: a key it still
     /// needs is not retired.
     pub(super) fn control_key(&self) -> Option<u32> {
-        let control = self.control.lock();
+        let control = self.retention.lock();
         (control.checkpoint.is_some() && control.checkpoint_key != 0)
             .then_some(control.checkpoint_key)
     }
@@ -220,7 +245,7 @@ impl Wal {
         {
             hold.lost = true;
         }
-        *self.control.lock() = loaded;
+        *self.retention.lock() = loaded;
         Ok(())
     }
 

@@ -3,18 +3,18 @@
 //! tracked in `inflight`), group-commit flushes, fdatasync and close. The segment files the
 //! pages go into (handles, creation, switch and purge) are managed in `segments`.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use std::sync::Arc;
 
-use crate::lock_order::{self, OrderedGuard, OrderedMutex};
+use crate::lock_order::{OrderedGuard, OrderedMutex};
 
+use super::group::RoundEnd;
 use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
-use crate::format::{self, PAGE_HEADER_LEN, PageHeader};
+use crate::format::{PAGE_HEADER_LEN, PageHeader};
 use crate::seal;
 use crate::storage::StorageFile;
 
@@ -36,7 +36,7 @@ pub(super) struct WriteBuffer {
 
 /// A contiguous stretch of one segment file: `bytes[at..at + len]` goes to `offset`.
 struct Run {
-    segment: u64,
+    segment: Lsn,
     file: Arc<dyn StorageFile>,
     offset: u64,
     at: usize,
@@ -65,8 +65,8 @@ impl Drop for Reserved<'_> {
             return;
         }
         let wal = self.wal;
-        if !wal.poisoned.load(Ordering::Acquire) {
-            let position = wal.written_to.load(Ordering::Acquire);
+        if !wal.poison.is_set() {
+            let position = wal.inflight.written();
             let error = wal.broken_invariant(
                 "write segment",
                 position,
@@ -75,6 +75,29 @@ impl Drop for Reserved<'_> {
             let _ = wal.poison_error(error);
         }
         wal.inflight.abandon();
+    }
+}
+
+/// A `Durable` round's fdatasync announced as pending (`Syncs::announce`): dropped before it
+/// is `done` (an error or a panic between the announcement and `flushed_to` passing its
+/// target), it poisons the log, so the followers that wait for the round instead of leading
+/// one wake to an error rather than to a flush that never comes.
+struct SyncDue<'a> {
+    wal: &'a Wal,
+    target: Lsn,
+    done: bool,
+}
+
+impl Drop for SyncDue<'_> {
+    fn drop(&mut self) {
+        if !self.done && !self.wal.poison.is_set() {
+            let error = self.wal.broken_invariant(
+                "fdatasync segment",
+                self.target,
+                "a flush round ended before its fdatasync".into(),
+            );
+            let _ = self.wal.poison_error(error);
+        }
     }
 }
 
@@ -100,7 +123,7 @@ impl Wal {
     /// releasing the lock, and waits until everything before `target` has landed. The appender
     /// that makes room in a full buffer comes here (under the insert lock), and checks first
     /// that it is the opener's process.
-    pub(super) fn write_out(&self, target: u64) -> Result<()> {
+    pub(super) fn write_out(&self, target: Lsn) -> Result<()> {
         self.check_process()?;
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
@@ -128,7 +151,7 @@ impl Wal {
     pub(super) fn write_locked(
         &self,
         w: &mut WriteState,
-        target: u64,
+        target: Lsn,
         _same: SameProcess,
     ) -> Result<()> {
         if let Some(range) = self.reserve(w, target)? {
@@ -141,7 +164,7 @@ impl Wal {
     /// and appends; pagelevel encrypts here) and registers it in flight. `None` when
     /// everything before `target` is reserved already. The caller writes the range with
     /// [`Wal::write_range`], with or without the write lock.
-    pub(super) fn reserve(&self, w: &mut WriteState, target: u64) -> Result<Option<Reserved<'_>>> {
+    pub(super) fn reserve(&self, w: &mut WriteState, target: Lsn) -> Result<Option<Reserved<'_>>> {
         self.check_poison()?;
         if target <= w.reserved_to {
             return Ok(None);
@@ -157,16 +180,11 @@ impl Wal {
         let lo = buf
             .runs
             .first()
-            .map_or(w.reserved_to, |r| r.offset + r.segment);
+            .map_or(w.reserved_to, |r| r.segment + r.offset);
         let hi = buf
             .runs
             .last()
-            .map_or(w.reserved_to, |r| r.offset + r.segment + r.len as u64);
-        for run in &buf.runs {
-            if !w.dirty.contains(&run.segment) {
-                w.dirty.push(run.segment);
-            }
-        }
+            .map_or(w.reserved_to, |r| r.segment + r.offset + r.len as u64);
         let id = self.inflight.register(target, lo, hi);
         w.reserved_to = target;
         w.data_end = target;
@@ -178,22 +196,26 @@ impl Wal {
         }))
     }
 
-    /// Writes a reserved range once no earlier range in flight covers its bytes, and marks it
-    /// landed. A failure poisons the log; the range then never lands.
+    /// Writes a reserved range once no earlier range in flight covers its bytes, lists its
+    /// segments dirty, and marks it landed. A failure poisons the log; the range then never
+    /// lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
         self.write_runs(range.id, &range.buf)?;
-        self.inflight.land(range.id, &self.written_to);
+        for run in &range.buf.runs {
+            self.syncs.landed(run.segment, &run.file);
+        }
+        self.inflight.land(range.id);
         range.landed = true;
         Ok(())
     }
 
     fn write_runs(&self, id: u64, buf: &WriteBuffer) -> Result<()> {
-        if !self.inflight.wait_clear(id, &self.poisoned) {
+        if !self.inflight.wait_clear(id, self.poison.flag()) {
             // Poisoned while it waited: the range is not written.
             self.check_poison()?;
             return Err(self.broken_invariant(
                 "write segment",
-                self.written_to.load(Ordering::Acquire),
+                self.inflight.written(),
                 "a write-out was refused by a log that is not poisoned".into(),
             ));
         }
@@ -207,11 +229,11 @@ impl Wal {
 
     /// Waits until everything before `target` has landed; an error if the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64) -> Result<()> {
-        if self.written_to.load(Ordering::Acquire) >= target {
+    pub(super) fn wait_landed(&self, target: Lsn) -> Result<()> {
+        if self.inflight.written() >= target {
             return Ok(());
         }
-        if self.inflight.wait_landed(target, &self.poisoned) {
+        if self.inflight.wait_landed(target, self.poison.flag()) {
             return Ok(());
         }
         self.check_poison()?;
@@ -224,9 +246,9 @@ impl Wal {
 
     /// Builds the bytes of `[reserved_to, target)` into `buf`: one run per segment, each a
     /// contiguous stretch of the file.
-    fn build_pages(&self, w: &mut WriteState, target: u64, buf: &mut WriteBuffer) -> Result<()> {
+    fn build_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
-        let hint = self.synced_to.load(Ordering::Acquire);
+        let hint = self.positions.synced();
         let mut page = self.geo.page_start(w.reserved_to);
         while page < target {
             if self.geo.is_header_page(page) {
@@ -299,7 +321,7 @@ impl Wal {
     /// in `Buffered` mode, where the hint moves only at `sync`, a commit writes what it
     /// appended instead of a whole page. Never in pagelevel mode, whose rewrite repeats the
     /// whole encrypted body under the page's one IV.
-    fn appendable(&self, w: &WriteState, page: u64, hint: u64) -> Option<u64> {
+    fn appendable(&self, w: &WriteState, page: Lsn, hint: Lsn) -> Option<Lsn> {
         let from = w.reserved_to;
         let appendable = self.mode != Mode::PageLevel
             && w.imaged == (page, hint)
@@ -310,27 +332,18 @@ impl Wal {
 
     /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
     /// it belongs to) if the slot holds another page.
-    fn slot_holding(
-        &self,
-        page: u64,
-    ) -> Result<OrderedGuard<'_, super::Slot, { lock_order::SLOT }>> {
-        let slot = self.slots[self.slot_index(page)].lock();
-        if slot.page != page {
-            return Err(self.broken_invariant(
+    fn slot_holding(&self, page: Lsn) -> Result<super::buffer::SlotGuard<'_>> {
+        self.buffer.holding(page).map_err(|wrong| {
+            self.broken_invariant(
                 "write page",
                 page,
-                format!(
-                    "page {} is not in the write buffer (it holds {})",
-                    Lsn(page),
-                    Lsn(slot.page)
-                ),
-            ));
-        }
-        Ok(slot)
+                format!("page {page} is not in the write buffer: {}", wrong.0),
+            )
+        })
     }
 
     /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
-    fn page_tail(&self, page: u64, from: u64, out: &mut [u8]) -> Result<()> {
+    fn page_tail(&self, page: Lsn, from: Lsn, out: &mut [u8]) -> Result<()> {
         let slot = self.slot_holding(page)?;
         let at = (from - page) as usize;
         out.copy_from_slice(&slot.data[at..at + out.len()]);
@@ -346,9 +359,9 @@ impl Wal {
     fn page_image(
         &self,
         w: &mut WriteState,
-        page: u64,
+        page: Lsn,
         valid: usize,
-        hint: u64,
+        hint: Lsn,
         out: &mut [u8],
     ) -> Result<()> {
         let (rem_len, cipher) = {
@@ -363,9 +376,9 @@ impl Wal {
         let mut header = PageHeader {
             flags: 0,
             key_id: 0,
-            page_lsn: Lsn(page),
+            page_lsn: page,
             rem_len,
-            durable_hint: Lsn(hint),
+            durable_hint: hint,
             iv: [0; 16],
         };
         if cipher.is_some() {
@@ -381,45 +394,19 @@ impl Wal {
     }
 
     /// The key that encrypts pages of the segment holding `page` (pagelevel).
-    fn page_key(&self, w: &WriteState, page: u64) -> u32 {
+    fn page_key(&self, w: &WriteState, page: Lsn) -> u32 {
         match w.segment_key {
             Some((segment, key_id)) if segment == self.geo.segment_start(page) => key_id,
             _ => self.keys.load().active().unwrap_or(0),
         }
     }
 
-    /// fdatasyncs every segment written since the last sync. A segment whose handle the writer
-    /// has closed since is reopened for it: Linux reports a write-back error that no one has
-    /// seen yet to a descriptor opened after it, so the sync still learns of a failure.
-    ///
-    /// It first waits for every reserved range to land, so the fdatasync covers every segment
-    /// on the dirty list in full (a range is listed dirty when it is reserved).
+    /// fdatasyncs every segment written since its last fdatasync, once every reserved range
+    /// has landed (so the round covers everything reserved), in the sync turn
+    /// ([`Wal::sync_round`]). Under the write lock.
     pub(super) fn sync_locked(&self, w: &mut WriteState) -> Result<()> {
         self.wait_landed(w.reserved_to)?;
-        let dirty = std::mem::take(&mut w.dirty);
-        for segment in &dirty {
-            let reopened;
-            let file = match w.files.iter().find(|(s, _)| s == segment) {
-                Some((_, file)) => file.as_ref(),
-                None => {
-                    let path = self.dir.join(format::segment_file_name(Lsn(*segment)));
-                    reopened = self
-                        .storage
-                        .open(&path, true)
-                        .map_err(|e| self.poison("open segment to fdatasync", *segment, e))?;
-                    reopened.as_ref()
-                }
-            };
-            let started = Instant::now();
-            let synced = file.sync_data();
-            self.counters
-                .here()
-                .fsync_ns
-                .add(started.elapsed().as_nanos() as u64);
-            self.counters.here().fsyncs.add(1);
-            synced.map_err(|e| self.poison("fdatasync segment", *segment, e))?;
-        }
-        Ok(())
+        self.sync_round(None)
     }
 
     /// Makes every record up to and including the one at `lsn` durable, as the configured
@@ -436,16 +423,23 @@ impl Wal {
     /// round for all the rest. Commits arriving together thus cost one write (and one
     /// fdatasync) between them.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
-        let lsn = u64::from(lsn);
         loop {
             self.check_poison()?;
+            // Read before the checks below: a round that ends after this read bumps it, and
+            // one that ended before it raised `flushed_to` (and ended `pending`'s wait) first.
+            let seen = self.group.rounds();
             if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.insert_end.load(Ordering::Acquire) < lsn {
-                return Err(Error::LsnNotAvailable(Lsn(lsn)));
+            if self.reservations.end() < lsn {
+                return Err(Error::LsnNotAvailable(lsn));
             }
-            let seen = self.group.rounds();
+            if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
+                // Written, and a leader's fdatasync of it is queued or running: its round's
+                // end wakes this thread.
+                self.group.wait_after(seen);
+                continue;
+            }
             match self.group.lead() {
                 // Ends the round even if the flush unwinds, so waiters never wait forever.
                 Some(round) => return self.lead_round(lsn, Some(round)),
@@ -455,22 +449,32 @@ impl Wal {
         }
     }
 
+    /// True when the record at `lsn` (or, at the end of the log, everything before it) lies
+    /// below the target of an fdatasync a leader has announced (`Syncs::pending`).
+    fn sync_pending_through(&self, lsn: Lsn) -> bool {
+        let pending = self.syncs.pending();
+        pending > lsn || (pending == lsn && self.reservations.end() == lsn)
+    }
+
     /// One group-commit round: takes the write lock and flushes everything appended so far.
-    /// Durable, and pagelevel in either sync mode: writes and waits for every range in flight
-    /// (Durable: and fdatasyncs), all under the lock. Buffered plaintext and perrecord:
-    /// reserves and builds the range under the lock, writes it after releasing it, and waits
-    /// until everything below its target has landed.
-    pub(super) fn lead_flush(&self, lsn: u64) -> Result<()> {
+    /// `Durable`: [`Wal::lead_durable`]. pagelevel, `Buffered`: writes and waits for every
+    /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
+    /// builds the range under the lock, writes it after releasing it, and waits until
+    /// everything below its target has landed.
+    pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {
         let same = self.check_process()?;
+        if self.sync == SyncMode::Durable {
+            return self.lead_durable(lsn, round, same);
+        }
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
-        // Durable: the fdatasync needs the write lock anyway. pagelevel: every commit rewrites
-        // its partly filled page whole, so commits' writes overlap and would only wait for each
-        // other outside the lock (0.9-1.6 us more CPU per oltp transaction at 4-8 threads,
-        // measured); it writes inside the lock, as the study's design does.
-        if self.sync == SyncMode::Durable || self.mode == Mode::PageLevel {
+        // pagelevel: every commit rewrites its partly filled page whole, so commits' writes
+        // overlap and would only wait for each other outside the lock (0.9-1.6 us more CPU per
+        // oltp transaction at 4-8 threads, measured); it writes inside the lock, as the study's
+        // design does.
+        if self.mode == Mode::PageLevel {
             let result = self.flush_locked(&mut w, lsn, inserted, same);
             drop(w);
             self.counters
@@ -503,17 +507,18 @@ impl Wal {
         self.wait_landed(target)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes landed.
         self.check_poison()?;
-        self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        self.positions.raise_flushed(target);
         Ok(())
     }
 
-    /// The flush of `lsn` under the write lock, through `inserted` (a record boundary past
-    /// `lsn` through which every record is in the buffer, `inserted_through`) or further.
+    /// The flush of `lsn` under the write lock (pagelevel, `Buffered`), through `inserted` (a
+    /// record boundary past `lsn` through which every record is in the buffer,
+    /// `inserted_through`) or further.
     fn flush_locked(
         &self,
         w: &mut WriteState,
-        lsn: u64,
-        inserted: u64,
+        lsn: Lsn,
+        inserted: Lsn,
         same: SameProcess,
     ) -> Result<()> {
         if self.flushed_through(lsn) {
@@ -522,43 +527,93 @@ impl Wal {
         // Records inserted while this thread waited for the lock come along.
         let target = inserted.max(self.inserted_to());
         self.write_locked(w, target, same)?;
-        if self.sync == SyncMode::Durable {
-            self.sync_locked(w)?;
-            self.synced_to.fetch_max(target, Ordering::AcqRel);
-            self.refresh_hint(w)?;
-        }
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
-        // the lock may have failed meanwhile), as on the Buffered path.
+        // the lock may have failed meanwhile), as on the other paths.
         self.check_poison()?;
-        self.flushed_to.fetch_max(target, Ordering::AcqRel);
+        self.positions.raise_flushed(target);
         self.debug_check_positions(w);
         Ok(())
     }
 
+    /// A `Durable` group-commit round, led by this thread: under the write lock it reserves
+    /// everything in the buffer (pagelevel: and encrypts and writes it there, as the study's
+    /// design does); the range is written after the lock (plaintext, perrecord); once it has
+    /// landed the leader announces its target as pending and hands the lead on, so the next
+    /// round's write-out runs while this round's fdatasync does; then it takes the sync turn
+    /// and fdatasyncs (skipped if a round that began after its range landed covered it),
+    /// raises `flushed_to` and `synced_to`, and rewrites the hint of the last page written
+    /// unless a later round is on its way, which will.
+    fn lead_durable(
+        &self,
+        lsn: Lsn,
+        round: Option<&mut RoundEnd<'_>>,
+        same: SameProcess,
+    ) -> Result<()> {
+        // Before the write lock: the insertions waited for may need it to make room.
+        let inserted = self.inserted_through(lsn);
+        self.counters.here().write_lock_acquisitions.add(1);
+        let (mut w, held_since) = timed_lock(&self.write);
+        let reserved = if self.flushed_through(lsn) {
+            Ok(None)
+        } else {
+            // Records inserted while this thread waited for the lock come along.
+            let target = inserted.max(self.inserted_to());
+            match self.mode {
+                Mode::PageLevel => self.write_locked(&mut w, target, same).map(|()| None),
+                _ => self.reserve(&mut w, target).map(|range| range.map(Some)),
+            }
+            .map(|range| Some((target, range)))
+        };
+        drop(w);
+        self.counters
+            .here()
+            .write_lock_ns
+            .add(held_since.elapsed().as_nanos() as u64);
+        let Some((target, range)) = reserved? else {
+            return Ok(());
+        };
+        if let Some(Some(range)) = range {
+            self.write_range(range)?;
+        }
+        self.wait_landed(target)?;
+        // From here until `flushed_to` passes `target`, followers below it wait for this
+        // round's end instead of leading; an unwinding leader must not leave them waiting.
+        let mut due = SyncDue {
+            wal: self,
+            target,
+            done: false,
+        };
+        self.syncs.announce(target);
+        if let Some(round) = round {
+            round.hand_on();
+        }
+        self.sync_round(Some(target))?;
+        // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
+        self.check_poison()?;
+        // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
+        // instant (`Positions::check_order`).
+        self.positions.raise_flushed(target);
+        self.positions.raise_synced(target);
+        due.done = true;
+        if self.syncs.pending() <= target {
+            let mut w = self.write.lock();
+            self.wait_landed(w.reserved_to)?;
+            self.refresh_hint(&mut w)?;
+            self.debug_check_positions(&w);
+        }
+        Ok(())
+    }
+
     /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as
-    /// far as the write lock (held by the caller, about to release it) can see it:
-    /// `synced_to <= flushed_to <= insert_end`, `flushed_to <= written_to <= reserved_to`.
-    /// Every test that writes a log checks them this way; release builds pay nothing.
+    /// far as the write lock (held by the caller, about to release it) can see it
+    /// ([`super::positions::Positions::check_order`]).
     pub(super) fn debug_check_positions(&self, w: &WriteState) {
-        if cfg!(debug_assertions) && !self.poisoned.load(Ordering::Acquire) {
-            let synced = self.synced_to.load(Ordering::Acquire);
-            let flushed = self.flushed_to.load(Ordering::Acquire);
-            let written = self.written_to.load(Ordering::Acquire);
-            let complete = self.insert_end.load(Ordering::Acquire);
-            debug_assert!(
-                synced <= flushed && flushed <= complete,
-                "positions out of order: synced {} flushed {} complete {}",
-                Lsn(synced),
-                Lsn(flushed),
-                Lsn(complete)
-            );
-            debug_assert!(
-                flushed <= written && written <= w.reserved_to,
-                "positions out of order: flushed {} written {} reserved {}",
-                Lsn(flushed),
-                Lsn(written),
-                Lsn(w.reserved_to)
-            );
+        if !self.poison.is_set() {
+            self.positions.check_order(|| super::positions::Seen {
+                end: self.reservations.end(),
+                written: self.inflight.written(),
+                reserved: w.reserved_to,
+            });
         }
     }
 
@@ -578,12 +633,12 @@ impl Wal {
     /// for it (a `sync` with nothing new appended costs no fdatasync): the hint is true
     /// whether or not this write survives a crash. `close` syncs it.
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
-        let synced = self.synced_to.load(Ordering::Acquire);
+        let synced = self.positions.synced();
         let (page, hint) = w.imaged;
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        if self.slots[self.slot_index(page)].lock().page != page {
+        if !self.buffer.holds(page) {
             // The page is complete and its slot holds a newer page, whose first write-out
             // will carry the hint.
             return Ok(());
@@ -618,8 +673,7 @@ impl Wal {
     pub fn shutdown(&self) -> Result<()> {
         let result = self.finish();
         if result.is_ok() {
-            self.closed.store(true, Ordering::Release);
-            self.poisoned.store(true, Ordering::Release);
+            self.poison.close();
         }
         result
     }
@@ -632,9 +686,8 @@ impl Wal {
             let mut w = self.write.lock();
             match w.hint_unsynced.take() {
                 Some(segment) => {
-                    if !w.dirty.contains(&segment) {
-                        w.dirty.push(segment);
-                    }
+                    let file = self.segment_handle(&w, segment)?;
+                    self.syncs.landed(segment, &file);
                     self.sync_locked(&mut w)
                 }
                 None => Ok(()),
@@ -656,8 +709,8 @@ mod tests {
         let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
         let lsn = wal.append(1, b"record").unwrap();
         // Not an I/O error: the slot of the page to write claims to hold another page.
-        let page = wal.geo.page_start(u64::from(lsn));
-        wal.slots[wal.slot_index(page)].lock().page = page + wal.geo.page_size;
+        let page = wal.geo.page_start(lsn);
+        wal.buffer.mislabel(page, page + wal.geo.page_size);
         assert!(wal.flush(lsn).is_err());
         assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
         assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
@@ -683,18 +736,16 @@ mod tests {
                 .unwrap();
         }
         wal.flush(wal.end_lsn()).unwrap();
-        let end = u64::from(wal.end_lsn());
+        let end = wal.end_lsn();
         wal.switch_segment().unwrap();
         let switch_end = wal.write.lock().data_end;
         assert!(switch_end > end, "the switch record follows the log's end");
         wal.sync().unwrap();
         let page = wal.geo.page_start(switch_end - 1);
         let segment = wal.geo.segment_start(page);
-        let rest = (page + wal.geo.page_size - switch_end) as usize;
+        let rest = ((page + wal.geo.page_size) - switch_end) as usize;
         assert!(rest > 0, "the switch record ends inside its page");
-        let path = dir
-            .path()
-            .join(crate::format::segment_file_name(crate::Lsn(segment)));
+        let path = dir.path().join(crate::format::segment_file_name(segment));
         let mut file = std::fs::File::open(path).unwrap();
         file.seek(SeekFrom::Start(switch_end - segment)).unwrap();
         let mut after = vec![0u8; rest];

@@ -39,13 +39,31 @@ impl Default for GroupCommit {
 }
 
 /// Ends a group-commit round when dropped (also when the leader unwinds): wakes every
-/// follower to check its record.
-pub(super) struct RoundEnd<'a>(&'a GroupCommit);
+/// follower to check its record. A leader may hand the lead on before that
+/// ([`RoundEnd::hand_on`]): another flusher may then lead the next round while this one
+/// finishes (a `Durable` leader's fdatasync), and the end still wakes the followers.
+pub(super) struct RoundEnd<'a> {
+    group: &'a GroupCommit,
+    handed_on: bool,
+}
+
+impl RoundEnd<'_> {
+    /// Lets another flusher become a leader now; this round still ends (and wakes its
+    /// followers) when dropped.
+    pub(super) fn hand_on(&mut self) {
+        if !self.handed_on {
+            self.handed_on = true;
+            self.group.leading.store(false, Ordering::SeqCst);
+        }
+    }
+}
 
 impl Drop for RoundEnd<'_> {
     fn drop(&mut self) {
-        let group = self.0;
-        group.leading.store(false, Ordering::SeqCst);
+        let group = self.group;
+        if !self.handed_on {
+            group.leading.store(false, Ordering::SeqCst);
+        }
         group.rounds.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if group.sleepers.load(Ordering::SeqCst) > 0 {
@@ -66,7 +84,10 @@ impl GroupCommit {
         self.leading
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
             .ok()
-            .map(|_| RoundEnd(self))
+            .map(|_| RoundEnd {
+                group: self,
+                handed_on: false,
+            })
     }
 
     /// Sleeps until a round ends after `seen` rounds had ended (at once if one has). Called
@@ -166,6 +187,62 @@ mod loom_model {
                 None => log.group.wait_after(seen),
             }
         }
+    }
+
+    /// A `Durable` log's flush: the leader writes, announces its target as pending, hands the
+    /// lead on and only then takes the sync turn and fdatasyncs; a flusher whose record lies
+    /// below the pending target waits for the round instead of leading (writer/flush.rs).
+    struct Pipelined {
+        group: GroupCommit,
+        /// The highest target written and waiting for its fdatasync.
+        pending: AtomicU32,
+        /// The sync turn.
+        turn: loom::sync::Mutex<()>,
+        flushed: AtomicU32,
+    }
+
+    fn flush_pipelined(log: &Pipelined, record: u32, appended: u32) {
+        loop {
+            let seen = log.group.rounds();
+            if log.flushed.load(Ordering::SeqCst) >= record {
+                return;
+            }
+            if log.pending.load(Ordering::SeqCst) >= record {
+                log.group.wait_after(seen);
+                continue;
+            }
+            match log.group.lead() {
+                Some(mut round) => {
+                    log.pending.fetch_max(appended, Ordering::SeqCst);
+                    round.hand_on();
+                    let turn = log.turn.lock().expect("loom model: lock poisoned");
+                    log.flushed.fetch_max(appended, Ordering::SeqCst);
+                    drop(turn);
+                    drop(round);
+                    return;
+                }
+                None => log.group.wait_after(seen),
+            }
+        }
+    }
+
+    #[test]
+    fn every_flusher_returns_with_its_record_flushed_when_leaders_hand_on_before_syncing() {
+        loom::model(|| {
+            let log = Arc::new(Pipelined {
+                group: GroupCommit::default(),
+                pending: AtomicU32::new(0),
+                turn: loom::sync::Mutex::new(()),
+                flushed: AtomicU32::new(0),
+            });
+            let other = {
+                let log = log.clone();
+                loom::thread::spawn(move || flush_pipelined(&log, 1, 1))
+            };
+            flush_pipelined(&log, 2, 2);
+            other.join().expect("flusher");
+            assert_eq!(log.flushed.load(Ordering::SeqCst), 2);
+        });
     }
 
     #[test]

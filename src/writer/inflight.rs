@@ -15,80 +15,33 @@
 //!
 //! In the shared-line ledger (line_ledger.rs) every thread that registers, lands or waits
 //! writes the in-flight lock's line (its holds are counted as "in-flight"), and each landing
-//! raises `written_to` (counted once that position is a shared-line wrapper).
+//! raises `written_to`, which this part owns (a wrapper: counted).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crossbeam::utils::CachePadded;
 use parking_lot::Condvar;
 
+use crate::Lsn;
 use crate::line_ledger::{LineBool, LineU64};
 use crate::lock_order::{self, Domain, OrderedMutex};
-
-/// `written_to` as [`InFlight::land`] and [`InFlight::jump`] raise it: the writer's position,
-/// a bare `AtomicU64` or a shared-line wrapper (line_ledger.rs, whose write is counted).
-pub(super) trait WrittenTo {
-    /// `fetch_max(to, AcqRel)`.
-    fn raise(&self, to: u64);
-}
-
-impl WrittenTo for AtomicU64 {
-    #[inline]
-    fn raise(&self, to: u64) {
-        self.fetch_max(to, Ordering::AcqRel);
-    }
-}
-
-impl WrittenTo for LineU64 {
-    #[inline]
-    fn raise(&self, to: u64) {
-        self.fetch_max(to, Ordering::AcqRel);
-    }
-}
-
-impl<T: WrittenTo> WrittenTo for crossbeam::utils::CachePadded<T> {
-    #[inline]
-    fn raise(&self, to: u64) {
-        (**self).raise(to);
-    }
-}
-
-/// The writer's poison flag as the waits here read it, a bare `AtomicBool` or a shared-line
-/// wrapper.
-pub(super) trait Poisoned {
-    /// `load(Acquire)`.
-    fn is_set(&self) -> bool;
-}
-
-impl Poisoned for AtomicBool {
-    #[inline]
-    fn is_set(&self) -> bool {
-        self.load(Ordering::Acquire)
-    }
-}
-
-impl Poisoned for LineBool {
-    #[inline]
-    fn is_set(&self) -> bool {
-        self.load(Ordering::Acquire)
-    }
-}
 
 struct Range {
     id: u64,
     /// End of the reserved range (an LSN).
-    end: u64,
+    end: Lsn,
     /// The stretch of the log its writes cover, `[lo, hi)` in LSNs (file offsets are LSNs
     /// less the segment's start, so LSN order is file order within a segment).
-    lo: u64,
-    hi: u64,
+    lo: Lsn,
+    hi: Lsn,
     landed: bool,
 }
 
 struct State {
     /// Everything before it has landed (been written to the files).
-    landed_to: u64,
+    landed_to: Lsn,
     next_id: u64,
     /// Ranges not yet passed by `landed_to`, oldest first.
     ranges: VecDeque<Range>,
@@ -107,6 +60,9 @@ const WAKE_SLOTS: usize = 16;
 pub(super) struct InFlight {
     state: OrderedMutex<State, { lock_order::INFLIGHT }>,
     changed: [Condvar; WAKE_SLOTS],
+    /// `landed_to`, readable without the lock (the writer's `written_to`): stored under the
+    /// lock, so it only grows.
+    written: CachePadded<LineU64>,
 }
 
 fn slot(id: u64) -> usize {
@@ -114,7 +70,7 @@ fn slot(id: u64) -> usize {
 }
 
 impl InFlight {
-    pub(super) fn new(landed_to: u64, domain: Domain) -> InFlight {
+    pub(super) fn new(landed_to: Lsn, domain: Domain) -> InFlight {
         InFlight {
             state: OrderedMutex::new(
                 State {
@@ -125,12 +81,18 @@ impl InFlight {
                 domain,
             ),
             changed: std::array::from_fn(|_| Condvar::new()),
+            written: CachePadded::new(LineU64::named("written_to", landed_to.0)),
         }
+    }
+
+    /// Everything before it has landed in the files.
+    pub(super) fn written(&self) -> Lsn {
+        Lsn(self.written.load(Ordering::Acquire))
     }
 
     /// Registers a range ending at `end` whose writes cover `[lo, hi)`; returns its id.
     /// Called under the write lock, right after the range was reserved.
-    pub(super) fn register(&self, end: u64, lo: u64, hi: u64) -> u64 {
+    pub(super) fn register(&self, end: Lsn, lo: Lsn, hi: Lsn) -> u64 {
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -147,10 +109,10 @@ impl InFlight {
     /// Waits until no range registered before `id` that is still in flight covers any byte
     /// range `id` covers. False when the log was poisoned meanwhile: the range must not be
     /// written.
-    pub(super) fn wait_clear(&self, id: u64, poisoned: &impl Poisoned) -> bool {
+    pub(super) fn wait_clear(&self, id: u64, poisoned: &LineBool) -> bool {
         let mut state = self.state.lock();
         loop {
-            if poisoned.is_set() {
+            if poisoned.load(Ordering::Acquire) {
                 return false;
             }
             let Some(me) = state.ranges.iter().position(|r| r.id == id) else {
@@ -172,8 +134,8 @@ impl InFlight {
     }
 
     /// Marks range `id` landed, moves `landed_to` over every landed range at the front and
-    /// publishes it in `written_to` (inside this lock, so it only grows).
-    pub(super) fn land(&self, id: u64, written_to: &impl WrittenTo) {
+    /// publishes it in `written` (inside this lock, so it only grows).
+    pub(super) fn land(&self, id: u64) {
         let mut state = self.state.lock();
         if let Some(range) = state.ranges.iter_mut().find(|r| r.id == id) {
             range.landed = true;
@@ -185,7 +147,7 @@ impl InFlight {
                 wake |= 1 << slot(range.id);
             }
         }
-        written_to.raise(state.landed_to);
+        self.written.fetch_max(state.landed_to.0, Ordering::AcqRel);
         drop(state);
         for (i, changed) in self.changed.iter().enumerate() {
             if wake & (1 << i) != 0 {
@@ -205,13 +167,13 @@ impl InFlight {
 
     /// Waits until everything before `target` has landed. False when the log was poisoned
     /// first.
-    pub(super) fn wait_landed(&self, target: u64, poisoned: &impl Poisoned) -> bool {
+    pub(super) fn wait_landed(&self, target: Lsn, poisoned: &LineBool) -> bool {
         let mut state = self.state.lock();
         loop {
             if state.landed_to >= target {
                 return true;
             }
-            if poisoned.is_set() {
+            if poisoned.load(Ordering::Acquire) {
                 return false;
             }
             // The first range reaching `target`: `landed_to` passes `target` when it passes
@@ -227,18 +189,18 @@ impl InFlight {
         }
     }
 
-    /// Moves `landed_to` (and `written_to`) to `to` over a part of the log left unused (a
+    /// Moves `landed_to` (and `written`) to `to` over a part of the log left unused (a
     /// segment switch, a resume on a fresh page). Called under the write lock with nothing in
     /// flight; false, and nothing moved, if a range is still in flight (the caller poisons
     /// the log: moving past a range that has not landed would let a flush return early).
     #[must_use]
-    pub(super) fn jump(&self, to: u64, written_to: &impl WrittenTo) -> bool {
+    pub(super) fn jump(&self, to: Lsn) -> bool {
         let mut state = self.state.lock();
         if !state.ranges.is_empty() {
             return false;
         }
         state.landed_to = state.landed_to.max(to);
-        written_to.raise(state.landed_to);
+        self.written.fetch_max(state.landed_to.0, Ordering::AcqRel);
         true
     }
 }

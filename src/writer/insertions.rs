@@ -30,13 +30,14 @@
 //! lane's owner lock is level [`LANE`], claimed before the insert lock, one per thread; its
 //! gate is [`LANE_GATE`], taken with no lock held but the thread's own lane or the insert lock.
 
+use crate::Lsn;
 use crate::line_ledger::LineU64;
 use crate::lock_order::{Domain, LANE, LANE_GATE};
 use crossbeam::utils::CachePadded;
 use sync::{Condvar, Mutex, MutexGuard, Ordering};
 
 /// A lane with no insertion in progress.
-pub(super) const IDLE: u64 = u64::MAX;
+pub(super) const IDLE: Lsn = Lsn(u64::MAX);
 
 struct Lane {
     /// Start of the insertion in progress on this lane (the insert position its reservation
@@ -71,7 +72,7 @@ impl Insertions {
         let lanes = (0..count.max(1))
             .map(|_| {
                 CachePadded::new(Lane {
-                    start: LineU64::named("lane.start", IDLE),
+                    start: LineU64::named("lane.start", IDLE.0),
                     owner: Mutex::new((), domain),
                     gate: Mutex::new(0, domain),
                     changed: Condvar::new(),
@@ -105,22 +106,22 @@ impl Insertions {
 
     /// The lowest start of an insertion in progress, or `IDLE`: everything below it that was
     /// reserved when the caller read the insert position is copied. Reads each lane once.
-    pub(super) fn lowest_in_progress(&self) -> u64 {
+    pub(super) fn lowest_in_progress(&self) -> Lsn {
         self.lanes
             .iter()
             .map(|lane| lane.start.load(Ordering::Acquire))
             .min()
-            .unwrap_or(IDLE)
+            .map_or(IDLE, Lsn)
     }
 
     /// Waits until no lane but `except` holds an insertion that started below `upto`.
     /// `upto` must not exceed the insert position as the caller last read it (after its own
     /// reservation, if it made one): later reservations start at or after it, so a lane that
     /// goes idle and is claimed again never holds a start below `upto`.
-    pub(super) fn wait_finished(&self, upto: u64, except: Option<usize>) {
+    pub(super) fn wait_finished(&self, upto: Lsn, except: Option<usize>) {
         for (index, lane) in self.lanes.iter().enumerate() {
             if Some(index) != except {
-                lane.wait_at_least(upto);
+                lane.wait_at_least(upto.0);
             }
         }
     }
@@ -144,7 +145,7 @@ impl Lane {
     /// Marks the lane idle and wakes its waiters, if there are any.
     fn finish(&self) {
         let waiters = self.gate.lock();
-        self.start.store(IDLE, Ordering::Release);
+        self.start.store(IDLE.0, Ordering::Release);
         if *waiters > 0 {
             self.changed.notify_all();
         }
@@ -155,9 +156,9 @@ impl InLane<'_> {
     /// Publishes the start of this lane's reservation. Called under the insert lock, in the
     /// hold that made the reservation, so a thread that reads the insert position after it
     /// also sees the start here.
-    pub(super) fn begin(&self, start: u64) {
+    pub(super) fn begin(&self, start: Lsn) {
         // Release: a thread that reads the insert position stored after this (Acquire) sees it.
-        self.lane().start.store(start, Ordering::Release);
+        self.lane().start.store(start.0, Ordering::Release);
     }
 
     /// This lane's index, for [`Insertions::wait_finished`]'s `except`.
@@ -173,7 +174,7 @@ impl InLane<'_> {
 impl Drop for InLane<'_> {
     fn drop(&mut self) {
         let lane = self.lane();
-        if lane.start.load(Ordering::Relaxed) != IDLE {
+        if lane.start.load(Ordering::Relaxed) != IDLE.0 {
             lane.finish();
         }
     }
@@ -288,7 +289,7 @@ mod loom_model {
             let mut pos = log.pos.lock().expect("model lock");
             let start = *pos;
             *pos += 1;
-            lane.begin(start);
+            lane.begin(crate::Lsn(start));
             start
         };
         log.copied[start as usize].store(true, Ordering::Relaxed);
@@ -309,14 +310,14 @@ mod loom_model {
                 })
                 .collect();
             let upto = *log.pos.lock().expect("model lock");
-            log.insertions.wait_finished(upto, None);
+            log.insertions.wait_finished(crate::Lsn(upto), None);
             for at in 0..upto {
                 assert!(
                     log.copied[at as usize].load(Ordering::Relaxed),
                     "record {at} below {upto} not copied after the wait"
                 );
             }
-            assert!(log.insertions.lowest_in_progress() >= upto);
+            assert!(log.insertions.lowest_in_progress() >= crate::Lsn(upto));
             for appender in appenders {
                 appender.join().expect("appender");
             }
@@ -337,6 +338,7 @@ mod loom_model {
 #[cfg(test)]
 mod tests {
     use super::{IDLE, Insertions};
+    use crate::Lsn;
     use crate::lock_order::Domain;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Barrier};
@@ -345,14 +347,14 @@ mod tests {
     fn an_idle_log_has_nothing_in_progress_and_never_waits() {
         let insertions = Insertions::new(4, Domain::new());
         assert_eq!(insertions.lowest_in_progress(), IDLE);
-        insertions.wait_finished(u64::MAX - 1, None);
+        insertions.wait_finished(Lsn(u64::MAX - 1), None);
     }
 
     #[test]
     fn the_lowest_start_in_progress_is_what_bounds_a_write_out() {
         let insertions = Insertions::new(4, Domain::new());
         let a = insertions.claim(0);
-        a.begin(100);
+        a.begin(Lsn(100));
         // The second appender on a thread of its own: a thread holds one lane at a time (the
         // lock order, checked in debug builds).
         let (begun, done) = (Barrier::new(2), Barrier::new(2));
@@ -362,20 +364,20 @@ mod tests {
             s.spawn(move || {
                 let b = insertions.claim(0);
                 assert_ne!(a_index, b.index(), "a busy lane is not claimed twice");
-                b.begin(40);
+                b.begin(Lsn(40));
                 begun.wait();
                 done.wait();
             });
             begun.wait();
-            assert_eq!(insertions.lowest_in_progress(), 40);
+            assert_eq!(insertions.lowest_in_progress(), Lsn(40));
             // Nothing starts below 40: no wait.
-            insertions.wait_finished(40, None);
+            insertions.wait_finished(Lsn(40), None);
             done.wait();
         });
         // Its own lane is skipped: an appender making room never waits for itself.
-        assert_eq!(insertions.lowest_in_progress(), 100);
-        insertions.wait_finished(100, None);
-        insertions.wait_finished(200, Some(a.index()));
+        assert_eq!(insertions.lowest_in_progress(), Lsn(100));
+        insertions.wait_finished(Lsn(100), None);
+        insertions.wait_finished(Lsn(200), Some(a.index()));
         drop(a);
         assert_eq!(insertions.lowest_in_progress(), IDLE);
     }
@@ -385,11 +387,11 @@ mod tests {
         let insertions = Arc::new(Insertions::new(2, Domain::new()));
         let copied = Arc::new(AtomicU64::new(0));
         let lane = insertions.claim(0);
-        lane.begin(10);
+        lane.begin(Lsn(10));
         let waiter = {
             let (insertions, copied) = (insertions.clone(), copied.clone());
             std::thread::spawn(move || {
-                insertions.wait_finished(11, None);
+                insertions.wait_finished(Lsn(11), None);
                 copied.load(Ordering::SeqCst)
             })
         };

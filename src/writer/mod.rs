@@ -18,10 +18,11 @@
 //! 0. **group commit** (`group`, group.rs) takes no lock: a flusher becomes a round's leader
 //!    by a compare-and-swap with no lock of the log held, and the others sleep on the round
 //!    counter (no lock held either) until the round ends. It orders flushers, never data.
-//! 1. the **insert lock** (`insert`): reserves bytes at the insert position and publishes the
-//!    reservation's start in the appender's lane. Nothing else happens inside it. The
-//!    exclusive paths (switch, rotation, resume) hold it while they wait for the insertions in
-//!    progress to finish, which never take it again, and then copy their control record.
+//! 1. the **insert lock** (`Reservations`, reserve.rs): reserves bytes at the insert
+//!    position and publishes the reservation's start in the appender's lane. Nothing else
+//!    happens inside it. The exclusive paths (switch, rotation, resume) hold it while they
+//!    wait for the insertions in progress to finish, which never take it again, and then
+//!    copy their control record.
 //!    An **insertion lane** (`insertions`) is claimed before it and held until the copy ends;
 //!    waiting for a lane's insertion (`Insertions::wait_finished`) is done with no lock held
 //!    but the insert lock (exclusive paths), and only for insertions that began earlier in the
@@ -29,26 +30,34 @@
 //! 2. the **write lock** (`write`): reserves the next range of the log for writing
 //!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
 //!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
-//!    flight; a Buffered flush (plaintext, perrecord) and an appender making room write the
-//!    range after releasing it. Durable rounds, pagelevel flushes, `sync`, `close`, the
-//!    segment switch and the open write (and wait for every range in flight to land), and
-//!    fdatasync where they must, under it. Flushers take it without the
-//!    insert lock, after waiting for the insertions they flush; an appender takes it (with
-//!    no other lock held) only when the buffer is full and it must make room,
-//!    and the open takes it under the insert lock when it moves the log on past a segment
-//!    switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
+//!    flight; a flush (plaintext, perrecord; Buffered and Durable) and an appender making
+//!    room write the range after releasing it. pagelevel flushes, `sync`, `close`, the
+//!    segment switch and the open write (and wait for every range in flight to land) under
+//!    it, and the last four fdatasync under it too; a Durable round fdatasyncs after it, in
+//!    the sync turn. Flushers take it without the insert lock, after waiting for the
+//!    insertions they flush; an appender takes it (with no other lock held) only when the
+//!    buffer is full and it must make room, and the open takes it under the insert lock when
+//!    it moves the log on past a segment switch or to a fresh page (`switch_segment`,
+//!    `resume_on_fresh_page`).
+//!
+//!    2a. the **sync turn** (`syncs`, durable.rs): held across one round of fdatasyncs, so
+//!    rounds run one at a time, in order. A Durable leader takes it with no lock held (after
+//!    handing the lead on); `sync_locked` under the write lock. Under it only the dirty list
+//!    and the poison cause are taken. 2b. the **dirty list** (durable.rs): the segments
+//!    written since their last fdatasync, with their handles; a leaf, taken where a range
+//!    lands, under the sync turn or the write lock.
 //! 3. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
 //!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;
 //!    threads wait on its condition variable (with the insert or write lock held or not) for
 //!    an earlier range covering the same bytes, or for everything below a position, to land.
 //!    Nothing is taken while it is held, so the threads that land ranges never wait for the
 //!    insert or write lock.
-//! 4. a **slot lock** per buffer page (`slots`), held only for a memcpy (and, in pagelevel,
-//!    to draw the page's IV at its first write-out).
+//! 4. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), held only for a memcpy
+//!    (and, in pagelevel, to draw the page's IV at its first write-out).
 //! 5. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
-//! 6. the **poison cause** (`poison_reason`): set or cloned, under any of the above but the
+//! 6. the **poison cause** (`poison`, poison.rs): set or cloned, under any of the above but the
 //!    in-flight lock, or none; nothing is taken while it is held.
 //!
 //! The **preparer's state** (`Preparer`, prepare.rs) sits outside this order: it is taken with
@@ -61,21 +70,35 @@
 //!
 //! In debug builds the order is checked on every acquisition (lock_order.rs): each of these
 //! mutexes carries its level (a lane's owner 0, insert 1, write 2, in-flight 3, slot 4, IV
-//! prefix 5, poison cause 6, a lane's gate and the preparer's state after them, with the
-//! exceptions above: a lane's gate only under the thread's own lane or the insert lock, the
-//! preparer's state only under those and the write lock, the poison cause never under the
-//! in-flight lock, one lane and one slot per thread), and a thread that takes one while
+//! prefix 5, poison cause 6, a lane's gate, the preparer's state, the sync turn and the
+//! dirty list after them, with the exceptions above: a lane's gate only under the thread's
+//! own lane or the insert lock, the preparer's state and the sync turn only under those and
+//! the write lock, the dirty list under those and the sync turn, the poison cause never under
+//! the in-flight lock but also under the sync turn, one lane and one slot per thread), and a
+//! thread that takes one while
 //! holding one of the same log it may not panics, so every test that writes a log checks the
 //! order. In release builds they are parking_lot's mutexes and the check is compiled out. What
 //! a thread waits for on a condition variable, or on the round counter, is not checked.
 //!
-//! Four positions (`AtomicU64` LSNs, beside `insert.pos`, the insert position, and
-//! `WriteState::reserved_to`), and one computed from the lanes, say how far the log has come.
-//! Whenever neither the insert nor the write lock is held, and the log is not poisoned, they
-//! satisfy
+//! The writer's state is split into parts that each own their state, their lock if they
+//! have one, and their invariants, so no other file can take a lock out of order or move a
+//! position backwards: the reservations (reserve.rs: the insert lock, the end of the log, the
+//! insertion lanes), the page buffer (buffer.rs: the slots and their locks), the write-outs
+//! in flight (inflight.rs: the in-flight lock, `written_to`), the flushed and synced
+//! positions (positions.rs), the fdatasyncs (durable.rs: the sync turn, the dirty list, the
+//! pending target), group commit (group.rs), poisoning (poison.rs: the flag and the cause's
+//! lock), the listener's reports (report.rs) and the statistics (stats.rs). The write lock and its
+//! `WriteState` (the segment files and how far they are reserved) belong to the write side:
+//! this file, flush.rs and segments.rs.
+//!
+//! Five positions (LSNs: `insert_end` in the reservations, the insert position under their
+//! lock, `written_to` in the in-flight part, `flushed_to` and `synced_to` in the positions part,
+//! `WriteState::reserved_to` under the write lock), and one computed from the lanes, say how
+//! far the log has come. Whenever neither the insert nor the write lock is held, and the log
+//! is not poisoned, they satisfy
 //!
 //! ```text
-//! synced_to <= flushed_to <= inserted_to() <= insert_end == insert.pos
+//! synced_to <= flushed_to <= inserted_to() <= insert_end == insert position
 //!              flushed_to <= written_to    <= reserved_to <= insert_end
 //! ```
 //!
@@ -101,13 +124,13 @@
 //!   `Buffered`, fdatasync'ed for `Durable`); raised (`fetch_max`) only once `written_to` has
 //!   reached it (and, `Durable`, after the fdatasync it vouches for), never once the log is
 //!   poisoned.
-//! - `synced_to`: the record boundary through which the log is fdatasync'ed; stored under the
-//!   write lock right after the fdatasync and before `flushed_to`, so a thread reading both
-//!   while the lock is held may see it one round ahead. Every fdatasync first waits for every
-//!   reserved range to land (`sync_locked`), so it covers them all. Stamped into page headers
-//!   as the durable hint, so it never exceeds what the files hold durably. `Durable`: equal to
-//!   `flushed_to` once the write lock is free. `Buffered`: moves only at open, `sync` and
-//!   `close`.
+//! - `synced_to`: the record boundary through which the log is fdatasync'ed; raised right
+//!   after the fdatasync (in the sync turn) and after `flushed_to`, so `synced_to <=
+//!   flushed_to` at every instant. A round of fdatasyncs covers everything that landed before
+//!   it took the dirty list (durable.rs), and its caller waits for its target to land first.
+//!   Stamped into page headers as the durable hint, so it never exceeds what the files hold
+//!   durably. `Durable`: equal to `flushed_to` once no round is between its fdatasync and its
+//!   end. `Buffered`: moves only at open, `sync` and `close`.
 //!
 //! All only grow (`restamp_tail` moves back only `reserved_to`, to rewrite the tail page at
 //! open). At open, before the `Wal` is shared, they jump over the part of the log left unused:
@@ -116,8 +139,13 @@
 //! nothing in flight.
 //!
 //! Group commit sits in front of the write lock: one flusher at a time leads a round (write
-//! and fdatasync everything appended so far); the others wait for the round to end and then
-//! either find their record durable or lead the next round for everyone still waiting.
+//! and, Durable, fdatasync everything appended so far); the others wait for the round to end
+//! and then either find their record durable or lead the next round for everyone still
+//! waiting. A Durable leader hands the lead on once its range has landed and it has announced
+//! its target as pending (`Syncs::announce`): the next round's write-out then runs while its
+//! fdatasync does, and a flusher whose record lies below a pending target waits for that
+//! round's end instead of leading. A leader that unwinds between the announcement and the
+//! end of its round poisons the log (`SyncDue`), so those waiters wake to an error.
 //!
 //! The buffer is a ring of page slots. A slot is claimed for a page by the first appender
 //! copying into that page, only once the page one ring length earlier has landed completely
@@ -126,39 +154,46 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::Lsn;
 use crate::compress;
 use crate::config::{Config, Mode, SyncMode};
 use crate::crypto::{IV_LEN, IvSource, Keys};
 use crate::error::{Error, PoisonCause, Result};
-use crate::events::{EventListener, FlushRound, RecoverySummary, SegmentSwitch};
+use crate::events::{FlushRound, RecoverySummary};
 use crate::format::{self, Geometry, PAGE_HEADER_LEN, RECORD_FLAG_COMPRESSED};
-use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
+use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::seal::{At, RecordSeal, Seal, SealKey};
 use crate::storage::{Storage, StorageFile};
 
+mod buffer;
 mod checkpoint;
+mod durable;
 mod flush;
 mod group;
 mod inflight;
 mod insertions;
 mod open;
+mod poison;
+mod positions;
 mod prepare;
 mod recycle;
+mod report;
+mod reserve;
 mod rotate;
 mod segments;
+mod stats;
 
 use group::GroupCommit;
 use prepare::{Maker, Preparer};
+use stats::Counters;
+pub use stats::WalStats;
 
-const NO_PAGE: u64 = u64::MAX;
+use buffer::NO_PAGE;
 
 /// Proof that `Wal::check_process` passed on this call path: only it makes one, and
 /// `write_locked` takes one, so no write-out can skip the fork check.
@@ -184,8 +219,8 @@ struct Inserting<'a> {
 
 impl Drop for Inserting<'_> {
     fn drop(&mut self) {
-        if !self.finished && !self.wal.poisoned.load(Ordering::Acquire) {
-            let at = self.wal.insert_end.load(Ordering::Acquire);
+        if !self.finished && !self.wal.poison.is_set() {
+            let at = self.wal.reservations.end();
             let error = self.wal.broken_invariant(
                 "append",
                 at,
@@ -212,7 +247,7 @@ fn sample_insert_hold() -> bool {
 }
 
 /// A number per thread, so a thread keeps trying the same insertion lane first.
-fn lane_hint() -> usize {
+pub(super) fn lane_hint() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -233,134 +268,28 @@ thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Counters a `Wal` keeps about its own work; see [`Wal::stats`].
-///
-/// Lock hold times are measured with a monotonic clock from the moment the lock is acquired
-/// to the moment it is released. For an acquisition that does not wait, the clock is read
-/// just before it (outside the lock), so the hold includes the acquiring compare-and-swap; a
-/// thread that waits reads the clock once it holds the lock, so waiting never counts as held.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WalStats {
-    /// Records appended.
-    pub appends: u64,
-    /// Payload bytes appended.
-    pub payload_bytes: u64,
-    /// Record bytes (headers and payloads) placed in the log.
-    pub record_bytes: u64,
-    /// Total time the insert lock was held, in nanoseconds: estimated from one hold in 16
-    /// per thread (timed as the write lock is, see above), counted 16 times. The hold is a few lines of arithmetic, shorter than the two clock
-    /// reads that would time it; timing every hold cost more than the hold.
-    pub insert_lock_ns: u64,
-    /// Times the write lock was taken.
-    pub write_lock_acquisitions: u64,
-    /// Total time the write lock was held, in nanoseconds (including fdatasync).
-    pub write_lock_ns: u64,
-    /// Of that, time spent encrypting pages (pagelevel only), in nanoseconds.
-    pub write_lock_encrypt_ns: u64,
-    /// Of that, time spent in fdatasync, in nanoseconds.
-    pub fsync_ns: u64,
-    /// fdatasync calls.
-    pub fsyncs: u64,
-    /// Page images written (a partly filled page may be written several times).
-    pub pages_written: u64,
-    /// Times an appender found the buffer full and had to write pages out itself.
-    pub buffer_full_waits: u64,
-}
-
-struct InsertState {
-    /// End of the last record placed in the buffer (the next record starts at or after it).
-    pos: u64,
-}
-
-/// One counter of [`WalStats`]: updated with relaxed atomic adds, so reading the statistics
-/// never takes a lock (and never waits out an fdatasync).
-#[derive(Default)]
-pub(super) struct Counter(AtomicU64);
-
-impl Counter {
-    pub(super) fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// One shard of the counters behind [`Wal::stats`], one counter per field.
-#[derive(Default)]
-pub(super) struct Shard {
-    appends: Counter,
-    payload_bytes: Counter,
-    record_bytes: Counter,
-    insert_lock_ns: Counter,
-    buffer_full_waits: Counter,
-    pub(super) write_lock_acquisitions: Counter,
-    pub(super) write_lock_ns: Counter,
-    pub(super) write_lock_encrypt_ns: Counter,
-    pub(super) fsync_ns: Counter,
-    pub(super) fsyncs: Counter,
-    pub(super) pages_written: Counter,
-}
-
-/// Shards of the counters, each on cache lines of its own: a thread adds to the shard of its
-/// lane hint, so appenders on different threads write no statistics line in common, and
-/// [`Wal::stats`] sums the shards.
-pub(super) struct Counters(Box<[CachePadded<Shard>]>);
-
-/// Shards of [`Counters`]: enough that up to this many appending threads never share one.
-const COUNTER_SHARDS: usize = 16;
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters((0..COUNTER_SHARDS).map(|_| Default::default()).collect())
-    }
-}
-
-impl Counters {
-    /// This thread's shard.
-    pub(super) fn here(&self) -> &Shard {
-        &self.0[lane_hint() % self.0.len()]
-    }
-
-    /// The sum of one counter over the shards.
-    fn sum(&self, counter: impl Fn(&Shard) -> &Counter) -> u64 {
-        self.0.iter().map(|shard| counter(shard).get()).sum()
-    }
-}
-
-struct Slot {
-    page: u64,
-    rem_len: u32,
-    /// pagelevel: the key id and IV of this page, drawn at its first write-out and kept for
-    /// every rewrite within this open, so a rewrite repeats the durable bytes exactly.
-    cipher: Option<(u32, [u8; IV_LEN])>,
-    data: Vec<u8>,
-}
-
 struct WriteState {
     /// Everything before it is reserved: written, or being written by the thread that
     /// reserved it (`InFlight`). Not a record boundary (see `written_to`).
-    reserved_to: u64,
+    reserved_to: Lsn,
     /// The end of the log's bytes in the files: `reserved_to` as the last write-out left it,
     /// before any jump over unused log (a segment switch, a resume on a fresh page). Past it,
     /// the page that holds it has no record bytes, only what its buffer slot kept from an
     /// earlier page: `refresh_hint` rewrites that page up to here, zeros after.
-    data_end: u64,
+    data_end: Lsn,
     /// A segment (created before the key was rotated) whose pages use this key, not the active
     /// one: its header lists only the keys of its time.
-    segment_key: Option<(u64, u32)>,
-    files: Vec<(u64, Arc<dyn StorageFile>)>,
+    segment_key: Option<(Lsn, u32)>,
+    files: Vec<(Lsn, Arc<dyn StorageFile>)>,
     /// The segments of `files` made from a reused file, whose pages hold old bytes where this
     /// open has not written yet (see `recycle::MadeSegment`).
-    reused: Vec<u64>,
-    dirty: Vec<u64>,
+    reused: Vec<Lsn>,
     /// The last page whose image (from its header) this open wrote, and the durable hint stamped in it
     /// (`NO_PAGE` before the first): see `appendable`.
-    imaged: (u64, u64),
+    imaged: (Lsn, Lsn),
     /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
     /// if any: `close` syncs it, so the hint survives a restart too.
-    hint_unsynced: Option<u64>,
+    hint_unsynced: Option<Lsn>,
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -368,12 +297,12 @@ pub(crate) struct Resume {
     pub(crate) log_id: u64,
     pub(crate) geo: Geometry,
     /// End of the valid log: the next record goes here.
-    pub(crate) end: u64,
+    pub(crate) end: Lsn,
     /// The valid prefix of the page holding `end`, decrypted, and that page's continuation length.
     pub(crate) tail_page: Option<(Vec<u8>, u32)>,
     /// The end of the segment holding `end` and that segment's format version (see
     /// `Wal::tail_format`).
-    pub(crate) tail_format: (u64, u32),
+    pub(crate) tail_format: (Lsn, u32),
 }
 
 /// An open write-ahead log. `Send + Sync`: share it between threads (by reference or `Arc`).
@@ -399,43 +328,26 @@ pub struct Wal {
     /// since it would repeat this process's IVs.
     opener: u32,
     ivs: CachePadded<IvSource>,
-    insert: CachePadded<OrderedMutex<InsertState, { lock_order::INSERT }>>,
-    /// Insertions in progress: reserved under the insert lock, sealed and copied after it.
-    insertions: insertions::Insertions,
-    slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]>,
-    /// The insert position as the appenders' reservations left it: the end of the last record
-    /// whose bytes are reserved (a record boundary), stored under the insert lock. Records
-    /// below it may still be being copied (`insertions`); `inserted_to` says how far they are.
-    insert_end: CachePadded<AtomicU64>,
-    /// Everything before this position has been written to the files.
-    written_to: CachePadded<AtomicU64>,
-    /// Record boundary through which `flush` guarantees hold (written for `Buffered`,
-    /// fdatasync'ed for `Durable`).
-    flushed_to: CachePadded<AtomicU64>,
-    /// Record boundary through which the log is fdatasync'ed. Stamped into page headers as the
-    /// durable hint: in `Buffered` mode `flushed_to` runs ahead of it, and a hint claiming
-    /// unsynced records durable would turn their loss in a machine crash into corruption.
-    synced_to: CachePadded<AtomicU64>,
+    /// The insert lock, the end of the log and the insertions in progress (reserve.rs).
+    reservations: reserve::Reservations,
+    /// The WAL buffer's page slots (buffer.rs).
+    buffer: buffer::PageBuffer,
+    /// How far the log is flushed and synced (positions.rs).
+    positions: positions::Positions,
+    /// The dirty segments, the sync turn and the pending fdatasync (durable.rs).
+    syncs: durable::Syncs,
     write: CachePadded<OrderedMutex<WriteState, { lock_order::WRITE }>>,
     /// Write-outs reserved under the write lock and written after it.
     inflight: inflight::InFlight,
     /// Group commit: whether a flush round is under way, and a count of finished rounds
     /// (group.rs).
     group: CachePadded<GroupCommit>,
-    poisoned: AtomicBool,
-    /// Why the log was poisoned. Locked only to set or read the cause, never with another lock
-    /// held after it.
-    poison_reason: OrderedMutex<Option<PoisonCause>, { lock_order::POISON }>,
+    /// Whether the log may still be written, why not, and whether it was closed (poison.rs).
+    poison: poison::Poison,
     /// Statistics, readable without any lock.
     counters: Counters,
-    /// Hears of events; calls happen with no lock of the log held.
-    listener: Option<Arc<dyn EventListener>>,
-    /// Start of the newest segment reported to the listener.
-    reported_segment: AtomicU64,
-    /// Whether the poisoning was reported to the listener.
-    poison_reported: AtomicBool,
-    /// What the open that made this `Wal` found.
-    recovery: OnceLock<RecoverySummary>,
+    /// The listener, and what it has been told (report.rs).
+    reports: report::Reports,
     /// Segments prepared ahead (see `prepare`), and the thread that prepares them.
     preparer: Arc<Preparer>,
     preparer_thread: Option<std::thread::JoinHandle<()>>,
@@ -444,17 +356,11 @@ pub struct Wal {
     /// older than [`format::FORMAT_VERSION`] (a log written by an older build), the only such
     /// records are the switch record that leaves it at open and, in pagelevel, a resume record
     /// before it. Every segment after it is created at the current version.
-    tail_format: (u64, u32),
+    tail_format: (Lsn, u32),
     /// How many purged segment files are kept for reuse (see `recycle`).
     recycle: usize,
-    /// The control file's contents (last checkpoint, retention holds; see `checkpoint`).
-    /// Taken with no lock of the log held; only the rotation's ring lock is taken under it.
-    control: Mutex<crate::control::Control>,
-    /// How far a hold may fall behind the end before a purge gives it up.
-    max_hold_bytes: u64,
-    /// Set by [`Wal::shutdown`] (before `poisoned`, which then refuses every later call with
-    /// [`Error::Closed`] at no cost to the hot path's one check).
-    closed: AtomicBool,
+    /// The control file's contents and the holds' limit (checkpoint.rs).
+    retention: checkpoint::Retention,
     _dir_lock: Box<dyn Send + Sync>,
 }
 
@@ -464,7 +370,7 @@ impl std::fmt::Debug for Wal {
             .field("dir", &self.dir)
             .field("mode", &self.mode)
             .field("sync", &self.sync)
-            .field("end", &Lsn(self.insert_end.load(Ordering::Relaxed)))
+            .field("end", &self.reservations.end())
             .finish_non_exhaustive()
     }
 }
@@ -478,30 +384,13 @@ impl Wal {
         dir_lock: Box<dyn Send + Sync>,
     ) -> Result<Wal> {
         let geo = resume.geo;
-        let nslots = (config.buffer_size as u64 / geo.page_size).max(4) as usize;
         // This log's mutexes: the lock order is checked among them (debug builds).
         let domain = Domain::new();
-        let slots: Box<[OrderedMutex<Slot, { lock_order::SLOT }>]> = (0..nslots)
-            .map(|_| {
-                OrderedMutex::new(
-                    Slot {
-                        page: NO_PAGE,
-                        rem_len: 0,
-                        cipher: None,
-                        data: vec![0u8; geo.page_size as usize],
-                    },
-                    domain,
-                )
-            })
-            .collect();
+        let pages = (config.buffer_size as u64 / geo.page_size) as usize;
+        let buffer = buffer::PageBuffer::new(pages, geo.page_size, domain);
         let end = resume.end;
         if let Some((prefix, rem_len)) = resume.tail_page {
-            let page = geo.page_start(end);
-            let index = (page / geo.page_size) as usize % nslots;
-            let mut slot = slots[index].lock();
-            slot.page = page;
-            slot.rem_len = rem_len;
-            slot.data[..prefix.len()].copy_from_slice(&prefix);
+            buffer.preload(geo.page_start(end), &prefix, rem_len);
         }
         let keys = Arc::new(arc_swap::ArcSwap::new(keys));
         let preparer = Arc::new(Preparer::new(domain));
@@ -531,14 +420,11 @@ impl Wal {
             keys,
             opener: std::process::id(),
             ivs: CachePadded::new(IvSource::new(domain)?),
-            insert: CachePadded::new(OrderedMutex::new(InsertState { pos: end }, domain)),
-            insertions: insertions::Insertions::new(lane_count(), domain),
-            slots,
-            insert_end: CachePadded::new(AtomicU64::new(end)),
-            written_to: CachePadded::new(AtomicU64::new(end)),
+            reservations: reserve::Reservations::new(end, lane_count(), domain),
+            buffer,
             inflight: inflight::InFlight::new(end, domain),
-            flushed_to: CachePadded::new(AtomicU64::new(end)),
-            synced_to: CachePadded::new(AtomicU64::new(end)),
+            positions: positions::Positions::new(end),
+            syncs: durable::Syncs::new(end, domain),
             write: CachePadded::new(OrderedMutex::new(
                 WriteState {
                     reserved_to: end,
@@ -546,27 +432,20 @@ impl Wal {
                     segment_key: None,
                     files: Vec::new(),
                     reused: Vec::new(),
-                    dirty: Vec::new(),
-                    imaged: (NO_PAGE, 0),
+                    imaged: (NO_PAGE, Lsn(0)),
                     hint_unsynced: None,
                 },
                 domain,
             )),
             group: CachePadded::new(GroupCommit::default()),
-            poisoned: AtomicBool::new(false),
-            poison_reason: OrderedMutex::new(None, domain),
+            poison: poison::Poison::new(domain),
             counters: Counters::default(),
-            listener: config.listener.clone(),
-            reported_segment: AtomicU64::new(geo.segment_start(end)),
-            poison_reported: AtomicBool::new(false),
-            recovery: OnceLock::new(),
+            reports: report::Reports::new(config.listener.clone(), geo.segment_start(end)),
             preparer,
             preparer_thread,
             tail_format: resume.tail_format,
             recycle: config.recycle_segments,
-            control: Mutex::new(crate::control::Control::default()),
-            max_hold_bytes: config.max_hold_bytes,
-            closed: AtomicBool::new(false),
+            retention: checkpoint::Retention::new(config.max_hold_bytes),
             _dir_lock: dir_lock,
         })
     }
@@ -592,18 +471,18 @@ impl Wal {
     /// `flush(wal.end_lsn())` waits for them and makes all of them durable, and
     /// [`Wal::checkpoint`] at it covers them.
     pub fn end_lsn(&self) -> Lsn {
-        Lsn(self.insert_end.load(Ordering::Acquire))
+        self.reservations.end()
     }
 
     /// The record boundary through which `flush` has completed.
     pub fn flushed_lsn(&self) -> Lsn {
-        Lsn(self.flushed_to.load(Ordering::Acquire))
+        self.positions.flushed()
     }
 
     /// The record boundary through which the log is fdatasync'ed (what page headers carry as
     /// their durable hint).
-    pub(crate) fn synced_lsn(&self) -> u64 {
-        self.synced_to.load(Ordering::Acquire)
+    pub(crate) fn synced_lsn(&self) -> Lsn {
+        self.positions.synced()
     }
 
     /// What a follower in this process needs to read the files: storage and expanded keys.
@@ -701,7 +580,7 @@ impl Wal {
 
     /// Rotates the data key when the rotation policy says it is due (after an append).
     fn rotate_if_due(&self, appended: bool) {
-        if appended && self.rotation.due(self.insert_end.load(Ordering::Relaxed)) {
+        if appended && self.rotation.due(self.reservations.end()) {
             self.rotate_by_policy();
         }
     }
@@ -736,33 +615,10 @@ impl Wal {
             .collect::<Result<Vec<_>>>()?;
         // Allocated before the lock: the lock only does arithmetic.
         let mut lsns = Vec::with_capacity(records.len());
-        let lane = self.insertions.claim(lane_hint());
-        let timed = sample_insert_hold();
-        let (mut ins, held_since) = match timed {
-            true => {
-                let (ins, since) = flush::timed_lock(&self.insert);
-                (ins, Some(since))
-            }
-            false => (self.insert.lock(), None),
-        };
-        let start = ins.pos;
-        let mut pos = start;
-        for &len in &lens {
-            let lsn = self.geo.skip_headers(pos);
-            lsns.push(lsn);
-            pos = self.end_of(lsn, len);
-        }
-        debug_assert!(
-            pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
-            "a reservation from {} to {} places records outside it",
-            Lsn(start),
-            Lsn(pos)
-        );
-        ins.pos = pos;
-        lane.begin(start);
-        self.insert_end.store(pos, Ordering::Release);
-        let held = held_since.map(|since| since.elapsed().as_nanos() as u64);
-        drop(ins);
+        let lane = self.reservations.claim_lane(lane_hint());
+        let held =
+            self.reservations
+                .reserve(&self.geo, &lens, &lane, &mut lsns, sample_insert_hold());
         if let Some(held) = held {
             self.counters
                 .here()
@@ -784,7 +640,7 @@ impl Wal {
                 }
                 result
             })
-            .map_err(|e| match self.poisoned.load(Ordering::Acquire) {
+            .map_err(|e| match self.poison.is_set() {
                 true => e,
                 false => self.poison_error(e),
             })?;
@@ -793,11 +649,11 @@ impl Wal {
         self.counters.here().appends.add(records.len() as u64);
         self.counters.here().payload_bytes.add(payload_bytes as u64);
         self.counters.here().record_bytes.add(total as u64);
-        let first = Lsn(lsns[0]);
+        let first = lsns[0];
         if lsns.len() == 1 {
             return Ok((first, Vec::new()));
         }
-        Ok((first, lsns.into_iter().map(Lsn).collect()))
+        Ok((first, lsns))
     }
 
     /// Seals each of `records` at its LSN into `sealed` and copies it into the buffer.
@@ -805,7 +661,7 @@ impl Wal {
         &self,
         records: &[Pending<'_>],
         ivs: &[Option<[u8; IV_LEN]>],
-        lsns: &[u64],
+        lsns: &[Lsn],
         total: usize,
         inserting: &Inserting<'_>,
         sealed: &mut Vec<u8>,
@@ -837,13 +693,13 @@ impl Wal {
     fn seal_at(
         &self,
         keys: &Keys,
-        lsn: u64,
+        lsn: Lsn,
         iv: Option<[u8; IV_LEN]>,
         record: &Pending<'_>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let at = At {
-            lsn,
+            lsn: lsn.0,
             version: self.version_at(lsn),
         };
         let len = self
@@ -866,12 +722,12 @@ impl Wal {
     }
 
     /// The end of a record of `len` bytes starting at `lsn`: [`record_end`] in this log.
-    fn end_of(&self, lsn: u64, len: usize) -> u64 {
+    fn end_of(&self, lsn: Lsn, len: usize) -> Lsn {
         record_end(&self.geo, lsn, len)
     }
 
     /// The format version of the segment a record starting at `lsn` lies in.
-    fn version_at(&self, lsn: u64) -> u32 {
+    fn version_at(&self, lsn: Lsn) -> u32 {
         let (tail_end, tail_version) = self.tail_format;
         if lsn < tail_end {
             tail_version
@@ -883,7 +739,7 @@ impl Wal {
     /// Copies a sealed record into the buffer at `lsn`, its reserved place, claiming the slot
     /// of each page it enters. `own` is the caller's insertion lane (none for the exclusive
     /// paths, which hold the insert lock with no insertion in progress).
-    fn copy_at(&self, lsn: u64, sealed: &[u8], own: Option<usize>) -> Result<()> {
+    fn copy_at(&self, lsn: Lsn, sealed: &[u8], own: Option<usize>) -> Result<()> {
         let mut pos = lsn;
         let mut done = 0;
         while done < sealed.len() {
@@ -906,137 +762,62 @@ impl Wal {
         Ok(())
     }
 
-    /// Copies a record into the buffer at the insert position, for the paths that place a
-    /// record under the insert lock with no insertion in progress (segment switch, resume);
-    /// returns its (start, end). The caller moves the insert position.
-    fn copy_in(&self, ins: &mut InsertState, sealed: &[u8]) -> Result<(u64, u64)> {
-        let lsn = self.geo.skip_headers(ins.pos);
+    /// Copies a record into the buffer at the first place for record bytes at or after `pos`,
+    /// for the paths that place a record with the insert lock held exclusively (segment
+    /// switch, resume); returns its (start, end). The caller moves the insert position.
+    fn copy_in(&self, pos: Lsn, sealed: &[u8]) -> Result<(Lsn, Lsn)> {
+        let lsn = self.geo.skip_headers(pos);
         self.copy_at(lsn, sealed, None)?;
         Ok((lsn, self.end_of(lsn, sealed.len())))
     }
 
-    fn slot_index(&self, page: u64) -> usize {
-        (page / self.geo.page_size) as usize % self.slots.len()
-    }
-
     /// The slot of `page`, locked, holding `page`: claimed for it if it still holds an older
-    /// page, once that page has landed in full. The slot's previous page is at most the page
-    /// one ring length before `page`, so it has landed once `written_to` reaches the end of
-    /// that one; until then this thread makes room by writing out everything before `page`.
-    /// Appenders copying into one page claim its slot in any order; the one entering the page
-    /// at its body's start sets how much of its record continues there (`rem_len`).
+    /// page, once that page has landed in full ([`buffer::PageBuffer::claim`]); until then
+    /// this thread makes room by writing out everything before `page`. Appenders copying into
+    /// one page claim its slot in any order; the one entering the page at its body's start
+    /// sets how much of its record continues there (`rem_len`).
     fn claim_slot(
         &self,
-        page: u64,
+        page: Lsn,
         rem_len: Option<u32>,
         own: Option<usize>,
-    ) -> Result<OrderedGuard<'_, Slot, { lock_order::SLOT }>> {
-        let index = self.slot_index(page);
-        let ring = self.slots.len() as u64 * self.geo.page_size;
-        let free_from = (page + self.geo.page_size).saturating_sub(ring);
+    ) -> Result<buffer::SlotGuard<'_>> {
         loop {
-            {
-                let mut slot = self.slots[index].lock();
-                if slot.page == page {
-                    if let Some(rem_len) = rem_len {
-                        slot.rem_len = rem_len;
-                    }
-                    return Ok(slot);
-                }
-                if slot.page != NO_PAGE && slot.page > page {
-                    return Err(self.broken_invariant(
-                        "copy a record",
-                        page,
-                        format!(
-                            "the buffer slot of page {} holds the later page {}",
-                            Lsn(page),
-                            Lsn(slot.page)
-                        ),
-                    ));
-                }
-                let written = self.written_to.load(Ordering::Acquire);
-                if written >= free_from {
-                    // Slot reuse: the page it held has landed in full.
-                    debug_assert!(
-                        slot.page == NO_PAGE || written >= slot.page + self.geo.page_size,
-                        "slot of page {} reused for page {} before it landed (written to {})",
-                        Lsn(slot.page),
-                        Lsn(page),
-                        Lsn(written)
-                    );
-                    // No zeroing here: the writer copies only bytes below its target and
-                    // writes zeros after them.
-                    slot.cipher = None;
-                    slot.page = page;
-                    slot.rem_len = rem_len.unwrap_or(0);
-                    return Ok(slot);
-                }
+            match self.buffer.claim(page, rem_len, self.inflight.written()) {
+                Ok(Some(slot)) => return Ok(slot),
+                Ok(None) => {}
+                Err(wrong) => return Err(self.broken_invariant("copy a record", page, wrong.0)),
             }
             self.counters.here().buffer_full_waits.add(1);
             // Everything before `page` is reserved; the insertions that reserved it (earlier
             // in the log than this thread's) finish, then this thread writes it out. Its own
             // bytes before `page` are copied already.
-            self.insertions.wait_finished(page, own);
+            self.reservations.wait_finished(page, own);
             self.write_out(page)?;
         }
     }
 
-    /// A position through which every record is in the buffer: the insert position, or the
-    /// start of the lowest insertion still in progress. A record boundary.
-    fn inserted_to(&self) -> u64 {
-        // The insert position first: every reservation below it has published its start in
-        // its lane before storing it (`insert`), so the lanes read next show it, or it is done.
-        let end = self.insert_end.load(Ordering::SeqCst);
-        end.min(self.insertions.lowest_in_progress())
+    /// A position through which every record is in the buffer
+    /// ([`reserve::Reservations::inserted_to`]).
+    fn inserted_to(&self) -> Lsn {
+        self.reservations.inserted_to()
     }
 
-    /// Waits until the record holding `lsn` (or, with `lsn` the end of the log, every record
-    /// reserved) is in the buffer, and returns a record boundary through which everything is:
-    /// the target for a flush of `lsn`. Called with no lock of the log held: the insertions it
-    /// waits for may need the write lock to make room.
-    fn inserted_through(&self, lsn: u64) -> u64 {
-        let end = self.insert_end.load(Ordering::SeqCst);
-        let need = if lsn < end { lsn + 1 } else { end };
-        let now = self.inserted_to();
-        if now >= need {
-            return now;
-        }
-        self.insertions.wait_finished(need, None);
-        self.inserted_to()
-    }
-
-    /// What this `Wal` has done since it was opened. Reads atomic counters and takes no lock,
-    /// so it never waits for a write or an fdatasync. The counters are read one by one while
-    /// other threads work: each is exact, the set is not one instant's snapshot.
-    pub fn stats(&self) -> WalStats {
-        let c = &self.counters;
-        WalStats {
-            appends: c.sum(|s| &s.appends),
-            payload_bytes: c.sum(|s| &s.payload_bytes),
-            record_bytes: c.sum(|s| &s.record_bytes),
-            insert_lock_ns: c.sum(|s| &s.insert_lock_ns),
-            write_lock_acquisitions: c.sum(|s| &s.write_lock_acquisitions),
-            write_lock_ns: c.sum(|s| &s.write_lock_ns),
-            write_lock_encrypt_ns: c.sum(|s| &s.write_lock_encrypt_ns),
-            fsync_ns: c.sum(|s| &s.fsync_ns),
-            fsyncs: c.sum(|s| &s.fsyncs),
-            pages_written: c.sum(|s| &s.pages_written),
-            buffer_full_waits: c.sum(|s| &s.buffer_full_waits),
-        }
+    /// Waits until the record holding `lsn` (or every record, at the end) is in the buffer
+    /// ([`reserve::Reservations::inserted_through`]).
+    fn inserted_through(&self, lsn: Lsn) -> Lsn {
+        self.reservations.inserted_through(lsn)
     }
 
     /// What the open that made this `Wal` found: where the log ended, how much was replayed,
     /// and whether damage was cut away ([`crate::RecoveryMode::TruncateAtDamage`]).
     pub fn recovery_summary(&self) -> Option<&RecoverySummary> {
-        self.recovery.get()
+        self.reports.recovery()
     }
 
     /// Records what recovery found and tells the listener.
     pub(crate) fn recovered(&self, summary: RecoverySummary) {
-        if let Some(listener) = &self.listener {
-            listener.on_recovery(&summary);
-        }
-        let _ = self.recovery.set(summary);
+        self.reports.recovered(summary);
     }
 
     /// Rewrites the page holding the end of the log (same records, fresh header) and syncs it.
@@ -1044,7 +825,7 @@ impl Wal {
     /// a durable hint beyond the new end, which a reader would take for damage after the end;
     /// the rewrite stamps the hint of the log as it now is.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
-        let end = self.insert_end.load(Ordering::Acquire);
+        let end = self.reservations.end();
         let page = self.geo.page_start(end);
         if end <= page + PAGE_HEADER_LEN as u64 {
             return Ok(());
@@ -1074,14 +855,15 @@ impl Wal {
         let same = self.check_process()?;
         // Every record appended before this call, and all before them, is in the buffer;
         // waited for before the write lock, which those insertions may need.
-        let target = self.inserted_through(self.insert_end.load(Ordering::SeqCst));
+        let target = self.inserted_through(self.reservations.end());
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = flush::timed_lock(&self.write);
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w)?;
             // A switch or another sync under the lock before this one may have stored more.
-            self.synced_to.fetch_max(target, Ordering::AcqRel);
-            self.flushed_to.fetch_max(target, Ordering::AcqRel);
+            // `flushed_to` first: `synced_to <= flushed_to` at every instant.
+            self.positions.raise_flushed(target);
+            self.positions.raise_synced(target);
             self.refresh_hint(&mut w)?;
             self.debug_check_positions(&w);
             Ok(())
@@ -1097,12 +879,12 @@ impl Wal {
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
-    fn lead_round(&self, lsn: u64, round: Option<group::RoundEnd<'_>>) -> Result<()> {
-        let Some(listener) = &self.listener else {
-            return self.lead_flush(lsn);
+    fn lead_round(&self, lsn: Lsn, mut round: Option<group::RoundEnd<'_>>) -> Result<()> {
+        let Some(listener) = self.reports.listener() else {
+            return self.lead_flush(lsn, round.as_mut());
         };
         let started = Instant::now();
-        let result = self.lead_flush(lsn);
+        let result = self.lead_flush(lsn, round.as_mut());
         drop(round);
         if result.is_ok() {
             listener.on_flush_round(&FlushRound {
@@ -1117,37 +899,23 @@ impl Wal {
 
     /// True when `flush(lsn)` has nothing left to do: the record at `lsn` is flushed, or `lsn`
     /// is the end of the log and everything before it is.
-    fn flushed_through(&self, lsn: u64) -> bool {
-        let flushed = self.flushed_to.load(Ordering::Acquire);
-        flushed > lsn || (flushed == lsn && self.insert_end.load(Ordering::Acquire) == lsn)
+    fn flushed_through(&self, lsn: Lsn) -> bool {
+        self.positions
+            .flushed_through(lsn, || self.reservations.end())
     }
 
     /// Tells the listener of a segment switch or a poisoning it has not heard of yet. Called
     /// at the exits of the public operations, with no lock held; one branch without listener.
     fn deliver_events(&self) {
-        let Some(listener) = &self.listener else {
+        let Some(listener) = self.reports.listener() else {
             return;
         };
-        let segment = self
-            .geo
-            .segment_start(self.written_to.load(Ordering::Acquire));
-        // A plain load first: the read-modify-write happens only at a switch, not per append.
-        if segment > self.reported_segment.load(Ordering::Acquire) {
-            let reported = self.reported_segment.fetch_max(segment, Ordering::AcqRel);
-            if segment > reported {
-                listener.on_segment_switch(&SegmentSwitch {
-                    from: Lsn(reported),
-                    to: Lsn(segment),
-                });
-            }
+        let segment = self.geo.segment_start(self.inflight.written());
+        if let Some(switch) = self.reports.switch_to(segment) {
+            listener.on_segment_switch(&switch);
         }
-        if self.poisoned.load(Ordering::Acquire)
-            && !self.poison_reported.swap(true, Ordering::AcqRel)
-        {
-            let cause = self.poison_reason.lock().clone();
-            if let Some(cause) = cause {
-                listener.on_poisoned(&cause);
-            }
+        if let Some(cause) = self.poison.take_unreported() {
+            listener.on_poisoned(&cause);
         }
     }
 
@@ -1171,45 +939,28 @@ impl Wal {
     }
 
     fn check_poison(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
-            if self.closed.load(Ordering::Acquire) {
-                return Err(Error::Closed(self.dir.clone()));
-            }
-            // The cause is recorded before the flag is set, so it is always there.
-            let cause = self.poison_reason.lock().clone();
-            return Err(Error::Poisoned(cause.unwrap_or_else(|| PoisonCause {
-                op: "write the log",
-                path: self.dir.clone(),
-                kind: std::io::ErrorKind::Other,
-                message: "an earlier operation failed".into(),
-            })));
-        }
-        Ok(())
+        self.poison.check(&self.dir)
     }
 
-    fn poison(&self, op: &'static str, segment: u64, e: std::io::Error) -> Error {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+    fn poison(&self, op: &'static str, segment: Lsn, e: std::io::Error) -> Error {
+        let path = self.dir.join(format::segment_file_name(segment));
         self.poison_error(Error::io(op, path, e))
     }
 
     /// An internal invariant that failed: reported as a poisoning cause naming the segment of
     /// `lsn`, never a panic.
-    fn broken_invariant(&self, op: &'static str, lsn: u64, message: String) -> Error {
+    fn broken_invariant(&self, op: &'static str, lsn: Lsn, message: String) -> Error {
         let segment = self.geo.segment_start(lsn);
         Error::Poisoned(PoisonCause {
             op,
-            path: self.dir.join(format::segment_file_name(Lsn(segment))),
+            path: self.dir.join(format::segment_file_name(segment)),
             kind: std::io::ErrorKind::Other,
             message,
         })
     }
 
     fn poison_error(&self, error: Error) -> Error {
-        self.poison_reason
-            .lock()
-            .get_or_insert_with(|| PoisonCause::of(&error));
-        self.poisoned.store(true, Ordering::Release);
-        error
+        self.poison.set(error)
     }
 }
 
@@ -1219,17 +970,17 @@ impl Wal {
 /// bytes (headers left out), and the index of the record's last byte a position again, so a
 /// record of any length costs the same. A record ending at a page's end ends at the next
 /// page's start, before its header, as the copy leaves the insert position.
-fn record_end(geo: &Geometry, lsn: u64, len: usize) -> u64 {
+fn record_end(geo: &Geometry, lsn: Lsn, len: usize) -> Lsn {
     let header = PAGE_HEADER_LEN as u64;
     let body = geo.page_size - header;
     let segment_bytes = (geo.segment_size / geo.page_size - 1) * body;
     let in_segment = lsn - geo.segment_start(lsn);
     let (page, in_page) = (in_segment / geo.page_size, in_segment % geo.page_size);
-    let index = (lsn / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
+    let index = (lsn.0 / geo.segment_size) * segment_bytes + (page - 1) * body + (in_page - header);
     let last = index + len as u64 - 1;
     let (segment, in_segment) = (last / segment_bytes, last % segment_bytes);
     let (page, in_page) = (in_segment / body + 1, in_segment % body);
-    segment * geo.segment_size + page * geo.page_size + header + in_page + 1
+    Lsn(segment * geo.segment_size + page * geo.page_size + header + in_page + 1)
 }
 
 fn check_len(payload: &[u8]) -> Result<()> {
@@ -1256,7 +1007,7 @@ impl Drop for Wal {
         if let Some(thread) = self.preparer_thread.take() {
             let _ = thread.join();
         }
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.poison.is_set() {
             return;
         }
         // A forked child dropping its copy writes nothing (`check_process`).
@@ -1276,6 +1027,7 @@ impl Drop for Wal {
 #[cfg(test)]
 mod tests {
     use super::record_end;
+    use crate::Lsn;
     use crate::format::{Geometry, PAGE_HEADER_LEN};
 
     /// The copy's walk: page by page, skipping headers, as `copy_at` places the bytes.
@@ -1283,8 +1035,8 @@ mod tests {
         let mut pos = lsn;
         let mut left = len as u64;
         while left > 0 {
-            pos = geo.skip_headers(pos);
-            let n = left.min(geo.page_start(pos) + geo.page_size - pos);
+            pos = geo.skip_headers(Lsn(pos)).0;
+            let n = left.min(geo.page_start(Lsn(pos)).0 + geo.page_size - pos);
             pos += n;
             left -= n;
         }
@@ -1313,7 +1065,7 @@ mod tests {
             for &lsn in &starts {
                 for len in lens {
                     assert_eq!(
-                        record_end(&geo, lsn, len),
+                        record_end(&geo, Lsn(lsn), len).0,
                         walked_end(&geo, lsn, len),
                         "page {page_size}, {pages} pages a segment, record of {len} at {lsn}"
                     );

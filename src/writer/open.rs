@@ -125,22 +125,22 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         };
         let log_id = random_u64("a log id")?;
         let keys = Arc::new(Keys::new(&config.keys, log_id));
-        let header = new_segment_header(config.mode, geo, log_id, 0, &keys);
+        let header = new_segment_header(config.mode, geo, log_id, Lsn(0), &keys);
         create_segment(storage.as_ref(), dir, &header)?;
-        let end = geo.skip_headers(0);
+        let end = geo.skip_headers(Lsn(0));
         let resume = Resume {
             log_id: header.log_id,
             geo,
             end,
             tail_page: None,
-            tail_format: (0, format::FORMAT_VERSION),
+            tail_format: (Lsn(0), format::FORMAT_VERSION),
         };
         let wal = Wal::start(dir, &config, keys, resume, lock)?;
         wal.load_control()?;
         wal.recovered(RecoverySummary {
             created: true,
-            scanned_from: Lsn(end),
-            end: Lsn(end),
+            scanned_from: end,
+            end,
             replayed: 0,
             salvaged: None,
             duration: started.elapsed(),
@@ -166,6 +166,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         replay,
         config.listener.as_deref(),
     )?;
+    let (scanned_from, end) = (Lsn(scanned_from), Lsn(end));
     let fresh_page = resumes_on_fresh_page(config.mode, files.geo, end);
     // A fresh page in the next segment is a new segment, made with the current keys.
     let next_page = files.geo.page_start(end) + files.geo.page_size;
@@ -194,8 +195,8 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
     wal.recovered(RecoverySummary {
         created: false,
-        scanned_from: Lsn(scanned_from),
-        end: Lsn(end),
+        scanned_from,
+        end,
         replayed,
         salvaged,
         duration: started.elapsed(),
@@ -213,7 +214,7 @@ fn refuse_checkpoint_without_log(
     geo: Geometry,
 ) -> Result<()> {
     // The end of a new, empty log: a checkpoint there lost nothing.
-    if geo.skip_headers(u64::from(from)) <= geo.skip_headers(0) {
+    if geo.skip_headers(from).0 <= geo.skip_headers(Lsn(0)).0 {
         return Ok(());
     }
     let exists = match list_segments(storage, dir) {
@@ -279,7 +280,7 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
 /// pagelevel mode, when `end` lies inside a page body that already holds records.
-fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: u64) -> bool {
+fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: Lsn) -> bool {
     let page = geo.page_start(end);
     mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64
 }
@@ -340,11 +341,12 @@ fn remove_unfinished_segments(config: &Config, dir: &Path) -> Result<()> {
 /// active key with its check value: new data must then go to a new segment, of the current
 /// version and listing the active key. (A log ending exactly at a segment boundary goes on in
 /// a new segment anyway.)
-fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
-    if end.is_multiple_of(files.geo.segment_size) {
+fn needs_new_segment(files: &LogFiles, keys: &Keys, end: Lsn) -> bool {
+    let segment = files.geo.segment_start(end);
+    if end == segment {
         return false;
     }
-    let Some(seg) = files.segment(files.geo.segment_start(end)) else {
+    let Some(seg) = files.segment(segment.0) else {
         return false;
     };
     if seg.header.version != format::FORMAT_VERSION {
@@ -360,12 +362,10 @@ fn needs_new_segment(files: &LogFiles, keys: &Keys, end: u64) -> bool {
 /// The end of the segment the writer resumes in and that segment's format version: records
 /// starting there before its end follow its checksum rule. A log ending at a segment boundary
 /// continues in a new segment of the current version.
-fn tail_format(files: &LogFiles, end: u64) -> (u64, u32) {
+fn tail_format(files: &LogFiles, end: Lsn) -> (Lsn, u32) {
     let segment = files.geo.segment_start(end);
-    match files.segment(segment) {
-        Some(seg) if !end.is_multiple_of(files.geo.segment_size) => {
-            (segment + files.geo.segment_size, seg.header.version)
-        }
-        _ => (0, format::FORMAT_VERSION),
+    match files.segment(segment.0) {
+        Some(seg) if end != segment => (segment + files.geo.segment_size, seg.header.version),
+        _ => (Lsn(0), format::FORMAT_VERSION),
     }
 }

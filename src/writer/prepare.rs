@@ -21,7 +21,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
@@ -42,18 +41,18 @@ use crate::storage::{Storage, StorageFile};
 #[derive(Default)]
 struct State {
     /// The segment the writer will need next (its start), if it is not prepared yet.
-    wanted: Option<u64>,
+    wanted: Option<Lsn>,
     /// The segment being prepared right now.
-    busy: Option<u64>,
+    busy: Option<Lsn>,
     /// A prepared segment, the key check values its header lists, and its open handle.
-    ready: Option<(u64, KeyChecks, MadeSegment)>,
+    ready: Option<(Lsn, KeyChecks, MadeSegment)>,
     /// The last preparation that failed. It may have failed after its rename (at the directory
     /// sync), leaving a segment file under its name whose header lists the keys of its time.
-    failed: Option<u64>,
+    failed: Option<Lsn>,
     /// The segment a key rotation is putting its replacement in place of (see
     /// [`Wal::swap_in`]): no preparation of it starts, and the writer waits for it as for a
     /// preparation under way.
-    swapping: Option<u64>,
+    swapping: Option<Lsn>,
     /// The `Wal` is gone: the preparer thread ends.
     closed: bool,
 }
@@ -81,7 +80,7 @@ pub(super) struct Maker {
 type KeyChecks = Vec<(u32, [u8; KCV_LEN])>;
 
 impl Maker {
-    fn make(&self, start: u64) -> Option<(KeyChecks, MadeSegment)> {
+    fn make(&self, start: Lsn) -> Option<(KeyChecks, MadeSegment)> {
         let header = new_segment_header(
             self.mode,
             self.geometry,
@@ -119,7 +118,7 @@ impl Preparer {
 
     /// Claims the wanted segment, waiting for one if `wait`. `None`: closed, or (not waiting)
     /// nothing to do.
-    fn next_job(&self, wait: bool) -> Option<u64> {
+    fn next_job(&self, wait: bool) -> Option<Lsn> {
         let mut state = self.state.lock();
         loop {
             if state.closed {
@@ -139,7 +138,7 @@ impl Preparer {
     /// Records the end of a preparation; `None` when it failed, which leaves nothing behind:
     /// the writer creates the segment itself when it gets there, and meets the error (or not:
     /// space may have been freed by then).
-    fn finish_job(&self, start: u64, made: Option<(KeyChecks, MadeSegment)>) {
+    fn finish_job(&self, start: Lsn, made: Option<(KeyChecks, MadeSegment)>) {
         let mut state = self.state.lock();
         state.busy = None;
         match made {
@@ -159,7 +158,7 @@ impl Preparer {
     /// under the insert and write locks, once the new key is installed and `start` is the
     /// insert position, so the writer has not taken any file of `start` yet and will wait for
     /// [`Wal::swap_in`] before it does.
-    pub(super) fn claim_for_swap(&self, start: u64) {
+    pub(super) fn claim_for_swap(&self, start: Lsn) {
         let mut state = self.state.lock();
         state.swapping = Some(start);
         if state.wanted == Some(start) {
@@ -172,7 +171,7 @@ impl Preparer {
 /// the replacement ready for the writer if it was `placed`, otherwise a failed preparation.
 struct EndClaim<'a> {
     preparer: &'a Preparer,
-    next: u64,
+    next: Lsn,
     placed: Option<(KeyChecks, MadeSegment)>,
 }
 
@@ -234,7 +233,7 @@ impl Wal {
 
     /// Asks for the segment at `start` to be prepared (the writer just entered the one
     /// before). Never blocks on I/O.
-    pub(super) fn want_prepared(&self, start: u64) {
+    pub(super) fn want_prepared(&self, start: Lsn) {
         if !self.preparable(start) {
             return;
         }
@@ -258,7 +257,7 @@ impl Wal {
     /// prepared ahead), the stale segment is removed here (it holds no record of the log:
     /// its header, and zeros or a reused file's old bytes) and the caller creates the segment
     /// anew, listing the active key.
-    pub(super) fn take_prepared(&self, start: u64) -> Result<Option<MadeSegment>> {
+    pub(super) fn take_prepared(&self, start: Lsn) -> Result<Option<MadeSegment>> {
         let mut state = self.preparer.state.lock();
         if state.wanted == Some(start) {
             // Not started yet: the writer is faster than the preparer; it makes it itself.
@@ -291,8 +290,8 @@ impl Wal {
     }
 
     /// Whether a segment may start at `start` (its end within the LSN range).
-    pub(super) fn preparable(&self, start: u64) -> bool {
-        start <= format::LSN_LIMIT - self.geo.segment_size
+    pub(super) fn preparable(&self, start: Lsn) -> bool {
+        start.0 <= format::LSN_LIMIT - self.geo.segment_size
     }
 
     /// Before a key rotation takes the log's locks: makes the segment the log is expected to
@@ -319,7 +318,7 @@ impl Wal {
         };
         let start = self
             .geo
-            .segment_start(self.insert_end.load(Ordering::Acquire))
+            .segment_start(self.reservations.end())
             .checked_add(self.geo.segment_size)?;
         if !ahead || !self.preparable(start) {
             return None;
@@ -353,7 +352,7 @@ impl Wal {
     /// the name and creates the segment itself. So it does if placing panics (in a `Storage`
     /// of the embedder's, say): the claim ends when `EndClaim` drops, so a writer waiting for
     /// the segment never waits for good.
-    pub(super) fn swap_in(&self, staged: Staged, next: u64) {
+    pub(super) fn swap_in(&self, staged: Staged, next: Lsn) {
         let mut claim = EndClaim {
             preparer: &self.preparer,
             next,
@@ -362,16 +361,16 @@ impl Wal {
         claim.placed = self.place_staged(staged, next);
     }
 
-    fn place_staged(&self, staged: Staged, next: u64) -> Option<(KeyChecks, MadeSegment)> {
+    fn place_staged(&self, staged: Staged, next: Lsn) -> Option<(KeyChecks, MadeSegment)> {
         let Staged {
             mut header,
             tmp,
             file,
         } = staged;
-        let path = self.dir.join(format::segment_file_name(Lsn(next)));
+        let path = self.dir.join(format::segment_file_name(next));
         let placed = (|| -> std::io::Result<()> {
-            if header.start != Lsn(next) {
-                header.start = Lsn(next);
+            if header.start != next {
+                header.start = next;
                 write_header(file.as_ref(), &header)?;
                 file.sync_data()?;
             }
@@ -412,8 +411,8 @@ impl Wal {
     }
 
     /// Removes the never-written segment file at `start`, if there is one.
-    fn remove_unused_segment(&self, start: u64, op: &'static str) -> Result<()> {
-        let path = self.dir.join(format::segment_file_name(Lsn(start)));
+    fn remove_unused_segment(&self, start: Lsn, op: &'static str) -> Result<()> {
+        let path = self.dir.join(format::segment_file_name(start));
         match self.storage.remove(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -101,7 +101,7 @@ pub(crate) fn parse_free_file_name(name: &str) -> Option<Lsn> {
 
 /// Whether the file of the segment that started at `old` may become the segment at `new`: a
 /// later segment in the same 4 GiB window of LSNs.
-pub(crate) fn may_become(old: u64, new: u64) -> bool {
+pub(crate) fn may_become(old: Lsn, new: Lsn) -> bool {
     old < new && format::same_lsn_window(old, new)
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn fits(had: &SegmentHeader, want: &SegmentHeader) -> bool {
         && had.mode == want.mode
         && had.geometry == want.geometry
         && had.key_checks == want.key_checks
-        && may_become(u64::from(had.start), u64::from(want.start))
+        && may_become(had.start, want.start)
 }
 
 /// The free files of `dir` (the starts they had), oldest first.
@@ -282,17 +282,20 @@ impl Wal {
     /// ([`crate::Config::recycle_segments`]) has room for. Free files already in the pool that
     /// no longer fit (the key was rotated since, another window) are removed here, before the
     /// purge retires any key. Returns the starts to keep and whether a free file was removed.
-    pub(super) fn keep_for_reuse(&self, doomed: &[u64]) -> Result<(Vec<u64>, bool)> {
+    pub(super) fn keep_for_reuse(&self, doomed: &[Lsn]) -> Result<(Vec<Lsn>, bool)> {
         let storage = self.storage.as_ref();
         let free = list_free(storage, &self.dir)?;
         if self.recycle == 0 && free.is_empty() {
             return Ok((Vec::new(), false));
         }
-        let end = self.insert_end.load(std::sync::atomic::Ordering::Acquire);
-        let next = self
+        let end = self.reservations.end();
+        let Some(next) = self
             .geo
             .segment_start(end)
-            .saturating_add(self.geo.segment_size);
+            .checked_add(self.geo.segment_size)
+        else {
+            return Ok((Vec::new(), false));
+        };
         let want = self.segment_header(next);
         let mut pooled = 0;
         let mut removed = false;
@@ -311,8 +314,8 @@ impl Wal {
             if pooled + keep.len() >= self.recycle {
                 break;
             }
-            let path = self.dir.join(format::segment_file_name(Lsn(start)));
-            let fit = crate::reader::read_segment_header(storage, &path, Lsn(start))
+            let path = self.dir.join(format::segment_file_name(start));
+            let fit = crate::reader::read_segment_header(storage, &path, start)
                 .is_ok_and(|h| fits(&h, &want));
             if fit {
                 keep.push(start);
@@ -365,15 +368,15 @@ mod tests {
         let seg = 16 << 20;
         let window = 1u64 << 32;
         // Later, same window.
-        assert!(may_become(0, seg));
-        assert!(may_become(window, window + seg));
-        assert!(may_become(window - 2 * seg, window - seg));
+        assert!(may_become(Lsn(0), Lsn(seg)));
+        assert!(may_become(Lsn(window), Lsn(window + seg)));
+        assert!(may_become(Lsn(window - 2 * seg), Lsn(window - seg)));
         // Across a window boundary, either side.
-        assert!(!may_become(window - seg, window));
-        assert!(!may_become(window - seg, window + seg));
-        assert!(!may_become(0, 5 * window));
+        assert!(!may_become(Lsn(window - seg), Lsn(window)));
+        assert!(!may_become(Lsn(window - seg), Lsn(window + seg)));
+        assert!(!may_become(Lsn(0), Lsn(5 * window)));
         // Never the same or an earlier segment.
-        assert!(!may_become(seg, seg));
-        assert!(!may_become(2 * seg, seg));
+        assert!(!may_become(Lsn(seg), Lsn(seg)));
+        assert!(!may_become(Lsn(2 * seg), Lsn(seg)));
     }
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::Wal;
+use crate::Lsn;
 use crate::config::Config;
 use crate::crypto::Keys;
 use crate::error::{Error, Result};
@@ -39,7 +40,7 @@ pub(super) struct Rotation {
 }
 
 impl Rotation {
-    pub(super) fn new(config: &Config, end: u64) -> Result<Rotation> {
+    pub(super) fn new(config: &Config, end: Lsn) -> Result<Rotation> {
         let policy = config.rotation;
         if policy != RotationPolicy::default() && config.key_store.is_none() {
             return Err(Error::Config(
@@ -67,10 +68,10 @@ impl Rotation {
     }
 
     /// Starts the policy's counting afresh at log position `end`, now.
-    fn restart(&self, end: u64) {
+    fn restart(&self, end: Lsn) {
         if let Some(bytes) = self.policy.max_bytes {
             self.next_at_lsn
-                .store(end.saturating_add(bytes.max(1)), Ordering::Release);
+                .store(end.0.saturating_add(bytes.max(1)), Ordering::Release);
         }
         if let Some(age) = self.policy.max_age {
             let now = self.opened.elapsed().as_nanos() as u64;
@@ -81,8 +82,8 @@ impl Rotation {
     }
 
     /// True when the policy asks for a rotation (always false without a policy).
-    pub(super) fn due(&self, end: u64) -> bool {
-        if end >= self.next_at_lsn.load(Ordering::Relaxed) {
+    pub(super) fn due(&self, end: Lsn) -> bool {
+        if end.0 >= self.next_at_lsn.load(Ordering::Relaxed) {
             return true;
         }
         let at = self.next_at_ns.load(Ordering::Relaxed);
@@ -165,8 +166,7 @@ impl Wal {
         }
         switched?;
         *self.rotation.ring.lock() = ring;
-        self.rotation
-            .restart(self.insert_end.load(Ordering::Acquire));
+        self.rotation.restart(self.reservations.end());
         Ok(())
     }
 
@@ -177,7 +177,7 @@ impl Wal {
         let Some(_one) = self.rotation.busy.try_lock() else {
             return; // another thread is rotating
         };
-        if !self.rotation.due(self.insert_end.load(Ordering::Acquire)) {
+        if !self.rotation.due(self.reservations.end()) {
             return;
         }
         let result = self
@@ -186,8 +186,7 @@ impl Wal {
             .and_then(|(_, ring)| self.install(ring));
         if let Err(e) = result {
             *self.rotation.last_error.lock() = Some(e.to_string());
-            self.rotation
-                .restart(self.insert_end.load(Ordering::Acquire));
+            self.rotation.restart(self.reservations.end());
         }
     }
 

@@ -4,7 +4,6 @@
 //! Segments made ahead of time are in `prepare`; writing pages into them is in `flush`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::recycle::{MadeSegment, free_file_name, make_segment};
 use super::{Wal, WriteState};
@@ -21,13 +20,14 @@ impl Wal {
     ///
     /// The writer keeps the handles of the segment it writes and the one before (a flush may
     /// end in one and sync both); older handles are closed as it moves on, in every sync mode.
-    /// A segment whose handle is closed before its fdatasync stays listed as dirty and is
-    /// reopened to be synced (see `sync_locked`), so no fdatasync is skipped and a Buffered
-    /// writer holds two handles, not one per segment since its last sync.
+    /// A segment written since its last fdatasync stays on the dirty list (durable.rs) with
+    /// the handle that wrote it until a round of fdatasyncs takes it, so no fdatasync is
+    /// skipped and the writer itself keeps two handles, not one per segment since its last
+    /// sync.
     pub(super) fn file_for(
         &self,
         w: &mut WriteState,
-        segment: u64,
+        segment: Lsn,
     ) -> Result<Arc<dyn StorageFile>> {
         if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
             return Ok(file.clone());
@@ -49,11 +49,29 @@ impl Wal {
         Ok(file)
     }
 
+    /// A handle of the segment at `segment`, which exists: the writer's own, or opened anew (a
+    /// write-back error no one has seen yet is reported to a descriptor opened after it too).
+    pub(super) fn segment_handle(
+        &self,
+        w: &WriteState,
+        segment: Lsn,
+    ) -> Result<Arc<dyn StorageFile>> {
+        if let Some((_, file)) = w.files.iter().find(|(s, _)| *s == segment) {
+            return Ok(file.clone());
+        }
+        let path = self.dir.join(format::segment_file_name(segment));
+        let file = self
+            .storage
+            .open(&path, true)
+            .map_err(|e| self.poison("open segment to fdatasync", segment, e))?;
+        Ok(Arc::from(file))
+    }
+
     /// Opens the segment at `segment`, creating it here if it does not exist. One that exists
     /// is the tail segment recovery zeroed after the end, or a rotation's replacement (made
     /// new): not a reused file.
-    fn open_or_create(&self, segment: u64) -> Result<MadeSegment> {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
+    fn open_or_create(&self, segment: Lsn) -> Result<MadeSegment> {
+        let path = self.dir.join(format::segment_file_name(segment));
         match self.storage.open(&path, true) {
             Ok(file) => Ok(MadeSegment {
                 file,
@@ -70,7 +88,7 @@ impl Wal {
         }
     }
 
-    pub(super) fn segment_header(&self, start: u64) -> SegmentHeader {
+    pub(super) fn segment_header(&self, start: Lsn) -> SegmentHeader {
         new_segment_header(self.mode, self.geo, self.log_id, start, &self.keys.load())
     }
 
@@ -100,19 +118,21 @@ impl Wal {
         // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
         // pays one fdatasync); in `Durable` mode it already is.
         // The last checkpoint and the retention holds in force keep what they need.
-        let lsn = Lsn(self.purge_limit(u64::from(lsn))?);
-        let wanted = u64::from(lsn).min(self.flushed_to.load(Ordering::Acquire));
-        if self.synced_to.load(Ordering::Acquire) < wanted {
+        let lsn = self.purge_limit(lsn)?;
+        let wanted = lsn.min(self.positions.flushed());
+        if self.positions.synced() < wanted {
             self.sync_all()?;
         }
-        let flushed = self.flushed_to.load(Ordering::Acquire);
-        let limit = u64::from(lsn).min(self.synced_to.load(Ordering::Acquire));
+        let flushed = self.positions.flushed();
+        let limit = lsn.min(self.positions.synced());
         let holding = self.segment_holding_end(flushed);
-        let doomed: Vec<u64> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
+        let doomed: Vec<Lsn> = crate::reader::list_segments(self.storage.as_ref(), &self.dir)?
             .into_iter()
-            .map(u64::from)
             .take_while(|&start| {
-                start.saturating_add(self.geo.segment_size) <= limit && start < holding
+                start
+                    .checked_add(self.geo.segment_size)
+                    .is_some_and(|end| end <= limit)
+                    && start < holding
             })
             .collect();
         if doomed.is_empty() {
@@ -124,7 +144,7 @@ impl Wal {
             // purge that fails halfway leaves some of them, and a later `sync` must still
             // cover them. Below the synced end they are clean already; should one not be,
             // it is synced now, while it still has its name.
-            if w.dirty.iter().any(|s| doomed.contains(s)) {
+            if self.syncs.any_dirty(&doomed) {
                 self.sync_locked(&mut w)?;
             }
             w.files.retain(|(s, _)| !doomed.contains(s));
@@ -132,9 +152,9 @@ impl Wal {
         let (keep, unpooled) = self.keep_for_reuse(&doomed)?;
         let mut removed = 0;
         for start in doomed {
-            let path = self.dir.join(format::segment_file_name(Lsn(start)));
+            let path = self.dir.join(format::segment_file_name(start));
             let (op, done) = if keep.contains(&start) {
-                let free = self.dir.join(free_file_name(Lsn(start)));
+                let free = self.dir.join(free_file_name(start));
                 (
                     "keep segment file for reuse",
                     self.storage.rename(&path, &free),
@@ -169,10 +189,10 @@ impl Wal {
     /// that ends exactly at a segment's end (or at the first record position of the next one,
     /// which may not exist yet) ends in that segment: were it purged, no segment would be left,
     /// and the next open would start a new log at LSN 0.
-    fn segment_holding_end(&self, end: u64) -> u64 {
+    fn segment_holding_end(&self, end: Lsn) -> Lsn {
         let start = self.geo.segment_start(end);
         if end == self.geo.skip_headers(start) || end == start {
-            start.saturating_sub(self.geo.segment_size)
+            start.checked_sub(self.geo.segment_size).unwrap_or(Lsn(0))
         } else {
             start
         }
@@ -194,23 +214,22 @@ impl Wal {
         &self,
         keys: Option<std::sync::Arc<crate::crypto::Keys>>,
         claim: bool,
-    ) -> Result<u64> {
+    ) -> Result<Lsn> {
         // The insert lock is held throughout (insert, then write: the documented order), so no
         // record and no flush can see the positions between the switch and the next segment
         // before they are skipped.
         let same = self.check_process()?;
-        let mut ins = self.insert.lock();
-        // With the insert lock held nothing new is reserved; the insertions already reserved
-        // finish (sealed under the keys they loaded, which this segment's header lists).
-        self.insertions.wait_finished(ins.pos, None);
-        let lsn = self.geo.skip_headers(ins.pos);
+        // Nothing new is reserved from here on, and everything reserved is in the buffer
+        // (sealed under the keys its insertion loaded, which this segment's header lists).
+        let mut ins = self.reservations.exclusive();
+        let lsn = self.geo.skip_headers(ins.pos());
         let sealed = self.switch_record(lsn)?;
         // Once the switch record is being copied in, any failure poisons the log, as in
         // `insert`: the buffer (and perhaps the files) hold part of a record that the
         // insert position does not count, and the next record would be copied over it in a
         // page that may never be written again.
         let (start, mut end) = self
-            .copy_in(&mut ins, &sealed)
+            .copy_in(ins.pos(), &sealed)
             .map_err(|e| self.poison_error(e))?;
         // The record may straddle a segment boundary: the segment holding its last byte is the
         // one it ends (`Geometry::after_switch`, which the readers follow), and the log leaves
@@ -219,13 +238,12 @@ impl Wal {
         // a purge removed the one before) finds a switch record first, not the unused rest.
         // It fits: the tail is shorter than a switch record, and a page body is longer than two.
         if self.geo.segment_start(end - 1) != self.geo.segment_start(start) {
-            ins.pos = end;
-            let lsn = self.geo.skip_headers(ins.pos);
+            let lsn = self.geo.skip_headers(end);
             // Sealed afresh, never the first record again: two tags under one nonce would
             // give away the hash key.
             let sealed = self.switch_record(lsn).map_err(|e| self.poison_error(e))?;
             end = self
-                .copy_in(&mut ins, &sealed)
+                .copy_in(end, &sealed)
                 .map_err(|e| self.poison_error(e))?
                 .1;
         }
@@ -247,10 +265,9 @@ impl Wal {
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
         w.reserved_to = next;
-        self.synced_to.store(next, Ordering::Release);
-        self.flushed_to.fetch_max(next, Ordering::AcqRel);
-        ins.pos = next;
-        self.insert_end.store(next, Ordering::Release);
+        self.positions.raise_flushed(next);
+        self.positions.raise_synced(next);
+        ins.move_to(next);
         if let Some(keys) = keys {
             self.keys.store(keys);
             if claim && self.preparable(next) {
@@ -266,9 +283,9 @@ impl Wal {
     /// in the associated data, so that no one without the key can end a segment early. Made
     /// under the insert lock because the segment it lands in decides its form and its key; a
     /// switch holds that lock across an fdatasync anyway, and the seal is a few AES blocks.
-    fn switch_record(&self, lsn: u64) -> Result<Vec<u8>> {
+    fn switch_record(&self, lsn: Lsn) -> Result<Vec<u8>> {
         let at = At {
-            lsn,
+            lsn: lsn.0,
             version: self.version_at(lsn),
         };
         let keys = self.keys.load();
@@ -308,36 +325,34 @@ impl Wal {
     /// write of the previous open, perhaps copied by a snapshot): two plaintexts under one
     /// counter block. The rest of the page stays unused.
     pub(crate) fn resume_on_fresh_page(&self) -> Result<()> {
-        let end = self.insert_end.load(Ordering::Acquire);
-        let payload = end.to_le_bytes();
+        let end = self.reservations.end();
+        let payload = end.0.to_le_bytes();
         let resume = super::Pending {
             kind: 0,
             flags: RECORD_FLAG_RESUME,
             stored: &payload,
         };
-        let mut ins = self.insert.lock();
-        let page_end = self.geo.page_start(ins.pos) + self.geo.page_size;
+        let mut ins = self.reservations.exclusive();
+        let page_end = self.geo.page_start(ins.pos()) + self.geo.page_size;
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
             self.jump_unused(page_end)?;
             w.reserved_to = page_end;
         }
-        ins.pos = page_end;
         let lsn = self.geo.skip_headers(page_end);
         let mut sealed = Vec::new();
         self.seal_at(&self.keys.load(), lsn, None, &resume, &mut sealed)?;
-        let (_, resumed) = self.copy_in(&mut ins, &sealed)?;
-        ins.pos = resumed;
-        self.insert_end.store(resumed, Ordering::Release);
+        let (_, resumed) = self.copy_in(page_end, &sealed)?;
+        ins.move_to(resumed);
         Ok(())
     }
 
     /// Moves the landed position over a part of the log left unused, up to `to`. Under the
     /// write lock, with nothing in flight; a range still in flight is a broken invariant and
     /// poisons the log.
-    fn jump_unused(&self, to: u64) -> Result<()> {
-        if self.inflight.jump(to, &self.written_to) {
+    fn jump_unused(&self, to: Lsn) -> Result<()> {
+        if self.inflight.jump(to) {
             return Ok(());
         }
         let error = self.broken_invariant(
@@ -351,16 +366,16 @@ impl Wal {
     /// The newest key of the ring that the header of the segment at `segment` lists; `None`
     /// when the segment's file does not exist yet (its pages are all still in the buffer): it
     /// will be created listing the active key.
-    fn listed_key(&self, segment: u64) -> Result<Option<u32>> {
-        let path = self.dir.join(format::segment_file_name(Lsn(segment)));
-        let header =
-            match crate::reader::read_segment_header(self.storage.as_ref(), &path, Lsn(segment)) {
-                Ok(header) => header,
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    return Ok(None);
-                }
-                Err(e) => return Err(e),
-            };
+    fn listed_key(&self, segment: Lsn) -> Result<Option<u32>> {
+        let path = self.dir.join(format::segment_file_name(segment));
+        let header = match crate::reader::read_segment_header(self.storage.as_ref(), &path, segment)
+        {
+            Ok(header) => header,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         header
             .key_checks
             .iter()
@@ -379,7 +394,7 @@ pub(super) fn new_segment_header(
     mode: Mode,
     geometry: Geometry,
     log_id: u64,
-    start: u64,
+    start: Lsn,
     keys: &Keys,
 ) -> SegmentHeader {
     SegmentHeader {
@@ -387,7 +402,7 @@ pub(super) fn new_segment_header(
         mode,
         geometry,
         log_id,
-        start: Lsn(start),
+        start,
         key_checks: if mode.is_encrypted() {
             keys.active_check_values()
         } else {

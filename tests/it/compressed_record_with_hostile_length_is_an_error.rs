@@ -49,7 +49,7 @@ fn file(dir: &tempfile::TempDir) -> std::fs::File {
 
 fn rewrite(dir: &tempfile::TempDir, lsn: Lsn, bytes: &mut [u8]) {
     let (header, stored) = bytes.split_at(RECORD_HEADER_PLAIN);
-    let crc = record_crc(FORMAT_VERSION, u64::from(lsn), header, stored);
+    let crc = record_crc(FORMAT_VERSION, lsn, header, stored);
     bytes[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file(dir).write_all_at(bytes, u64::from(lsn)).unwrap();
 }

@@ -97,7 +97,7 @@ fn a_resume_record_of_the_wrong_length_in_a_pagelevel_log_is_corruption() {
 fn rewrite_pagelevel_plaintext(dir: &Path, keys: &KeyRing, lsn: u64, bytes: &[u8]) {
     let reader = Reader::open(dir, None).unwrap();
     let geo = reader.geometry();
-    let (page, segment) = (geo.page_start(lsn), geo.segment_start(lsn));
+    let (page, segment) = (geo.page_start(Lsn(lsn)).0, geo.segment_start(Lsn(lsn)).0);
     let path = dir.join(segment_file_name(Lsn(segment)));
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -105,7 +105,7 @@ fn a_key_id_its_unchanged_segment_does_not_list_is_still_damage() {
     rec.header.encryption = Some((2, iv));
     let mut head = vec![0u8; rec.header.len_bytes()];
     rec.header.encode(&mut head);
-    rec.header.crc = record_crc(rec.format_version, rec.lsn.0, &head, &rec.stored);
+    rec.header.crc = record_crc(rec.format_version, rec.lsn, &head, &rec.stored);
     rec.header.encode(&mut head);
     let file = std::fs::OpenOptions::new()
         .write(true)

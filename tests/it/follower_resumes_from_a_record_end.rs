@@ -22,7 +22,7 @@ fn follower_resumes_from_a_record_end() {
     let mut appended = Vec::new();
     for i in 0..10u8 {
         // Every other record fills the rest of its page exactly.
-        let pos = wal.geometry().skip_headers(wal.end_lsn().0);
+        let pos = wal.geometry().skip_headers(Lsn(wal.end_lsn().0)).0;
         let room = (PAGE - pos % PAGE) as usize;
         let len = if i % 2 == 0 && room > RECORD_HEADER_PLAIN {
             room - RECORD_HEADER_PLAIN

@@ -65,7 +65,7 @@ fn follower_sees_records_across_pages_and_segments() {
                 seen_attached.join().unwrap(),
             )
         });
-        assert!(wal.geometry().segment_start(appended[RECORDS - 1].0) > 8 * 1024 * 10);
+        assert!(wal.geometry().segment_start(Lsn(appended[RECORDS - 1].0)).0 > 8 * 1024 * 10);
         for (name, seen) in [("files", &seen_files), ("attached", &seen_attached)] {
             assert_eq!(seen.len(), RECORDS, "{mode}: {name} follower");
             for (i, (r, lsn)) in seen.iter().zip(&appended).enumerate() {

@@ -125,7 +125,7 @@ fn a_switch_record_with_a_made_up_tag_fails_authentication() {
         let mut forged = vec![0u8; RECORD_HEADER_ENCRYPTED];
         header.encode(&mut forged);
         let tag = &original[RECORD_HEADER_ENCRYPTED..RECORD_HEADER_ENCRYPTED + TAG_LEN];
-        let crc = record_crc(FORMAT_VERSION, lsn, &forged, tag);
+        let crc = record_crc(FORMAT_VERSION, Lsn(lsn), &forged, tag);
         forged[..4].copy_from_slice(&crc.to_le_bytes());
         forged.extend_from_slice(tag);
         forged

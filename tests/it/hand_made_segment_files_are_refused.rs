@@ -43,7 +43,7 @@ fn log_starting_at(dir: &Path, mode: Mode, keys: &KeyRing, start: u64) -> String
         let mut record = RecordHeader::decode(&bytes[at..]).unwrap();
         let (head, rest) = bytes[at..].split_at(record.len_bytes());
         let stored = &rest[..record.len as usize];
-        record.crc = record_crc(FORMAT_VERSION, start + at as u64, head, stored);
+        record.crc = record_crc(FORMAT_VERSION, Lsn(start + at as u64), head, stored);
         record.encode(&mut bytes[at..]);
     }
     std::fs::remove_file(&old).unwrap();

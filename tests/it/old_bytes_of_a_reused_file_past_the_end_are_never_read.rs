@@ -40,8 +40,8 @@ fn config() -> Config {
 fn stream_len(geo: Geometry, from: u64, to: u64) -> u64 {
     let (mut pos, mut n) = (from, 0);
     while pos < to {
-        pos = geo.skip_headers(pos);
-        let step = (geo.page_start(pos) + geo.page_size).min(to) - pos;
+        pos = geo.skip_headers(Lsn(pos)).0;
+        let step = (geo.page_start(Lsn(pos)).0 + geo.page_size).min(to) - pos;
         n += step;
         pos += step;
     }
@@ -59,7 +59,7 @@ fn record_valid_at(lsn: u64, payload: &[u8]) -> Vec<u8> {
     };
     let mut bytes = vec![0u8; RECORD_HEADER_PLAIN];
     header.encode(&mut bytes);
-    header.crc = record_crc(FORMAT_VERSION, lsn, &bytes, payload);
+    header.crc = record_crc(FORMAT_VERSION, Lsn(lsn), &bytes, payload);
     header.encode(&mut bytes);
     bytes.extend_from_slice(payload);
     bytes
@@ -102,7 +102,7 @@ fn old_bytes_of_a_reused_file_past_the_end_are_never_read() {
 
     // The first record of segment 0, in its page 1, carries a record valid at the position
     // `end` will have in segment `NEW`.
-    let first = geo.skip_headers(0);
+    let first = geo.skip_headers(Lsn(0)).0;
     let offset = first + RECORD_HEADER_PLAIN as u64 + PLANTED_AT as u64;
     let end = NEW + offset;
     let planted = record_valid_at(end, b"never appended at this position");

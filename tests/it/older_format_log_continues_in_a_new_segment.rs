@@ -167,8 +167,8 @@ fn rewrite_as_version_2(dir: &std::path::Path) {
     let write_stream = |lsn: u64, bytes: &[u8]| {
         let mut pos = lsn;
         for &b in bytes {
-            pos = geo.skip_headers(pos);
-            let segment = geo.segment_start(pos);
+            pos = geo.skip_headers(Lsn(pos)).0;
+            let segment = geo.segment_start(Lsn(pos)).0;
             let file = std::fs::OpenOptions::new()
                 .write(true)
                 .open(dir.join(segment_file_name(Lsn(segment))))
@@ -219,8 +219,8 @@ fn a_switch_record_leaving_a_version_2_segment_may_straddle_into_the_next() {
             // Record-stream bytes from the end of the log to the target.
             let (mut pos, mut n) = (u64::from(wal.end_lsn()), 0);
             while pos < target {
-                pos = geo.skip_headers(pos);
-                let step = (geo.page_start(pos) + geo.page_size).min(target) - pos;
+                pos = geo.skip_headers(Lsn(pos)).0;
+                let step = (geo.page_start(Lsn(pos)).0 + geo.page_size).min(target) - pos;
                 n += step;
                 pos += step;
             }

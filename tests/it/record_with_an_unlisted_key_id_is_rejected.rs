@@ -71,7 +71,7 @@ fn record_with_an_unlisted_key_id_is_rejected() {
     rec.header.encryption = Some((2, iv));
     let mut head = vec![0u8; rec.header.len_bytes()];
     rec.header.encode(&mut head);
-    rec.header.crc = record_crc(rec.format_version, rec.lsn.0, &head, &rec.stored);
+    rec.header.crc = record_crc(rec.format_version, rec.lsn, &head, &rec.stored);
     rec.header.encode(&mut head);
     let (file, offset) = file_at(dir.path(), rec.lsn.0);
     assert!(

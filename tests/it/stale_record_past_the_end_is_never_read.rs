@@ -37,8 +37,8 @@ fn config(mode: Mode, keys: &KeyRing) -> Config {
 fn stream_len(geo: Geometry, from: u64, to: u64) -> u64 {
     let (mut pos, mut n) = (from, 0);
     while pos < to {
-        pos = geo.skip_headers(pos);
-        let step = (geo.page_start(pos) + geo.page_size).min(to) - pos;
+        pos = geo.skip_headers(Lsn(pos)).0;
+        let step = (geo.page_start(Lsn(pos)).0 + geo.page_size).min(to) - pos;
         n += step;
         pos += step;
     }
@@ -143,12 +143,15 @@ fn check_the_rules(stale: &[u8], original: u64, end: u64) {
     let (head, stored) = stale.split_at(header_len_for_flags(header.flags));
     assert_eq!(
         header.crc,
-        record_crc(FORMAT_VERSION, original, head, stored)
+        record_crc(FORMAT_VERSION, Lsn(original), head, stored)
     );
-    assert_ne!(header.crc, record_crc(FORMAT_VERSION, end, head, stored));
+    assert_ne!(
+        header.crc,
+        record_crc(FORMAT_VERSION, Lsn(end), head, stored)
+    );
     assert_eq!(
-        record_crc(2, original, head, stored),
-        record_crc(2, end, head, stored),
+        record_crc(2, Lsn(original), head, stored),
+        record_crc(2, Lsn(end), head, stored),
         "under the version-2 rule a copy checks at any position"
     );
 }
@@ -222,7 +225,7 @@ fn in_a_version_2_log_the_stale_copy_would_be_read() {
         let reader = Reader::open(dir.path(), Some(golden.keys.clone())).unwrap();
         let geo = reader.geometry();
         let end = u64::from(golden.end_lsn);
-        let room = geo.page_start(end) + geo.page_size - end;
+        let room = geo.page_start(Lsn(end)).0 + geo.page_size - end;
         // An earlier record in one page, under a key the tail segment lists, that fits there.
         let tail = reader.segments().last().unwrap().header.clone();
         assert_eq!(tail.version, 2, "{name}");
@@ -243,7 +246,7 @@ fn in_a_version_2_log_the_stale_copy_would_be_read() {
         let stale = read_at(dir.path(), geo.segment_size, u64::from(raw.lsn), len);
         let header = RecordHeader::decode(&stale).unwrap();
         let (head, stored) = stale.split_at(header.len_bytes());
-        assert_eq!(header.crc, record_crc(2, end, head, stored), "{name}");
+        assert_eq!(header.crc, record_crc(2, Lsn(end), head, stored), "{name}");
         write_at(dir.path(), geo.segment_size, end, &stale);
 
         let reader = Reader::open(dir.path(), Some(golden.keys.clone())).unwrap();

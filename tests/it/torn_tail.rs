@@ -132,9 +132,9 @@ fn garbage_after_the_end_is_cut_off() {
         let lsn = wal.append(3, b"next").unwrap();
         // pagelevel never writes the page holding the end again: it continues on the next
         // page, after a resume record (12 B header, 8 B payload).
-        let page = geo.page_start(end);
+        let page = geo.page_start(Lsn(end)).0;
         let next = if mode == Mode::PageLevel && end > page + 48 {
-            geo.skip_headers(page + geo.page_size) + 20
+            geo.skip_headers(Lsn(page + geo.page_size)).0 + 20
         } else {
             end
         };

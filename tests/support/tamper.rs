@@ -37,7 +37,7 @@ pub fn single_page_records(dir: &Path) -> Vec<OnDisk> {
 }
 
 fn file_and_offset(reader: &Reader, dir: &Path, lsn: u64) -> (std::path::PathBuf, u64) {
-    let seg = reader.geometry().segment_start(lsn);
+    let seg = reader.geometry().segment_start(Lsn(lsn)).0;
     (dir.join(segment_file_name(Lsn(seg))), lsn - seg)
 }
 
@@ -79,7 +79,7 @@ pub fn flip_bits_at(dir: &Path, lsn: u64, mask: u8) {
 /// starts at `lsn` in a segment of the current format version.
 pub fn fix_crc(record: &mut [u8], lsn: u64) {
     let (header, payload) = record.split_at(RECORD_HEADER_ENCRYPTED);
-    let crc = record_crc(FORMAT_VERSION, lsn, header, payload);
+    let crc = record_crc(FORMAT_VERSION, Lsn(lsn), header, payload);
     record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -106,7 +106,7 @@ pub fn forged_control(lsn: u64, flags: u8, stored: &[u8]) -> Vec<u8> {
     };
     let mut record = vec![0u8; RECORD_HEADER_PLAIN];
     header.encode(&mut record);
-    let crc = record_crc(FORMAT_VERSION, lsn, &record, stored);
+    let crc = record_crc(FORMAT_VERSION, Lsn(lsn), &record, stored);
     record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     record.extend_from_slice(stored);
     record

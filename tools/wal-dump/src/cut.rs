@@ -36,7 +36,7 @@ pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), F
     let tail_segment = if end.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {
-        geo.segment_start(end)
+        geo.segment_start(Lsn(end)).0
     };
     let entries = std::fs::read_dir(dir).map_err(|e| Fail::io("read log directory", dir, &e))?;
     for entry in entries {
@@ -52,7 +52,7 @@ pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: u64) -> Result<(), F
                 .map_err(|e| Fail::io("remove segment after the cut", &path, &e))?;
         } else if start == tail_segment {
             zero_after(&path, end - start, geo.segment_size)?;
-            lower_hint(&path, geo.page_start(end) - start, log_id, end)?;
+            lower_hint(&path, geo.page_start(Lsn(end)).0 - start, log_id, end)?;
         }
     }
     File::open(dir)

@@ -306,7 +306,7 @@ impl Lister<'_> {
         }
         if self.args.raw {
             if mode == Mode::PageLevel {
-                let at = geo.advance(view.lsn, rec.header.len_bytes() as u64);
+                let at = geo.advance(Lsn(view.lsn), rec.header.len_bytes() as u64).0;
                 return Ok(Shown::Bytes(disk.stream(at, rec.header.len as usize)?));
             }
             return Ok(Shown::Bytes(rec.stored.clone()));
@@ -368,7 +368,7 @@ impl RecordView {
         let (encryption, key_id, iv) = match (mode, rec.header.encryption) {
             (_, Some((id, iv))) => ("record", Some(id), Some(iv)),
             (Mode::PageLevel, None) => {
-                let page = disk.page_header(geo.page_start(lsn))?;
+                let page = disk.page_header(geo.page_start(Lsn(lsn)).0)?;
                 let id = page
                     .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
                     .map(|h| h.key_id);
@@ -601,5 +601,5 @@ pub fn crc_ok(rec: &RawRecord) -> bool {
     let n = rec.header.len_bytes();
     rec.header.encode(&mut head[..n]);
     let lsn = u64::from(rec.lsn);
-    inspect::record_crc(rec.format_version, lsn, &head[..n], &rec.stored) == rec.header.crc
+    inspect::record_crc(rec.format_version, Lsn(lsn), &head[..n], &rec.stored) == rec.header.crc
 }

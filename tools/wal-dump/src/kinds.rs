@@ -243,7 +243,7 @@ pub fn record_key_id(
     Ok(match (mode, rec.header.encryption) {
         (_, Some((id, _))) => Some(id),
         (Mode::PageLevel, None) => disk
-            .page_header(geo.page_start(u64::from(rec.lsn)))?
+            .page_header(geo.page_start(rec.lsn).0)?
             .filter(|h| h.flags & PAGE_FLAG_ENCRYPTED != 0)
             .map(|h| h.key_id),
         _ => None,

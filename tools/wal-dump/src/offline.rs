@@ -151,7 +151,7 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
     let from = if at.is_multiple_of(geo.segment_size) {
         at - geo.segment_size
     } else {
-        geo.segment_start(at)
+        geo.segment_start(Lsn(at)).0
     };
     let copied = back_up(&target.dir, backup, |start| start >= from)?;
     report.backup = Some(backup.display().to_string());

@@ -94,7 +94,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let Some(backup) = backup else {
         return Err(Fail::trouble("--repair needs --backup DIR"));
     };
-    let from = u64::from(at.segment).min(geo.segment_start(found.cut_at));
+    let from = u64::from(at.segment).min(geo.segment_start(Lsn(found.cut_at)).0);
     let copied = back_up(&target.dir, backup, |start| start >= from)?;
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();

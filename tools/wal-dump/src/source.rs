@@ -184,7 +184,7 @@ impl Disk {
     /// Reads up to `buf.len()` bytes at `lsn` from its segment file, without crossing the
     /// segment's end; returns how many bytes the file held (0 for a missing segment).
     pub fn read(&mut self, lsn: u64, buf: &mut [u8]) -> Result<usize, Fail> {
-        let seg = self.geo.segment_start(lsn);
+        let seg = self.geo.segment_start(Lsn(lsn)).0;
         let Some(path) = self.segments.get(&seg) else {
             return Ok(0);
         };
@@ -222,8 +222,8 @@ impl Disk {
         let mut pos = from;
         let mut done = 0;
         while done < n {
-            pos = self.geo.skip_headers(pos);
-            let room = (self.geo.page_start(pos) + self.geo.page_size - pos) as usize;
+            pos = self.geo.skip_headers(Lsn(pos)).0;
+            let room = (self.geo.page_start(Lsn(pos)).0 + self.geo.page_size - pos) as usize;
             let step = room.min(n - done);
             let got = self.read(pos, &mut out[done..done + step])?;
             if got < step {
@@ -257,7 +257,8 @@ impl Disk {
         let page = seg + self.geo.page_size;
         Ok(self.page_header(page)?.map(|h| {
             self.geo
-                .advance(self.geo.skip_headers(page), h.rem_len as u64)
+                .advance(self.geo.skip_headers(Lsn(page)), h.rem_len as u64)
+                .0
         }))
     }
 
@@ -272,7 +273,7 @@ impl Disk {
         if target <= oldest {
             return Ok(Lsn(0));
         }
-        let seg = self.geo.segment_start(target);
+        let seg = self.geo.segment_start(Lsn(target)).0;
         for &s in starts.iter().rev().filter(|&&s| s <= seg && s > oldest) {
             if let Some(b) = self.first_record_in_segment(s)?
                 && b <= target
@@ -292,7 +293,7 @@ pub fn fmt_lsn(lsn: u64) -> String {
 
 /// Where `lsn` lies on disk: `segment <file> offset <n> (lsn <lsn>)`.
 pub fn position(geo: Geometry, lsn: u64) -> String {
-    let seg = geo.segment_start(lsn);
+    let seg = geo.segment_start(Lsn(lsn)).0;
     format!(
         "segment {} offset {} (lsn {})",
         inspect::segment_file_name(Lsn(seg)),

@@ -314,7 +314,7 @@ fn write_overview(reader: &Reader, target: &Target, out: &mut dyn Write) -> Resu
 
 /// Key ids of the encrypted page headers in `[from, to)`.
 fn page_key_ids(reader: &Reader, from: u64, to: u64) -> Result<Vec<u32>, Fail> {
-    let first_page = reader.geometry().page_start(from);
+    let first_page = reader.geometry().page_start(Lsn(from)).0;
     let ids: BTreeSet<u32> = reader
         .page_headers()?
         .into_iter()
@@ -408,10 +408,13 @@ struct Breakdown {
 impl Breakdown {
     fn of(reader: &Reader, first: u64, end: u64, total: KindStats) -> Breakdown {
         let geo = reader.geometry();
-        let span_start = geo.segment_start(first);
+        let span_start = geo.segment_start(Lsn(first)).0;
         let log_bytes = end - span_start;
         let pages = log_bytes.div_ceil(geo.page_size);
-        let header_pages = (geo.segment_start(end.saturating_sub(1).max(span_start)) - span_start)
+        let header_pages = (geo
+            .segment_start(Lsn(end.saturating_sub(1).max(span_start)))
+            .0
+            - span_start)
             / geo.segment_size
             + 1;
         let page_headers = (pages.saturating_sub(header_pages)) * PAGE_HEADER_LEN as u64;

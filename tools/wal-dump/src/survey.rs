@@ -75,7 +75,7 @@ pub fn survey(reader: &Reader) -> Result<Survey, Error> {
         survey.count_cut(reader)?;
     } else {
         let geo = reader.geometry();
-        let tail = geo.page_start(cut_at);
+        let tail = geo.page_start(Lsn(cut_at)).0;
         survey.pages_after_end = written_pages(reader)?
             .iter()
             .filter(|(page, _)| *page > tail)
@@ -159,8 +159,8 @@ fn written_pages(reader: &Reader) -> Result<Vec<(u64, u64)>, Error> {
 fn boundary_after(geo: inspect::Geometry, pages: &[(u64, u64)], at: u64) -> Option<u64> {
     pages
         .iter()
-        .filter(|(page, _)| *page > geo.page_start(at))
-        .map(|&(page, rem)| (page, geo.advance(geo.skip_headers(page), rem)))
+        .filter(|(page, _)| *page > geo.page_start(Lsn(at)).0)
+        .map(|&(page, rem)| (page, geo.advance(geo.skip_headers(Lsn(page)), rem).0))
         .find(|&(page, b)| b < page + geo.page_size)
         .map(|(_, b)| b)
 }
@@ -181,7 +181,12 @@ fn after_damaged_record(reader: &Reader, start: u64) -> Option<u64> {
     let hlen = inspect::header_len_for_flags(plain).min(max);
     let bytes = disk.stream(start, hlen).ok()?;
     let header = RecordHeader::decode(&bytes).ok()?;
-    let next = geo.advance(start, (header.len_bytes() + header.len as usize) as u64);
+    let next = geo
+        .advance(
+            Lsn(start),
+            (header.len_bytes() + header.len as usize) as u64,
+        )
+        .0;
     (next > start).then_some(next)
 }
 

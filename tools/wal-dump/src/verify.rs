@@ -76,7 +76,7 @@ fn earlier_life(geo: inspect::Geometry, log_id: u64, page: u64, bytes: &[u8]) ->
         let was = u64::from(h.page_lsn);
         was < page
             && (page - was).is_multiple_of(geo.segment_size)
-            && inspect::same_lsn_window(was, page)
+            && inspect::same_lsn_window(Lsn(was), Lsn(page))
     })
 }
 
@@ -436,7 +436,7 @@ impl Verify<'_> {
     /// Length of a segment-switch record starting at `lsn`: sealed (header with key id and IV,
     /// then a tag) in a perrecord-gcm segment of format version 4 or later, else 12 bytes.
     fn switch_len(&self, lsn: u64) -> u64 {
-        let seg = self.geo().segment_start(lsn);
+        let seg = self.geo().segment_start(Lsn(lsn)).0;
         let version = self
             .reader
             .segments()
@@ -463,13 +463,17 @@ impl Verify<'_> {
                 .push(format!("{at}: record checksum mismatch"));
         }
         if let Some(pe) = prev_end {
-            let next = geo.skip_headers(pe);
+            let next = geo.skip_headers(Lsn(pe)).0;
             // A segment-switch record at `next` (the cursor hands out none) sends the log to
             // the segment after the one holding its last byte, which may be the next segment.
-            let after_switch = geo.skip_headers(geo.after_switch(next, self.switch_len(next)));
+            let after_switch = geo
+                .skip_headers(geo.after_switch(Lsn(next), self.switch_len(next)))
+                .0;
             // A pagelevel writer that reopened the log left the rest of the page unused and
             // resumed after a resume record at the start of the next page's body.
-            let after_resume = geo.skip_headers(geo.page_start(pe) + geo.page_size)
+            let after_resume = geo
+                .skip_headers(Lsn(geo.page_start(Lsn(pe)).0 + geo.page_size))
+                .0
                 + (inspect::RECORD_HEADER_PLAIN + inspect::RESUME_PAYLOAD_LEN) as u64;
             if lsn != next && lsn != after_switch && lsn != after_resume {
                 self.found.damage.push(format!(
@@ -479,7 +483,7 @@ impl Verify<'_> {
             }
         }
         if let Some((key_id, iv)) = rec.header.encryption {
-            let seg = geo.segment_start(lsn);
+            let seg = geo.segment_start(Lsn(lsn)).0;
             let listed = self
                 .reader
                 .segments()
@@ -505,11 +509,11 @@ impl Verify<'_> {
     fn resume_after(&mut self, at: u64) -> Result<Option<u64>, Fail> {
         let geo = self.geo();
         for &page in self.written_pages.clone().iter() {
-            if page <= geo.page_start(at) {
+            if page <= geo.page_start(Lsn(at)).0 {
                 continue;
             }
             if let Some(h) = self.disk.page_header(page)? {
-                let b = geo.advance(geo.skip_headers(page), h.rem_len as u64);
+                let b = geo.advance(geo.skip_headers(Lsn(page)), h.rem_len as u64).0;
                 if b < page + geo.page_size {
                     return Ok(Some(b));
                 }
@@ -525,7 +529,7 @@ impl Verify<'_> {
             return Ok(());
         }
         let geo = self.geo();
-        let tail_page = geo.page_start(end);
+        let tail_page = geo.page_start(Lsn(end)).0;
         let mut leftover = 0usize;
         // Past the last record the page holds zeros as written, in every mode: pagelevel
         // encrypts only the filled part of a body.

@@ -42,7 +42,7 @@ fn verify_flags_a_duplicate_iv() {
     file.read_exact_at(&mut record, off_b).unwrap();
     record[REC_IV_AT..RECORD_HEADER_ENCRYPTED].copy_from_slice(&iv);
     let (header, stored) = record.split_at(RECORD_HEADER_ENCRYPTED);
-    let crc = record_crc(FORMAT_VERSION, u64::from(second.lsn), header, stored);
+    let crc = record_crc(FORMAT_VERSION, second.lsn, header, stored);
     record[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, off_b).unwrap();
     drop(file);

@@ -33,7 +33,7 @@ fn verify_reports_an_authentication_failure_with_its_position() {
     record[32 + 2] ^= 0x01;
     let (header, stored) = record.split_at(32);
     let version = walcrypt::inspect::FORMAT_VERSION;
-    let crc = walcrypt::inspect::record_crc(version, u64::from(victim.lsn), header, stored);
+    let crc = walcrypt::inspect::record_crc(version, victim.lsn, header, stored);
     record[..4].copy_from_slice(&crc.to_le_bytes());
     file.write_all_at(&record, offset).unwrap();
     drop(file);
