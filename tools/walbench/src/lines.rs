@@ -24,18 +24,20 @@ pub struct Lines {
     pub sites: Vec<Site>,
 }
 
-/// An appender's own lane (writer/insertions.rs): its owner lock, its start and its gate,
-/// each written once or twice per record, on a cache line of the lane's own. Another thread
-/// writes them only when it waits on the lane or claims it while all others are busy (the
-/// transfers show how often), so they are reported apart and not charged to the budget.
-pub const LANE_LINES: &[&str] = &["lane", "lane.start", "lane gate"];
+/// Lines of one thread's own: an appender's insertion lane (writer/insertions.rs: its owner
+/// lock, its start and its gate, each written once or twice per record, on a cache line of the
+/// lane's own) and the statistics shard the thread adds to (writer/stats.rs). Another thread
+/// writes them only when it waits on the lane, claims it while all others are busy, or shares
+/// the shard (more threads than shards; the transfers show how often), so they are reported
+/// apart and not charged to the budget.
+pub const OWN_LINES: &[&str] = &["lane", "lane.start", "lane gate", "stats"];
 
 /// Lines every appender writes, once or twice per record: the insert lock, the insert
 /// position, the IV source's sequence (once per 64 IVs) and a page slot's lock (taken by
 /// each copy into the page; a write-out also takes it once per page it copies out, which is
 /// counted here too). Every label in neither list is charged to the commit path (group
-/// commit, the write lock, the in-flight lock, the positions a write-out raises), whose
-/// writes are compared with the write-outs.
+/// commit, the write lock, the in-flight lock, `written_to`, `flushed_to`, `synced_to`, the
+/// sync turn), whose writes are compared with the write-outs.
 pub const APPEND_LINES: &[&str] = &["insert", "insert_end", "iv.next", "slot"];
 
 impl Lines {
@@ -64,9 +66,9 @@ impl Lines {
             .sum()
     }
 
-    /// Writes to the appenders' own lanes ([`LANE_LINES`]).
-    pub fn lane_writes(&self) -> u64 {
-        self.writes_to(LANE_LINES)
+    /// Writes to lines of the writing thread's own ([`OWN_LINES`]).
+    pub fn own_writes(&self) -> u64 {
+        self.writes_to(OWN_LINES)
     }
 
     /// Writes to the lines every appender writes ([`APPEND_LINES`]).
@@ -76,7 +78,7 @@ impl Lines {
 
     /// Writes to every other line: the commit path's.
     pub fn commit_writes(&self) -> u64 {
-        self.writes - self.lane_writes() - self.append_writes()
+        self.writes - self.own_writes() - self.append_writes()
     }
 }
 
@@ -124,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn threads_counts_add_up_per_label_and_split_into_lanes_append_and_commit_paths() {
+    fn threads_counts_add_up_per_label_and_split_into_own_append_and_commit_lines() {
         let mut total = Lines::default();
         total.add(&Lines {
             writes: 12,
@@ -143,7 +145,7 @@ mod tests {
         });
         assert_eq!((total.writes, total.transfers), (29, 7));
         assert_eq!(total.sites[0], site("insert", 20, 5));
-        assert_eq!(total.lane_writes(), 4);
+        assert_eq!(total.own_writes(), 4);
         assert_eq!(total.append_writes(), 20);
         assert_eq!(total.commit_writes(), 5);
     }

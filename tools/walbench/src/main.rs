@@ -147,10 +147,10 @@ fn run(args: &Args) -> Result<(), BoxError> {
         "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process)"
     );
     println!(
-        "  lw/txn, lx/txn = shared-line writes, line transfers (a write to a line another thread wrote last) per txn, by the workers; lane/rec = writes to the appender's own lane per record; sh/rec = writes to lines every appender writes per record; lw/wo = commit-path writes per write-out;"
+        "  lw/txn, lx/txn = shared-line writes, line transfers (a write to a line another thread wrote last) per txn, by the workers; own/rec = writes to the thread's own lines (its lane, its statistics shard) per record; sh/rec = writes to lines every appender writes per record; lw/wo = commit-path writes per write-out;"
     );
     println!(
-        "  budget = writes but the lanes' / (1 per record + 4 per write-out), met when <= 1; {}",
+        "  budget = writes but the own lines' / (1 per record + 4 per write-out), met when <= 1; {}",
         if lines::COUNTING {
             "counted (feature line-ledger): exact counts of the wrapped atomics and mutexes, see docs/BENCHMARKS.md"
         } else {
@@ -180,7 +180,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
         args.line_ns
     );
     println!(
-        "  +all: L = every write to a line other threads write too (all but the lanes'), each moving its line (an upper bound); — = not counted"
+        "  +all: L = every write to a line other threads write too (all but the threads' own), each moving its line (an upper bound); — = not counted"
     );
     println!("{}", model::projection_table(&projections));
     let rec_summary = report::summarize_recovery(&recoveries);

@@ -178,7 +178,7 @@ pub const PROJECTED_CORES: [usize; 4] = [8, 16, 32, 64];
 /// assumed cost of one (`--line-ns`): `+lines` with `L` the transfers per transaction counted
 /// at the largest measured thread count (on a machine with few cores, fewer than many cores
 /// would see: a lower bound), `+all` with `L` every write to a line other threads write too
-/// (every write but the appenders' own lanes', at the same thread count: each would move its
+/// (every write but those to the threads' own lines, at the same thread count: each would move its
 /// line; an upper bound).
 #[derive(Debug, Clone)]
 pub struct Projection {

@@ -53,13 +53,14 @@ pub struct Summary {
     pub vcsw: f64,
     pub ivcsw: f64,
     /// The shared-line ledger per transaction (medians over rounds; NaN without the feature
-    /// `line-ledger`): writes, line transfers, writes to the appenders' own lanes per record,
-    /// to the lines every appender writes per record, commit-path writes per write-out, and
-    /// writes but the lanes' over the budget of 1 per record + 4 per write-out.
+    /// `line-ledger`): writes, line transfers, writes to the threads' own lines (lane,
+    /// statistics shard) per record, to the lines every appender writes per record,
+    /// commit-path writes per write-out, and writes but the own lines' over the budget of 1
+    /// per record + 4 per write-out.
     pub line_writes: f64,
     pub line_transfers: f64,
     pub shared_line_writes: f64,
-    pub lane_writes_per_record: f64,
+    pub own_writes_per_record: f64,
     pub append_writes_per_record: f64,
     pub commit_writes_per_write_out: f64,
     pub line_budget: f64,
@@ -132,7 +133,7 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 line_writes: med(&|c| c.line_writes_per_txn()),
                 line_transfers: med(&|c| c.line_transfers_per_txn()),
                 shared_line_writes: med(&|c| c.shared_line_writes_per_txn()),
-                lane_writes_per_record: med(&|c| c.lane_writes_per_record()),
+                own_writes_per_record: med(&|c| c.own_writes_per_record()),
                 append_writes_per_record: med(&|c| c.append_writes_per_record()),
                 commit_writes_per_write_out: med(&|c| c.commit_writes_per_write_out()),
                 line_budget: med(&|c| c.line_budget_ratio()),
@@ -267,7 +268,7 @@ pub fn ledger_table(rows: &[Summary]) -> String {
         "ivcsw",
         "lw/txn",
         "lx/txn",
-        "lane/rec",
+        "own/rec",
         "sh/rec",
         "lw/wo",
         "budget"
@@ -292,7 +293,7 @@ pub fn ledger_table(rows: &[Summary]) -> String {
             r.ivcsw,
             counted(r.line_writes, 2),
             counted(r.line_transfers, 2),
-            counted(r.lane_writes_per_record, 2),
+            counted(r.own_writes_per_record, 2),
             counted(r.append_writes_per_record, 2),
             counted(r.commit_writes_per_write_out, 2),
             counted(r.line_budget, 2)
@@ -342,7 +343,7 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
          fsync_ns_per_txn,write_lock_acquisitions_per_txn,commits_per_write_lock_acquisition,\
          fsyncs_per_txn,pages_written_per_txn,buffer_full_waits_per_txn,\
          voluntary_switches_per_txn,involuntary_switches_per_txn,line_writes_per_txn,\
-         line_transfers_per_txn,lane_line_writes_per_record,append_line_writes_per_record,\
+         line_transfers_per_txn,own_line_writes_per_record,append_line_writes_per_record,\
          commit_line_writes_per_write_out,line_writes_over_budget\n",
     );
     for r in rows {
@@ -378,7 +379,7 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             r.ivcsw,
             csv_counted(r.line_writes, 4),
             csv_counted(r.line_transfers, 4),
-            csv_counted(r.lane_writes_per_record, 4),
+            csv_counted(r.own_writes_per_record, 4),
             csv_counted(r.append_writes_per_record, 4),
             csv_counted(r.commit_writes_per_write_out, 4),
             csv_counted(r.line_budget, 4)
@@ -740,7 +741,7 @@ mod tests {
         let r = &counted_rows[0];
         assert_eq!((r.line_writes, r.line_transfers), (9.0, 0.5));
         // 5 appends per transaction, 0.25 write-outs.
-        assert_eq!(r.lane_writes_per_record, 0.6);
+        assert_eq!(r.own_writes_per_record, 0.6);
         assert_eq!(r.append_writes_per_record, 1.0);
         assert_eq!(r.commit_writes_per_write_out, 4.0);
         assert_eq!(r.line_budget, 6.0 / 6.0);

@@ -105,17 +105,18 @@ impl Cell {
             .as_ref()
             .map_or(f64::NAN, |l| self.per_txn(l.transfers))
     }
-    /// Writes to lines other threads write too (every line but the appenders' own lanes) per
+    /// Writes to lines other threads write too (every line but the threads' own) per
     /// transaction; NaN without the feature.
     pub fn shared_line_writes_per_txn(&self) -> f64 {
         self.lines
             .as_ref()
-            .map_or(f64::NAN, |l| self.per_txn(l.writes - l.lane_writes()))
+            .map_or(f64::NAN, |l| self.per_txn(l.writes - l.own_writes()))
     }
-    /// Writes to the appenders' own lanes per record appended; NaN without the feature.
-    pub fn lane_writes_per_record(&self) -> f64 {
+    /// Writes to lines of the writing thread's own (lane, statistics shard) per record
+    /// appended; NaN without the feature.
+    pub fn own_writes_per_record(&self) -> f64 {
         self.lines.as_ref().map_or(f64::NAN, |l| {
-            l.lane_writes() as f64 / self.stats.appends.max(1) as f64
+            l.own_writes() as f64 / self.stats.appends.max(1) as f64
         })
     }
     /// Writes to the lines every appender writes, per record appended; NaN without the
@@ -135,13 +136,13 @@ impl Cell {
             _ => f64::NAN,
         }
     }
-    /// Shared-line writes (the lanes' own left out) over the budget of 1 per record plus 4
+    /// Shared-line writes (the threads' own lines left out) over the budget of 1 per record plus 4
     /// per write-out: at most 1 where the budget holds; NaN without the feature.
     pub fn line_budget_ratio(&self) -> f64 {
         self.lines.as_ref().map_or(f64::NAN, |l| {
             let budget =
                 self.stats.appends as f64 + 4.0 * self.stats.write_lock_acquisitions as f64;
-            (l.writes - l.lane_writes()) as f64 / budget.max(1.0)
+            (l.writes - l.own_writes()) as f64 / budget.max(1.0)
         })
     }
 }
