@@ -244,7 +244,8 @@ pub fn throughput_table(rows: &[Summary]) -> String {
 /// The ledger of the commit path: the same rows as [`throughput_table`], per transaction.
 /// Serial time (`ser ns`, the model's t_ser, is the median of each round's insert-lock plus
 /// write-lock hold, so it differs from the sum of the two medians when rounds disagree;
-/// `sync ns` is the fdatasync part of `wr ns`), then counts that do not depend on how many cores ran the cell: write-lock
+/// `sync ns` is the fdatasync time, which a Durable commit spends in the sync turn after the
+/// write lock), then counts that do not depend on how many cores ran the cell: write-lock
 /// acquisitions (write-outs), commits per write-out, fdatasyncs, pages written, buffer-full
 /// write-outs, and the process's voluntary and involuntary context switches.
 pub fn ledger_table(rows: &[Summary]) -> String {

@@ -61,8 +61,8 @@ impl Cell {
     pub fn serial_ns_per_txn(&self) -> f64 {
         self.insert_ns_per_txn() + self.write_ns_per_txn()
     }
-    /// fdatasync per transaction; always inside the write lock, so part of
-    /// [`Cell::write_ns_per_txn`].
+    /// fdatasync per transaction: a Durable commit's in the sync turn after the write lock
+    /// (not in [`Cell::write_ns_per_txn`]), a switch's, `sync`'s and `close`'s under it.
     pub fn fsync_ns_per_txn(&self) -> f64 {
         self.per_txn(self.stats.fsync_ns)
     }
