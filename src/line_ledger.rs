@@ -1,8 +1,8 @@
 //! The shared-line ledger: how many times the writer's threads write a cache line other
 //! threads also write, and how many of those writes take the line from another thread.
 //!
-//! The writer's atomics that several threads write are [`LineU64`], [`LineU32`],
-//! [`LineUsize`] and [`LineBool`] here, and its mutexes are `OrderedMutex` (lock_order.rs).
+//! The writer's atomics that several threads write are `LineU64`, `LineU32`,
+//! `LineUsize` and `LineBool` here, and its mutexes are `OrderedMutex` (lock_order.rs).
 //! Without the cargo feature `line-ledger` (the default) each wrapper is a
 //! `#[repr(transparent)]` newtype over the standard atomic with `#[inline]` methods that call
 //! it and nothing else: the same code as the bare atomic. Under `cfg(loom)` they wrap loom's
@@ -33,8 +33,10 @@
 //! - a **write**: every `store`, `swap`, `fetch_*`, and every `compare_exchange` or
 //!   `compare_exchange_weak`, successful or not (a failed compare-and-swap still takes the
 //!   line exclusive); on an `OrderedMutex`, two per hold (the acquisition and the release
-//!   each write the lock word), and two more for each condition-variable wait in the hold
-//!   (it releases and retakes the lock).
+//!   each write the lock word; both are counted when `lock` is called, before it waits, or
+//!   when `try_lock` succeeds, so a hold's timing holds as little counting as it can), and
+//!   two more for each condition-variable wait in the hold (it releases and retakes the
+//!   lock).
 //! - a **line transfer**: a write whose previous counted write to the same wrapper (or the
 //!   same mutex's acquisition) was by another thread. Each wrapper keeps the small number of
 //!   its last writing thread for this (a field that exists only with the feature); the first
@@ -104,9 +106,18 @@ pub fn take_thread_counts() -> LineCounts {
 /// label, a mutex's level name), in the order first written; resets them.
 #[cfg(feature = "line-ledger")]
 pub fn take_thread_sites() -> Vec<(&'static str, LineCounts)> {
-    counting::SITES
+    let by_address = counting::SITES
         .try_with(|sites| std::mem::take(&mut *sites.borrow_mut()))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // The same label may sit at several addresses (one per crate or codegen unit).
+    let mut sites: Vec<(&'static str, LineCounts)> = Vec::with_capacity(by_address.len());
+    for (label, counts) in by_address {
+        match sites.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, total)) => *total += counts,
+            None => sites.push((label, counts)),
+        }
+    }
+    sites
 }
 
 #[cfg(feature = "line-ledger")]
@@ -145,25 +156,31 @@ mod counting {
         /// Counts a write by this thread, and a transfer if another thread wrote last.
         #[inline]
         pub(crate) fn wrote(&self, label: &'static str) {
+            self.wrote_n(label, 1);
+        }
+
+        /// Counts `writes` writes by this thread, and one transfer if another thread wrote
+        /// last (a mutex hold: the acquisition may take the line, the release finds it here).
+        #[inline]
+        pub(crate) fn wrote_n(&self, label: &'static str, writes: u64) {
             let me = me();
             let last = self.0.load(Ordering::Relaxed);
             let transfer = last != me && last != 0;
             if last != me {
                 self.0.store(me, Ordering::Relaxed);
             }
-            count(label, 1, u64::from(transfer));
+            count(label, writes, u64::from(transfer));
         }
     }
 
-    /// Counts `writes` writes (and `transfers` transfers) on `label` for this thread.
+    /// Counts `writes` writes (and `transfers` transfers) on `label` for this thread. Looked
+    /// up by the label's address, a few pointer comparisons; [`super::take_thread_sites`]
+    /// merges equal labels.
     #[inline]
-    pub(crate) fn count(label: &'static str, writes: u64, transfers: u64) {
+    fn count(label: &'static str, writes: u64, transfers: u64) {
         let _ = SITES.try_with(|sites| {
             let mut sites = sites.borrow_mut();
-            let site = match sites
-                .iter()
-                .position(|(l, _)| std::ptr::eq(*l, label) || *l == label)
-            {
+            let site = match sites.iter().position(|(l, _)| std::ptr::eq(*l, label)) {
                 Some(i) => &mut sites[i].1,
                 None => {
                     sites.push((label, LineCounts::default()));
@@ -178,7 +195,7 @@ mod counting {
 }
 
 #[cfg(feature = "line-ledger")]
-pub(crate) use counting::{LastWriter, count};
+pub(crate) use counting::LastWriter;
 
 /// Defines a wrapper around one atomic type; `$int` adds the integer read-modify-writes,
 /// `$bool` the boolean ones.

@@ -15,8 +15,9 @@
 //! write lock of one while it takes the insert lock of the other, which is no deadlock.
 //!
 //! With the cargo feature `line-ledger`, every hold is counted in the shared-line ledger
-//! (line_ledger.rs): two writes to the lock word (acquisition and release), two more per
-//! condition-variable wait, and a line transfer when another thread took it last.
+//! (line_ledger.rs): two writes to the lock word (acquisition and release, both counted when
+//! the hold begins), two more per condition-variable wait, and a line transfer when another
+//! thread took it last.
 //!
 //! Condition variables wait on the guard itself ([`OrderedGuard::wait`]): the mutex is
 //! released while the thread sleeps, and retaken in the same place of the order, so the level
@@ -147,11 +148,13 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
     pub(crate) fn lock(&self) -> OrderedGuard<'_, T, LEVEL> {
         #[cfg(debug_assertions)]
         held::check(self.domain, LEVEL);
+        // The hold's acquisition and release, counted before it so that its timing does not
+        // hold the counting.
+        #[cfg(feature = "line-ledger")]
+        self.line.wrote_n(name(LEVEL), 2);
         let guard = self.mutex.lock();
         #[cfg(debug_assertions)]
         held::push(self.domain, LEVEL);
-        #[cfg(feature = "line-ledger")]
-        self.line.wrote(name(LEVEL));
         OrderedGuard {
             guard,
             #[cfg(debug_assertions)]
@@ -171,8 +174,9 @@ impl<T, const LEVEL: u8> OrderedMutex<T, LEVEL> {
         let guard = self.mutex.try_lock()?;
         #[cfg(debug_assertions)]
         held::push(self.domain, LEVEL);
+        // A failed attempt only reads the lock word; a hold writes it twice.
         #[cfg(feature = "line-ledger")]
-        self.line.wrote(name(LEVEL));
+        self.line.wrote_n(name(LEVEL), 2);
         Some(OrderedGuard {
             guard,
             #[cfg(debug_assertions)]
@@ -198,10 +202,7 @@ impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
     #[inline]
     fn waited(&self) {
         #[cfg(feature = "line-ledger")]
-        {
-            crate::line_ledger::count(name(LEVEL), 1, 0);
-            self.line.wrote(name(LEVEL));
-        }
+        self.line.wrote_n(name(LEVEL), 2);
     }
 }
 
@@ -237,14 +238,10 @@ impl<T, const LEVEL: u8> DerefMut for OrderedGuard<'_, T, LEVEL> {
     }
 }
 
-#[cfg(any(debug_assertions, feature = "line-ledger"))]
+#[cfg(debug_assertions)]
 impl<T, const LEVEL: u8> Drop for OrderedGuard<'_, T, LEVEL> {
     fn drop(&mut self) {
-        #[cfg(debug_assertions)]
         held::pop(self.domain, LEVEL);
-        // The release writes the lock word too; the thread holding it wrote it last.
-        #[cfg(feature = "line-ledger")]
-        crate::line_ledger::count(name(LEVEL), 1, 0);
     }
 }
 
@@ -446,5 +443,16 @@ mod ledger_tests {
                 }
             )]
         );
+    }
+
+    #[test]
+    fn a_condition_variable_wait_counts_a_release_and_an_acquisition_more() {
+        let lock = OrderedMutex::<u32, WRITE>::new(0, Domain::new());
+        let condvar = Condvar::new();
+        take_thread_counts();
+        let mut held = lock.lock();
+        let _ = held.wait_for(&condvar, Duration::from_millis(1));
+        drop(held);
+        assert_eq!(take_thread_counts().writes, 4);
     }
 }

@@ -127,6 +127,12 @@ pub struct Args {
     )]
     pub model_cores: usize,
 
+    /// The projection's assumed cost of one cache-line transfer between cores, in
+    /// nanoseconds, added to the serial time per transaction for every line transfer the
+    /// ledger counted (feature `line-ledger`)
+    #[arg(long, value_name = "NS", default_value_t = 100.0, value_parser = nanos, allow_negative_numbers = true)]
+    pub line_ns: f64,
+
     /// No progress bar
     #[arg(long)]
     pub no_progress: bool,
@@ -233,6 +239,13 @@ fn seconds(v: &str) -> Result<Duration, String> {
     }
 }
 
+fn nanos(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=1e6).contains(&x) => Ok(x),
+        _ => Err("expected nanoseconds from 0 to 1000000".into()),
+    }
+}
+
 fn micros(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(x) if x.is_finite() && (0.0..=1e6).contains(&x) => Ok(x),
@@ -271,6 +284,7 @@ mod tests {
         assert_eq!(a.out, PathBuf::from("walbench-results"));
         assert!(!a.keep && !a.no_progress);
         assert_eq!(a.model_cores, 32);
+        assert_eq!(a.line_ns, 100.0);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod args;
 mod charts;
 mod cpu;
+mod lines;
 mod model;
 mod peers;
 mod recovery;
@@ -140,18 +141,48 @@ fn run(args: &Args) -> Result<(), BoxError> {
         args.rounds
     );
     println!(
-        "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync, inside wr ns; wouts = write-lock acquisitions (write-outs); txn/wo = commits per write-out;"
+        "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync (Durable commits: in the sync turn, after the write lock, not in wr ns); wouts = write-lock acquisitions (write-outs); txn/wo = commits per write-out;"
     );
     println!(
         "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process)"
     );
+    println!(
+        "  lw/txn, lx/txn = shared-line writes, line transfers (a write to a line another thread wrote last) per txn, by the workers; own/rec = writes to the thread's own lines (its lane, its statistics shard) per record; sh/rec = writes to lines every appender writes per record; lw/wo = commit-path writes per write-out;"
+    );
+    println!(
+        "  budget = writes but the own lines' / (1 per record + 4 per write-out), met when <= 1; {}",
+        if lines::COUNTING {
+            "counted (feature line-ledger): exact counts of the wrapped atomics and mutexes, see docs/BENCHMARKS.md"
+        } else {
+            "— = not counted: build with --features line-ledger"
+        }
+    );
     println!("{}", report::ledger_table(&summary));
+    if lines::COUNTING {
+        println!("LINES BY SITE (per txn: label writes/transfers, most written first)");
+        println!("{}", report::line_sites_table(&summary));
+    }
     let fits = model::fit(&summary, cores);
     println!(
         "SCALING MODEL (a prediction, not a measurement): X(n) = n / (t_par + n*t_ser), t_ser = measured insert+write lock hold per txn at {} threads, t_par = the rest of a txn at the smallest thread count",
         fits.first().map_or(cores, |f| f.ser_from)
     );
     println!("{}", model::table(&fits, args.model_cores));
+    let projections = model::project(&summary, cores, args.line_ns);
+    println!(
+        "PROJECTION (a model, not a measurement; \"measured\" rows are this machine's {cores} cores, oversubscribed above {cores} threads):"
+    );
+    println!(
+        "  amdahl: X(n) = n / (t_par + n*t_ser), t_ser = ser ns and t_par = cpu per txn - t_ser, both from the base row (largest thread count <= cores);"
+    );
+    println!(
+        "  +lines: the same with t_ser + L*t_line, t_line = {} ns (--line-ns), L = line transfers per txn counted at the largest thread count (few cores: a lower bound);",
+        args.line_ns
+    );
+    println!(
+        "  +all: L = every write to a line other threads write too (all but the threads' own), each moving its line (an upper bound); — = not counted"
+    );
+    println!("{}", model::projection_table(&projections));
     let rec_summary = report::summarize_recovery(&recoveries);
     if !rec_summary.is_empty() {
         println!(
@@ -169,6 +200,11 @@ fn run(args: &Args) -> Result<(), BoxError> {
     )?;
     write(&out.join("rounds.csv"), &report::rounds_csv(&cells))?;
     write(&out.join("model.csv"), &model::csv(&fits, args.model_cores))?;
+    write(
+        &out.join("projection.csv"),
+        &model::projection_csv(&projections),
+    )?;
+    write(&out.join("lines.csv"), &report::lines_csv(&cells))?;
     if !rec_summary.is_empty() {
         write(
             &out.join("recovery.csv"),

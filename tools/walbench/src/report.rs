@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use walcrypt::Mode;
 
+use crate::lines::Lines;
 use crate::run::{Cell, Replay};
 use crate::workload::Workload;
 
@@ -51,6 +52,21 @@ pub struct Summary {
     pub full_waits: f64,
     pub vcsw: f64,
     pub ivcsw: f64,
+    /// The shared-line ledger per transaction (medians over rounds; NaN without the feature
+    /// `line-ledger`): writes, line transfers, writes to the threads' own lines (lane,
+    /// statistics shard) per record, to the lines every appender writes per record,
+    /// commit-path writes per write-out, and writes but the own lines' over the budget of 1
+    /// per record + 4 per write-out.
+    pub line_writes: f64,
+    pub line_transfers: f64,
+    pub shared_line_writes: f64,
+    pub own_writes_per_record: f64,
+    pub append_writes_per_record: f64,
+    pub commit_writes_per_write_out: f64,
+    pub line_budget: f64,
+    /// Per line label over all rounds: writes and transfers per transaction, most written
+    /// first; empty without the feature.
+    pub line_sites: Vec<(&'static str, f64, f64)>,
     /// Per-round ratio to plaintext (same workload, threads and round), median; NaN without
     /// a plaintext cell.
     pub txn_ratio: f64,
@@ -114,6 +130,14 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 full_waits: med(&|c| c.full_waits_per_txn()),
                 vcsw: med(&|c| c.voluntary_switches_per_txn()),
                 ivcsw: med(&|c| c.involuntary_switches_per_txn()),
+                line_writes: med(&|c| c.line_writes_per_txn()),
+                line_transfers: med(&|c| c.line_transfers_per_txn()),
+                shared_line_writes: med(&|c| c.shared_line_writes_per_txn()),
+                own_writes_per_record: med(&|c| c.own_writes_per_record()),
+                append_writes_per_record: med(&|c| c.append_writes_per_record()),
+                commit_writes_per_write_out: med(&|c| c.commit_writes_per_write_out()),
+                line_budget: med(&|c| c.line_budget_ratio()),
+                line_sites: sites_per_txn(&mine),
                 txn_ratio: ratio(&|c| c.txn_per_s()),
                 cpu_ratio: ratio(&|c| c.cpu_us_per_txn()),
                 insert_ratio: ratio(&|c| c.insert_ns_per_txn()),
@@ -121,6 +145,43 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
             }
         })
         .collect()
+}
+
+/// Each line label's writes and transfers per transaction, summed over `cells`' rounds.
+fn sites_per_txn(cells: &[&Cell]) -> Vec<(&'static str, f64, f64)> {
+    let mut total = Lines::default();
+    let mut txns = 0u64;
+    for c in cells {
+        if let Some(lines) = &c.lines {
+            total.add(lines);
+            txns += c.txns;
+        }
+    }
+    let txns = txns.max(1) as f64;
+    total
+        .sites
+        .iter()
+        .map(|s| (s.label, s.writes as f64 / txns, s.transfers as f64 / txns))
+        .collect()
+}
+
+/// `x` with `digits` decimals, or `—` when not counted (no feature `line-ledger`) or not
+/// defined (no write-out).
+fn counted(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        "—".into()
+    }
+}
+
+/// `x` for a CSV field: empty when not counted.
+fn csv_counted(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        String::new()
+    }
 }
 
 fn ratio(x: f64) -> String {
@@ -183,14 +244,15 @@ pub fn throughput_table(rows: &[Summary]) -> String {
 /// The ledger of the commit path: the same rows as [`throughput_table`], per transaction.
 /// Serial time (`ser ns`, the model's t_ser, is the median of each round's insert-lock plus
 /// write-lock hold, so it differs from the sum of the two medians when rounds disagree;
-/// `sync ns` is the fdatasync part of `wr ns`), then counts that do not depend on how many cores ran the cell: write-lock
+/// `sync ns` is the fdatasync time, which a Durable commit spends in the sync turn after the
+/// write lock), then counts that do not depend on how many cores ran the cell: write-lock
 /// acquisitions (write-outs), commits per write-out, fdatasyncs, pages written, buffer-full
 /// write-outs, and the process's voluntary and involuntary context switches.
 pub fn ledger_table(rows: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<13} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "{:<5} {:<13} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
         "load",
         "mode",
         "thr",
@@ -204,12 +266,18 @@ pub fn ledger_table(rows: &[Summary]) -> String {
         "pages",
         "full",
         "vcsw",
-        "ivcsw"
+        "ivcsw",
+        "lw/txn",
+        "lx/txn",
+        "own/rec",
+        "sh/rec",
+        "lw/wo",
+        "budget"
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<13} {:>3} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3} {:>7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            "{:<5} {:<13} {:>3} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3} {:>7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -223,7 +291,36 @@ pub fn ledger_table(rows: &[Summary]) -> String {
             r.pages,
             r.full_waits,
             r.vcsw,
-            r.ivcsw
+            r.ivcsw,
+            counted(r.line_writes, 2),
+            counted(r.line_transfers, 2),
+            counted(r.own_writes_per_record, 2),
+            counted(r.append_writes_per_record, 2),
+            counted(r.commit_writes_per_write_out, 2),
+            counted(r.line_budget, 2)
+        );
+    }
+    s
+}
+
+/// The shared-line ledger by line label, one row per (workload, mode, threads): each label's
+/// writes / transfers per transaction, most written first. Empty without the feature.
+pub fn line_sites_table(rows: &[Summary]) -> String {
+    let mut s = String::new();
+    for r in rows.iter().filter(|r| !r.line_sites.is_empty()) {
+        let sites: Vec<String> = r
+            .line_sites
+            .iter()
+            .filter(|(_, w, _)| *w >= 0.005)
+            .map(|(label, w, x)| format!("{label} {w:.2}/{x:.2}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "{:<5} {:<13} {:>3}  {}",
+            r.workload.name(),
+            r.mode.name(),
+            r.threads,
+            sites.join(", ")
         );
     }
     s
@@ -246,12 +343,14 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
          write_lock_encrypt_ns_per_txn,serial_ns_per_txn,cpu_us_per_txn,cpu_ratio_to_plaintext,\
          fsync_ns_per_txn,write_lock_acquisitions_per_txn,commits_per_write_lock_acquisition,\
          fsyncs_per_txn,pages_written_per_txn,buffer_full_waits_per_txn,\
-         voluntary_switches_per_txn,involuntary_switches_per_txn\n",
+         voluntary_switches_per_txn,involuntary_switches_per_txn,line_writes_per_txn,\
+         line_transfers_per_txn,own_line_writes_per_record,append_line_writes_per_record,\
+         commit_line_writes_per_write_out,line_writes_over_budget\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5}",
+            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{},{}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -278,7 +377,13 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             r.pages,
             r.full_waits,
             r.vcsw,
-            r.ivcsw
+            r.ivcsw,
+            csv_counted(r.line_writes, 4),
+            csv_counted(r.line_transfers, 4),
+            csv_counted(r.own_writes_per_record, 4),
+            csv_counted(r.append_writes_per_record, 4),
+            csv_counted(r.commit_writes_per_write_out, 4),
+            csv_counted(r.line_budget, 4)
         );
     }
     s
@@ -290,13 +395,17 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
         "workload,mode,threads,round,elapsed_s,txns,commit_p50_us,commit_p99_us,user_cpu_s,\
          sys_cpu_s,appends,payload_bytes,record_bytes,insert_lock_ns,write_lock_acquisitions,\
          write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits,\
-         voluntary_switches,involuntary_switches\n",
+         voluntary_switches,involuntary_switches,line_writes,line_transfers\n",
     );
     for c in cells {
         let st = &c.stats;
+        let (line_writes, line_transfers) = c.lines.as_ref().map_or_else(
+            || (String::new(), String::new()),
+            |l| (l.writes.to_string(), l.transfers.to_string()),
+        );
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.workload.name(),
             c.mode.name(),
             c.threads,
@@ -319,8 +428,33 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
             st.pages_written,
             st.buffer_full_waits,
             c.switches.voluntary,
-            c.switches.involuntary
+            c.switches.involuntary,
+            line_writes,
+            line_transfers
         );
+    }
+    s
+}
+
+/// Every round's shared-line counts per line label (empty but for its header without the
+/// feature `line-ledger`).
+pub fn lines_csv(cells: &[Cell]) -> String {
+    let mut s = String::from("workload,mode,threads,round,txns,label,writes,transfers\n");
+    for c in cells {
+        for site in c.lines.iter().flat_map(|l| &l.sites) {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{}",
+                c.workload.name(),
+                c.mode.name(),
+                c.threads,
+                c.round,
+                c.txns,
+                site.label,
+                site.writes,
+                site.transfers
+            );
+        }
     }
     s
 }
@@ -545,6 +679,7 @@ mod tests {
                 buffer_full_waits: txns / 100,
                 ..WalStats::default()
             },
+            lines: None,
         }
     }
 
@@ -579,6 +714,39 @@ mod tests {
             table.lines().count(),
             throughput_table(&rows).lines().count()
         );
+        // Not counted (no feature `line-ledger`): a dash, not zero.
+        assert!(table.lines().nth(1).is_some_and(|l| l.ends_with("—")));
+        let mut counted_cell = cell(Mode::Plaintext, 2, 0, 1000);
+        counted_cell.lines = Some(crate::lines::Lines {
+            writes: 9000,
+            transfers: 500,
+            sites: vec![
+                crate::lines::Site {
+                    label: "insert",
+                    writes: 5000,
+                    transfers: 400,
+                },
+                crate::lines::Site {
+                    label: "lane.start",
+                    writes: 3000,
+                    transfers: 0,
+                },
+                crate::lines::Site {
+                    label: "write",
+                    writes: 1000,
+                    transfers: 100,
+                },
+            ],
+        });
+        let counted_rows = summarize(&[counted_cell]);
+        let r = &counted_rows[0];
+        assert_eq!((r.line_writes, r.line_transfers), (9.0, 0.5));
+        // 5 appends per transaction, 0.25 write-outs.
+        assert_eq!(r.own_writes_per_record, 0.6);
+        assert_eq!(r.append_writes_per_record, 1.0);
+        assert_eq!(r.commit_writes_per_write_out, 4.0);
+        assert_eq!(r.line_budget, 6.0 / 6.0);
+        assert!(line_sites_table(&counted_rows).contains("insert 5.00/0.40"));
         let mut idle = cell(Mode::Plaintext, 1, 0, 10);
         idle.stats.write_lock_acquisitions = 0;
         assert!(ledger_table(&summarize(&[idle])).contains(" - "));

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use walcrypt::{Compression, Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats};
 
 use crate::cpu::{CpuTime, Switches};
+use crate::lines::{self, Lines};
 use crate::workload::{EngineWork, RedoApply, Workload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -27,6 +28,8 @@ pub struct Cell {
     /// Context switches of the whole process during the cell.
     pub switches: Switches,
     pub stats: WalStats,
+    /// The workers' shared-line writes and transfers (feature `line-ledger`; `None` without).
+    pub lines: Option<Lines>,
 }
 
 impl Cell {
@@ -58,8 +61,8 @@ impl Cell {
     pub fn serial_ns_per_txn(&self) -> f64 {
         self.insert_ns_per_txn() + self.write_ns_per_txn()
     }
-    /// fdatasync per transaction; always inside the write lock, so part of
-    /// [`Cell::write_ns_per_txn`].
+    /// fdatasync per transaction: a Durable commit's in the sync turn after the write lock
+    /// (not in [`Cell::write_ns_per_txn`]), a switch's, `sync`'s and `close`'s under it.
     pub fn fsync_ns_per_txn(&self) -> f64 {
         self.per_txn(self.stats.fsync_ns)
     }
@@ -89,6 +92,58 @@ impl Cell {
     }
     pub fn involuntary_switches_per_txn(&self) -> f64 {
         self.per_txn(self.switches.involuntary)
+    }
+    /// Shared-line writes per transaction; NaN without the feature `line-ledger`.
+    pub fn line_writes_per_txn(&self) -> f64 {
+        self.lines
+            .as_ref()
+            .map_or(f64::NAN, |l| self.per_txn(l.writes))
+    }
+    /// Line transfers per transaction; NaN without the feature.
+    pub fn line_transfers_per_txn(&self) -> f64 {
+        self.lines
+            .as_ref()
+            .map_or(f64::NAN, |l| self.per_txn(l.transfers))
+    }
+    /// Writes to lines other threads write too (every line but the threads' own) per
+    /// transaction; NaN without the feature.
+    pub fn shared_line_writes_per_txn(&self) -> f64 {
+        self.lines
+            .as_ref()
+            .map_or(f64::NAN, |l| self.per_txn(l.writes - l.own_writes()))
+    }
+    /// Writes to lines of the writing thread's own (lane, statistics shard) per record
+    /// appended; NaN without the feature.
+    pub fn own_writes_per_record(&self) -> f64 {
+        self.lines.as_ref().map_or(f64::NAN, |l| {
+            l.own_writes() as f64 / self.stats.appends.max(1) as f64
+        })
+    }
+    /// Writes to the lines every appender writes, per record appended; NaN without the
+    /// feature.
+    pub fn append_writes_per_record(&self) -> f64 {
+        self.lines.as_ref().map_or(f64::NAN, |l| {
+            l.append_writes() as f64 / self.stats.appends.max(1) as f64
+        })
+    }
+    /// Writes to the commit path's lines per write-out (write-lock acquisition); NaN without
+    /// the feature or without a write-out.
+    pub fn commit_writes_per_write_out(&self) -> f64 {
+        match &self.lines {
+            Some(l) if self.stats.write_lock_acquisitions > 0 => {
+                l.commit_writes() as f64 / self.stats.write_lock_acquisitions as f64
+            }
+            _ => f64::NAN,
+        }
+    }
+    /// Shared-line writes (the threads' own lines left out) over the budget of 1 per record plus 4
+    /// per write-out: at most 1 where the budget holds; NaN without the feature.
+    pub fn line_budget_ratio(&self) -> f64 {
+        self.lines.as_ref().map_or(f64::NAN, |l| {
+            let budget =
+                self.stats.appends as f64 + 4.0 * self.stats.write_lock_acquisitions as f64;
+            (l.writes - l.own_writes()) as f64 / budget.max(1.0)
+        })
     }
 }
 
@@ -124,7 +179,10 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
                     s.spawn(move || {
                         let data = spec.workload.data(0x5eed + t as u64);
                         barrier.wait();
+                        // Counted from here: nothing this thread did before the cell.
+                        let _ = lines::take();
                         txn_loop(wal, stop, work, records, &data, t as u64)
+                            .map(|(n, l)| (n, l, lines::take()))
                     })
                 })
                 .collect();
@@ -157,10 +215,16 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
     wal.close()?;
     let mut txns = 0;
     let mut lats = Vec::new();
+    let mut counted: Option<Lines> = None;
     for outcome in outcomes {
-        let (n, l) = outcome?;
+        let (n, l, thread_lines) = outcome?;
         txns += n;
         lats.extend(l);
+        if let Some(thread_lines) = thread_lines {
+            counted
+                .get_or_insert_with(Lines::default)
+                .add(&thread_lines);
+        }
     }
     lats.sort_unstable();
     Ok(Cell {
@@ -175,6 +239,7 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
         cpu: cpu1.since(cpu0),
         switches: switches1.since(switches0),
         stats: delta(stats1, stats0),
+        lines: counted,
     })
 }
 
