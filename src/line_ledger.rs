@@ -334,48 +334,20 @@ macro_rules! line_type {
         }
     };
     (@int $t:ty) => {
-        #[inline]
-        pub(crate) fn fetch_add(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_add(value, order);
-            self.wrote();
-            old
-        }
-
-        #[inline]
-        pub(crate) fn fetch_sub(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_sub(value, order);
-            self.wrote();
-            old
-        }
-
-        #[inline]
-        pub(crate) fn fetch_max(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_max(value, order);
-            self.wrote();
-            old
-        }
-
-        #[inline]
-        pub(crate) fn fetch_min(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_min(value, order);
-            self.wrote();
-            old
-        }
+        line_type!(@rmw $t, fetch_add, fetch_sub, fetch_max, fetch_min);
     };
     (@bool $t:ty) => {
-        #[inline]
-        pub(crate) fn fetch_or(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_or(value, order);
-            self.wrote();
-            old
-        }
-
-        #[inline]
-        pub(crate) fn fetch_and(&self, value: $t, order: Ordering) -> $t {
-            let old = self.value.fetch_and(value, order);
-            self.wrote();
-            old
-        }
+        line_type!(@rmw $t, fetch_or, fetch_and);
+    };
+    (@rmw $t:ty, $($op:ident),+) => {
+        $(
+            #[inline]
+            pub(crate) fn $op(&self, value: $t, order: Ordering) -> $t {
+                let old = self.value.$op(value, order);
+                self.wrote();
+                old
+            }
+        )+
     };
 }
 

@@ -125,10 +125,34 @@ impl Wal {
     /// that makes room in a full buffer comes here (under the insert lock), and checks first
     /// that it is the opener's process.
     pub(super) fn write_out(&self, target: Lsn) -> Result<()> {
-        self.check_process()?;
+        let same = self.check_process()?;
+        self.write_through(|_| target, false, false, same)
+            .map(|_| ())
+    }
+
+    /// Under the write lock: the target `target` chooses (with the lock held; a record
+    /// boundary, or any position already copied), its range reserved and, with `inside`, also
+    /// written there (pagelevel's Durable flush: its encryption stays in the lock). After the
+    /// lock: the range written and everything before the target landed. Returns the target and,
+    /// with `handles`, the writer's segment handles as the lock saw them.
+    fn write_through(
+        &self,
+        target: impl FnOnce(&WriteState) -> Lsn,
+        inside: bool,
+        handles: bool,
+        same: SameProcess,
+    ) -> Result<(Lsn, Vec<Handle>)> {
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
-        let reserved = self.reserve(&mut w, target);
+        let target = target(&w);
+        let handles = match handles {
+            true => w.files.clone(),
+            false => Vec::new(),
+        };
+        let reserved = match inside {
+            true => self.write_locked(&mut w, target, same).map(|()| None),
+            false => self.reserve(&mut w, target),
+        };
         drop(w);
         self.counters
             .here()
@@ -137,7 +161,8 @@ impl Wal {
         if let Some(range) = reserved? {
             self.write_range(range)?;
         }
-        self.wait_landed(target)
+        self.wait_landed(target)?;
+        Ok((target, handles))
     }
 
     /// Writes the buffer's pages from the reserved position up to `target` (which must be
@@ -603,25 +628,9 @@ impl Wal {
     /// the target written through (a record boundary) and the writer's segment handles, for
     /// the fdatasync after the write lock.
     fn write_durable(&self, inserted: Lsn, same: SameProcess) -> Result<(Lsn, Vec<Handle>)> {
-        self.counters.here().write_lock_acquisitions.add(1);
-        let (mut w, held_since) = timed_lock(&self.write);
-        let handles = w.files.clone();
         // Records inserted while this thread waited for the lock come along.
-        let target = inserted.max(self.inserted_to());
-        let reserved = match self.mode {
-            Mode::PageLevel => self.write_locked(&mut w, target, same).map(|()| None),
-            _ => self.reserve(&mut w, target),
-        };
-        drop(w);
-        self.counters
-            .here()
-            .write_lock_ns
-            .add(held_since.elapsed().as_nanos() as u64);
-        if let Some(range) = reserved? {
-            self.write_range(range)?;
-        }
-        self.wait_landed(target)?;
-        Ok((target, handles))
+        let target = |_: &WriteState| inserted.max(self.inserted_to());
+        self.write_through(target, self.mode == Mode::PageLevel, true, same)
     }
 
     /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as

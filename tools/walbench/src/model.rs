@@ -42,6 +42,29 @@ impl Fit {
     }
 }
 
+/// The measured cells of (`w`, `m`), the one with the fewest threads, and the one with the
+/// most threads that fit this machine's `cores` (the fewest if none fits); `None` without
+/// cells.
+fn cells(
+    rows: &[Summary],
+    w: Workload,
+    m: Mode,
+    cores: usize,
+) -> Option<(Vec<&Summary>, &Summary, &Summary)> {
+    let mine: Vec<&Summary> = rows
+        .iter()
+        .filter(|r| r.workload == w && r.mode == m)
+        .collect();
+    let first = *mine.iter().min_by_key(|r| r.threads)?;
+    let within = mine
+        .iter()
+        .filter(|r| r.threads <= cores.max(1))
+        .max_by_key(|r| r.threads)
+        .copied()
+        .unwrap_or(first);
+    Some((mine, first, within))
+}
+
 /// Fits every (workload, mode) with measured cells. `t_par` comes from the smallest thread
 /// count (ideally 1: no waiting), `t_ser` from the largest thread count that does not exceed
 /// this machine's cores, so lock holders were not preempted by other clients (which would
@@ -50,18 +73,9 @@ pub fn fit(rows: &[Summary], cores: usize) -> Vec<Fit> {
     let mut fits = Vec::new();
     for w in Workload::ALL {
         for m in Mode::ALL {
-            let mine: Vec<&Summary> = rows
-                .iter()
-                .filter(|r| r.workload == w && r.mode == m)
-                .collect();
-            let Some(first) = mine.iter().min_by_key(|r| r.threads) else {
+            let Some((_, first, ser)) = cells(rows, w, m, cores) else {
                 continue;
             };
-            let ser = mine
-                .iter()
-                .filter(|r| r.threads <= cores.max(1))
-                .max_by_key(|r| r.threads)
-                .unwrap_or(first);
             // Per-client time per transaction at the smallest count (valid while it fits the
             // cores), minus that cell's own critical sections.
             let per_client = first.threads as f64 / first.txn_per_s;
@@ -233,18 +247,9 @@ pub fn project(rows: &[Summary], cores: usize, line_ns: f64) -> Vec<Projection> 
     let mut out = Vec::new();
     for w in Workload::ALL {
         for m in Mode::ALL {
-            let mine: Vec<&Summary> = rows
-                .iter()
-                .filter(|r| r.workload == w && r.mode == m)
-                .collect();
-            let Some(smallest) = mine.iter().min_by_key(|r| r.threads) else {
+            let Some((mine, _, base)) = cells(rows, w, m, cores) else {
                 continue;
             };
-            let base = mine
-                .iter()
-                .filter(|r| r.threads <= cores.max(1))
-                .max_by_key(|r| r.threads)
-                .unwrap_or(smallest);
             let Some(largest) = mine.iter().max_by_key(|r| r.threads) else {
                 continue;
             };
