@@ -581,13 +581,14 @@ impl Wal {
         if self.flushed_through(lsn) {
             return Ok(());
         }
-        let (first, _) = self.write_durable(inserted, same)?;
+        let (first, handles) = self.write_durable(inserted, same)?;
         let turn = self.syncs.turn();
         // Everything appended while this thread waited for the turn comes along, without
-        // waiting for insertions still in progress.
+        // waiting for insertions still in progress. (A segment the writer has closed since is
+        // opened again to be synced.)
         let (target, handles) = match self.inserted_to() > first {
             true => self.write_durable(first, same)?,
-            false => (first, self.write.lock().files.clone()),
+            false => (first, handles),
         };
         if self.positions.synced() >= target {
             // A round that began after this one's records landed covered them.
