@@ -1,16 +1,19 @@
 //! Durable commits from several threads at once, where a leader hands the lead on before its
 //! fdatasync and the next round writes while it runs: every record whose flush returned Ok is
-//! in a crash image taken afterwards (which keeps only what an fdatasync covered), with and
-//! without an fdatasync that fails part-way, in every mode; and once a flush has failed, no
-//! flush started after it returns Ok.
+//! in a crash image (which keeps only what an fdatasync covered) taken after it, with and
+//! without an fdatasync that fails part-way, in every mode. Images are taken while the
+//! committers run (rounds then stand at every phase: writing, waiting for the turn,
+//! fdatasyncing) and once at the end; and once a flush has failed, no flush started after it
+//! returns Ok.
 
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use support::delay::DelayStorage;
 use support::faults::{Effect, FaultStorage, Op, Tear};
 use support::{Rng, check_payload, config_4k_pages, payload_for};
 use walcrypt::{KeyRing, Mode, SyncMode, Wal};
@@ -18,61 +21,101 @@ use walcrypt::{KeyRing, Mode, SyncMode, Wal};
 const THREADS: u64 = 4;
 const PER_THREAD: u64 = 120;
 
-/// What the committers saw: the ids whose flush returned Ok, and whether a flush returned Ok
-/// after another thread's flush had already failed.
+/// Crash images taken while the committers run, at most this many, about a millisecond
+/// apart.
+const IMAGES_WHILE_RUNNING: usize = 12;
+
+/// What the committers saw: every crash image with the ids whose flush had returned Ok before
+/// it was taken, and the flushes that returned Ok after another thread's flush had failed.
 struct Run {
-    acked: BTreeSet<u64>,
+    images: Vec<(PathBuf, BTreeSet<u64>)>,
     ok_after_failure: Vec<u64>,
 }
 
-/// Commits from `THREADS` threads, then, with the log still open (a power cut now), writes
-/// the crash image to `image`.
+/// Commits from `THREADS` threads while another thread takes crash images of the live files
+/// into `images` (a power cut at that moment), then one more with the log still open.
 fn commit_concurrently(
     dir: &Path,
     mode: Mode,
     keys: &KeyRing,
     storage: &FaultStorage,
-    image: (&Path, u64),
+    images: (&Path, u64),
 ) -> Run {
-    let config = config_4k_pages(mode, keys, SyncMode::Durable).storage(storage.arc());
+    // Writes and fdatasyncs take a random while (up to 300 µs), so rounds overlap and a crash
+    // image may fall inside any of them; images are taken with the files frozen.
+    let delayed = DelayStorage::new(storage.arc(), images.1).slow_syncs();
+    let config = config_4k_pages(mode, keys, SyncMode::Durable).storage(delayed.arc());
     let wal = Wal::open(dir, config).expect("open");
     let acked = Mutex::new(BTreeSet::new());
     let ok_after_failure = Mutex::new(Vec::new());
     let failed = AtomicBool::new(false);
+    let running = AtomicUsize::new(THREADS as usize);
+    let taken = Mutex::new(Vec::new());
+    let image = |k: usize| {
+        // The acknowledgements first: each of these flushes returned before the image begins.
+        let before = acked.lock().unwrap().clone();
+        let path = images.0.join(format!("image-{k}"));
+        delayed.frozen(|| {
+            storage.crash_image(dir, &path, &mut Rng::new(images.1 + k as u64), Tear::Prefix)
+        });
+        taken.lock().unwrap().push((path, before));
+    };
     std::thread::scope(|s| {
+        let (running, image) = (&running, &image);
+        s.spawn(move || {
+            for k in 0..IMAGES_WHILE_RUNNING {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                if running.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                image(k);
+            }
+        });
         for t in 0..THREADS {
             let (wal, acked, ok_after_failure, failed) = (&wal, &acked, &ok_after_failure, &failed);
             s.spawn(move || {
-                for i in 0..PER_THREAD {
-                    let id = 1 + t * PER_THREAD + i;
-                    let (kind, payload) = payload_for(id);
-                    let Ok(lsn) = wal.append(kind, &payload) else {
-                        return;
-                    };
-                    // Read before the flush starts: a failure seen here happened before it.
-                    let failed_before = failed.load(Ordering::SeqCst);
-                    match wal.flush(lsn) {
-                        Ok(()) => {
-                            acked.lock().unwrap().insert(id);
-                            if failed_before {
-                                ok_after_failure.lock().unwrap().push(id);
-                            }
-                        }
-                        Err(_) => {
-                            failed.store(true, Ordering::SeqCst);
-                            return;
-                        }
-                    }
-                }
+                commit_ids(t, wal, acked, ok_after_failure, failed);
+                running.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
     // Before the `Wal` goes: dropping it would write and fdatasync what no flush did.
-    storage.crash_image(dir, image.0, &mut Rng::new(image.1), Tear::Prefix);
+    image(IMAGES_WHILE_RUNNING);
     drop(wal);
     Run {
-        acked: acked.into_inner().unwrap(),
+        images: taken.into_inner().unwrap(),
         ok_after_failure: ok_after_failure.into_inner().unwrap(),
+    }
+}
+
+/// Thread `t`'s commits: append a record, flush it, note its id if the flush returned Ok.
+fn commit_ids(
+    t: u64,
+    wal: &Wal,
+    acked: &Mutex<BTreeSet<u64>>,
+    ok_after_failure: &Mutex<Vec<u64>>,
+    failed: &AtomicBool,
+) {
+    for i in 0..PER_THREAD {
+        let id = 1 + t * PER_THREAD + i;
+        let (kind, payload) = payload_for(id);
+        let Ok(lsn) = wal.append(kind, &payload) else {
+            return;
+        };
+        // Read before the flush starts: a failure seen here happened before it.
+        let failed_before = failed.load(Ordering::SeqCst);
+        match wal.flush(lsn) {
+            Ok(()) => {
+                acked.lock().unwrap().insert(id);
+                if failed_before {
+                    ok_after_failure.lock().unwrap().push(id);
+                }
+            }
+            Err(_) => {
+                failed.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
     }
 }
 
@@ -92,8 +135,7 @@ fn scenario(name: &str, plan: impl Fn(&FaultStorage), seed: u64, faulty: bool) {
         let dir = tmp.path().join("wal");
         let storage = FaultStorage::new();
         plan(&storage);
-        let image = tmp.path().join("image");
-        let run = commit_concurrently(&dir, mode, &keys, &storage, (&image, seed));
+        let run = commit_concurrently(&dir, mode, &keys, &storage, (tmp.path(), seed));
         let what = format!("{name}, {mode}");
         assert_eq!(
             storage.injected() > 0,
@@ -106,15 +148,23 @@ fn scenario(name: &str, plan: impl Fn(&FaultStorage), seed: u64, faulty: bool) {
             "{what}: flushes started after a failed one returned Ok: {:?}",
             run.ok_after_failure
         );
-        let found: BTreeSet<u64> = ids_in(&image, &keys, &what).into_iter().collect();
-        let lost: Vec<u64> = run.acked.difference(&found).copied().collect();
+        // A failure stops the committers early, perhaps before the first image.
         assert!(
-            lost.is_empty(),
-            "{what}: {} acknowledged records missing from the crash image (of {}): {:?}",
-            lost.len(),
-            run.acked.len(),
-            &lost[..lost.len().min(10)]
+            faulty || run.images.len() > 1,
+            "{what}: no image taken while the committers ran"
         );
+        for (k, (image, acked)) in run.images.iter().enumerate() {
+            let what = format!("{what}, image {k}");
+            let found: BTreeSet<u64> = ids_in(image, &keys, &what).into_iter().collect();
+            let lost: Vec<u64> = acked.difference(&found).copied().collect();
+            assert!(
+                lost.is_empty(),
+                "{what}: {} acknowledged records missing from the crash image (of {}): {:?}",
+                lost.len(),
+                acked.len(),
+                &lost[..lost.len().min(10)]
+            );
+        }
     }
 }
 

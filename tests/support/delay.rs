@@ -13,12 +13,14 @@ use super::Rng;
 
 /// Wraps `inner`. Every write first waits a random while (none, a yield, or a sleep of up to
 /// 300 µs), so writes issued in one order land in another; then it passes the gate. Every
-/// other change (sync, length, create, rename, remove) passes the gate too.
+/// other change (sync, length, create, rename, remove) passes the gate too. With
+/// [`DelayStorage::slow_syncs`], an fdatasync waits such a while too before it takes effect.
 #[derive(Clone)]
 pub struct DelayStorage {
     inner: Arc<dyn Storage>,
     gate: Arc<RwLock<()>>,
     rng: Arc<Mutex<Rng>>,
+    slow_syncs: bool,
 }
 
 impl DelayStorage {
@@ -27,7 +29,15 @@ impl DelayStorage {
             inner,
             gate: Arc::new(RwLock::new(())),
             rng: Arc::new(Mutex::new(Rng::new(seed))),
+            slow_syncs: false,
         }
+    }
+
+    /// Delays every fdatasync as a write is delayed, before it takes effect: an fdatasync then
+    /// lasts long enough for other threads to act while it runs.
+    pub fn slow_syncs(mut self) -> DelayStorage {
+        self.slow_syncs = true;
+        self
     }
 
     pub fn arc(&self) -> Arc<dyn Storage> {
@@ -73,6 +83,9 @@ impl StorageFile for DelayFile {
         self.inner.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
+        if self.storage.slow_syncs {
+            self.storage.delay();
+        }
         let _open = self.storage.gate.read().unwrap();
         self.inner.sync_data()
     }
