@@ -51,6 +51,8 @@ struct Run {
 pub(super) struct Reserved<'a> {
     wal: &'a Wal,
     id: u64,
+    /// No earlier range in flight covered its bytes when it was registered.
+    clear: bool,
     buf: WriteBuffer,
     landed: bool,
 }
@@ -211,12 +213,13 @@ impl Wal {
             .runs
             .last()
             .map_or(w.reserved_to, |r| r.segment + r.offset + r.len as u64);
-        let id = self.inflight.register(target, lo, hi);
+        let (id, clear) = self.inflight.register(target, lo, hi);
         w.reserved_to = target;
         w.data_end = target;
         Ok(Some(Reserved {
             wal: self,
             id,
+            clear,
             buf,
             landed: false,
         }))
@@ -226,7 +229,7 @@ impl Wal {
     /// segments dirty, and marks it landed. A failure poisons the log; the range then never
     /// lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
-        self.write_runs(range.id, &range.buf)?;
+        self.write_runs(range.id, range.clear, &range.buf)?;
         for run in &range.buf.runs {
             self.syncs.landed(run.segment);
         }
@@ -235,8 +238,8 @@ impl Wal {
         Ok(())
     }
 
-    fn write_runs(&self, id: u64, buf: &WriteBuffer) -> Result<()> {
-        if !self.inflight.wait_clear(id, self.poison.flag()) {
+    fn write_runs(&self, id: u64, clear: bool, buf: &WriteBuffer) -> Result<()> {
+        if !clear && !self.inflight.wait_clear(id, self.poison.flag()) {
             // Poisoned while it waited: the range is not written.
             self.check_poison()?;
             return Err(self.broken_invariant(

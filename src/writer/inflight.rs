@@ -90,12 +90,19 @@ impl InFlight {
         Lsn(self.written.load(Ordering::Acquire))
     }
 
-    /// Registers a range ending at `end` whose writes cover `[lo, hi)`; returns its id.
-    /// Called under the write lock, right after the range was reserved.
-    pub(super) fn register(&self, end: Lsn, lo: Lsn, hi: Lsn) -> u64 {
+    /// Registers a range ending at `end` whose writes cover `[lo, hi)`; returns its id and
+    /// whether it is clear already: no range still in flight covers any of its bytes. Ranges
+    /// in flight only land, never appear before it, so a range clear now stays clear, and its
+    /// writer need not call [`InFlight::wait_clear`] (one hold of this lock less per
+    /// write-out). Called under the write lock, right after the range was reserved.
+    pub(super) fn register(&self, end: Lsn, lo: Lsn, hi: Lsn) -> (u64, bool) {
         let mut state = self.state.lock();
         let id = state.next_id;
         state.next_id += 1;
+        let clear = !state
+            .ranges
+            .iter()
+            .any(|r| !r.landed && r.lo < hi && lo < r.hi);
         state.ranges.push_back(Range {
             id,
             end,
@@ -103,7 +110,7 @@ impl InFlight {
             hi,
             landed: false,
         });
-        id
+        (id, clear)
     }
 
     /// Waits until no range registered before `id` that is still in flight covers any byte
