@@ -74,11 +74,6 @@ impl PageBuffer {
         slot.data[..prefix.len()].copy_from_slice(prefix);
     }
 
-    /// Whether the slot of `page` still holds it.
-    pub(super) fn holds(&self, page: Lsn) -> bool {
-        self.slot_of(page).lock().page == page
-    }
-
     /// The slot of `page`, locked; an error if it holds another page.
     pub(super) fn holding(&self, page: Lsn) -> Result<SlotGuard<'_>, WrongPage> {
         let slot = self.slot_of(page).lock();

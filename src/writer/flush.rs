@@ -393,14 +393,27 @@ impl Wal {
         hint: Lsn,
         out: &mut [u8],
     ) -> Result<()> {
+        let slot = self.slot_holding(page)?;
+        self.image_from_slot(w, slot, (page, valid, hint), out)
+    }
+
+    /// [`Wal::page_image`] from the slot of `page`, locked by the caller and holding it; the
+    /// slot is released once its bytes are copied.
+    fn image_from_slot(
+        &self,
+        w: &mut WriteState,
+        mut slot: super::buffer::SlotGuard<'_>,
+        (page, valid, hint): (Lsn, usize, Lsn),
+        out: &mut [u8],
+    ) -> Result<()> {
         let (rem_len, cipher) = {
-            let mut slot = self.slot_holding(page)?;
             out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
             if self.seal.seals_pages() && slot.cipher.is_none() {
                 slot.cipher = Some((self.page_key(w, page), self.ivs.next_iv()?));
             }
             (slot.rem_len, slot.cipher)
         };
+        drop(slot);
         out[valid..].fill(0);
         let mut header = PageHeader {
             flags: 0,
@@ -671,18 +684,22 @@ impl Wal {
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        if !self.buffer.holds(page) {
+        // Checked and imaged under one hold of the slot's lock: once the page has landed in
+        // full, an appender may claim its slot for the page one ring length on at any moment
+        // (appenders do not take the write lock), and a check made under an earlier hold would
+        // not say what the slot holds now.
+        let Ok(slot) = self.buffer.holding(page) else {
             // The page is complete and its slot holds a newer page, whose first write-out
             // will carry the hint.
             return Ok(());
-        }
+        };
         let ps = self.geo.page_size;
         // Up to the end of the log's bytes, not `reserved_to`: after a jump over unused log
         // (a segment switch) the rest of this page holds only what its slot kept from the page
         // one ring length earlier, and zeros belong there.
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         let mut image = vec![0u8; ps as usize];
-        self.page_image(w, page, valid as usize, synced, &mut image)?;
+        self.image_from_slot(w, slot, (page, valid as usize, synced), &mut image)?;
         let segment = self.geo.segment_start(page);
         let file = self.file_for(w, segment)?;
         file.write_all_at(&image, page - segment)

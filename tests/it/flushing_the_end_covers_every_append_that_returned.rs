@@ -77,7 +77,8 @@ fn every_append_that_returned_is_in_the_files_after_a_flush_of_the_end() {
                     while !done.load(Ordering::Acquire) || checks < 3 {
                         let before: HashMap<u64, Vec<u8>> = returned.lock().unwrap().clone();
                         let end = wal.end_lsn();
-                        wal.flush(end).unwrap();
+                        wal.flush(end)
+                            .unwrap_or_else(|e| panic!("{mode} {sync:?}: flush of {end}: {e}"));
                         let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
                         let mut seen: HashMap<u64, Vec<u8>> = HashMap::new();
                         for r in reader.records_from(Lsn::default()) {
