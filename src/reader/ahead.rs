@@ -1,7 +1,7 @@
 //! Reading ahead for crash recovery: segment bytes read in large chunks instead of one page
 //! per system call ([`ReadAhead`]), and a second thread that reads, checks and decrypts pages
-//! ahead of the cursor that parses them, and for perrecord logs checks each record's CRC and
-//! decrypts its payload ahead ([`prefetch_pages`], [`PageFeed`]).
+//! ahead of the cursor that parses them, and for perrecord and perrecord-gcm logs checks each
+//! record's CRC (and tag) and decrypts its payload ahead ([`prefetch_pages`], [`PageFeed`]).
 //!
 //! Both only change how bytes reach a [`Cursor`](super::Cursor), never what it decides: a page
 //! the prefetcher did not deliver (a header that does not check, a key that is not listed, a
@@ -14,16 +14,19 @@
 //! of its own (the page images stay ciphertext: the tail page goes back to the writer):
 //! * the record lies wholly in the pages it holds (the batch and the next): it computes the
 //!   CRC over the header and the stored payload and, only if it matches the header's, decrypts
-//!   the payload. The cursor, finding a record at that LSN with exactly those 32 header bytes,
+//!   the payload (an authenticated record's only if its tag also matches, by the same
+//!   `seal` code the cursor would call, over the same associated data). The cursor, finding a record at that LSN with exactly those 32 header bytes,
 //!   still walks the record's pages (page loads, continuation lengths, in the same order) and
 //!   makes every other check, then copies the decrypted payload out instead of reading,
 //!   checksumming and decrypting it: the CRC verdict is the same because the bytes are.
 //! * the record runs past those pages (and is at most [`AHEAD_MAX_RECORD`]): its keystream,
-//!   which the cursor XORs in only after it verified the record's CRC itself.
+//!   which the cursor XORs in only after it verified the record's CRC itself. An
+//!   authenticated record gets none: the cursor opens it, tag first.
 //!
-//! A record whose CRC does not match there gets nothing, and so does any record the prefetcher
-//! cannot follow: the cursor reads it as before and reports what it finds, at the same record,
-//! with the same error. No decrypted byte reaches the cursor before its CRC was verified. The
+//! A record whose CRC or tag does not match there gets nothing, and so does any record the
+//! prefetcher cannot follow: the cursor reads it as before and reports what it finds, at the
+//! same record, with the same error. No decrypted byte reaches the cursor before its CRC (and
+//! its tag) was verified. The
 //! prefetcher also leaves an adaptive share of the records to the cursor (see `Walker`), so
 //! that when it is the slower thread the cursor takes on part of the AES work.
 //!

@@ -363,11 +363,11 @@ impl<'a> Cursor<'a> {
         let total = (hlen + header.len as usize) as u64;
         let segment = self.files.geo.segment_start(start);
         let version = self.version_of(segment);
-        // A record whose CRC the prefetcher verified over these header bytes and the payload of
-        // the same pages: the cursor still walks its pages (page loads, continuation lengths)
-        // but leaves the bytes where they are and takes the decrypted payload below.
+        // A record whose CRC (and, authenticated, tag) the prefetcher verified over these header
+        // bytes and the payload of the same pages: the cursor still walks its pages (page
+        // loads, continuation lengths) but leaves the bytes where they are and takes the
+        // decrypted payload below.
         let ahead = header.encryption.is_some()
-            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
             && self
                 .feed
                 .as_mut()
@@ -399,9 +399,10 @@ impl<'a> Cursor<'a> {
         let mut header = header;
         if let Some(feed) = self.feed.as_mut()
             && header.encryption.is_some()
-            && header.flags & RECORD_FLAG_AUTHENTICATED == 0
         {
             let head = &head[..hlen];
+            // An authenticated record's payload comes from the feed only opened (its tag
+            // checked there), never as a keystream.
             if ahead {
                 if !feed.take_plaintext(start, head, &mut stored) {
                     // Not reached: nothing since `verified` drops what the feed holds for this
@@ -412,7 +413,9 @@ impl<'a> Cursor<'a> {
                     return again;
                 }
                 header.encryption = None;
-            } else if feed.decrypt(start, head, &mut stored) {
+            } else if header.flags & RECORD_FLAG_AUTHENTICATED == 0
+                && feed.decrypt(start, head, &mut stored)
+            {
                 header.encryption = None;
             }
         }

@@ -1,5 +1,6 @@
-//! What the read-ahead thread makes for the records of a perrecord log ([`Walker`]): each
-//! record's payload decrypted after its CRC matched, or its keystream, in per-batch buffers
+//! What the read-ahead thread makes for the records of a perrecord or perrecord-gcm log
+//! ([`Walker`]): each record's payload decrypted after its CRC (and tag) matched, or for a
+//! record without a tag its keystream, in per-batch buffers
 //! ([`Records`]) that are wiped when reused or dropped. The rules the cursor relies on (what
 //! is made for which record, and when it is used) are in the docs of `reader::ahead`.
 
@@ -10,6 +11,7 @@ use zeroize::Zeroize;
 use super::files::LogFiles;
 use super::prefetched::{Prefetched, READ_AHEAD_BYTES};
 use crate::Lsn;
+use crate::error::Position;
 use crate::format::{
     self, Geometry, RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_SWITCH, RECORD_FLAGS_CONTROL,
     RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN, RecordHeader,
@@ -35,7 +37,8 @@ pub(super) struct Made {
     at: usize,
     pub(super) len: usize,
     /// The bytes are the decrypted payload, made only after the record's CRC matched over
-    /// these header bytes and the stored payload; otherwise they are the payload's keystream.
+    /// these header bytes and the stored payload (and an authenticated record's tag over its
+    /// associated data and ciphertext); otherwise they are the payload's keystream.
     pub(super) verified: bool,
 }
 
@@ -138,9 +141,9 @@ fn wipe(bytes: &mut Vec<u8>) {
     bytes.clear();
 }
 
-/// Follows the record headers of a perrecord log through the prefetched pages and, for each
-/// encrypted record, decrypts its payload once its CRC matched or makes its keystream (see the
-/// module docs). Anything it cannot follow (a header it cannot read or decode, a page that was
+/// Follows the record headers of a perrecord or perrecord-gcm log through the prefetched pages
+/// and, for each encrypted record, decrypts its payload once its CRC (and tag) matched or makes
+/// its keystream (see the module docs). Anything it cannot follow (a header it cannot read or decode, a page that was
 /// not prefetched) ends the walk; the cursor then reads and decrypts the remaining records
 /// itself.
 pub(super) struct Walker<'a> {
@@ -157,7 +160,7 @@ pub(super) struct Walker<'a> {
 
 impl<'a> Walker<'a> {
     pub(super) fn new(files: &'a LogFiles, from: Lsn) -> Walker<'a> {
-        let walks = files.mode.is_per_record() && !files.mode.is_authenticated();
+        let walks = files.mode.is_per_record();
         Walker {
             files,
             share: 0,
@@ -166,7 +169,7 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// Whether this log's records are walked (perrecord without authentication).
+    /// Whether this log's records are walked (perrecord and perrecord-gcm).
     pub(super) fn walks(&self) -> bool {
         self.pos.is_some()
     }
@@ -242,7 +245,7 @@ impl<'a> Walker<'a> {
         let len = header.len as usize;
         if make
             && header.encryption.is_some()
-            && header.flags & (RECORD_FLAG_AUTHENTICATED | RECORD_FLAGS_CONTROL) == 0
+            && header.flags & RECORD_FLAGS_CONTROL == 0
             && len <= AHEAD_MAX_RECORD
             && let Ok(head) = <[u8; RECORD_HEADER_ENCRYPTED]>::try_from(&head[..hlen])
         {
@@ -258,10 +261,11 @@ impl<'a> Walker<'a> {
 
     /// Makes the encrypted record at `start` (header `head`, decoded as `header`) ready for the
     /// cursor: when the whole record lies in the window, its CRC is checked over `head` and the
-    /// stored payload and, if it matches, the payload is decrypted; when the record runs past
-    /// the window, its keystream is made instead. A CRC that does not match makes nothing: the
-    /// cursor reads that record itself and reports what it finds. `None` when the record's key
-    /// is not in the ring (the walk ends there).
+    /// stored payload and, if it matches, the payload is opened (an authenticated record's
+    /// only if its tag matches too); when the record runs past the window, its keystream is
+    /// made instead (for a record without a tag: an authenticated one gets nothing). A CRC or
+    /// tag that does not match makes nothing: the cursor reads that record itself and reports
+    /// what it finds. `None` when the record's key is not in the ring (the walk ends there).
     fn make(
         &self,
         geo: Geometry,
@@ -283,13 +287,45 @@ impl<'a> Walker<'a> {
             out.cut(at);
             return Some(());
         }
-        if !verified {
-            slot.fill(0);
-        }
-        if seal::open_ctr(keys, (key_id, &iv), slot).is_err() {
-            out.cut(at);
-            return None;
-        }
+        let len = if header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
+            let found = seal::Found {
+                log_id: self.files.log_id,
+                version,
+                at: Position {
+                    segment: geo.segment_start(start),
+                    offset: start - geo.segment_start(start),
+                    lsn: start,
+                },
+            };
+            let opened = match verified {
+                true => seal::open_authenticated(keys, found, header, slot),
+                false => Ok(None),
+            };
+            match opened {
+                Ok(Some(plain)) => {
+                    // The tag's bytes after the plaintext are given up (and wiped).
+                    out.cut(at + plain);
+                    plain
+                }
+                Ok(None) => {
+                    out.cut(at);
+                    return Some(());
+                }
+                Err(_) => {
+                    out.cut(at);
+                    return None;
+                }
+            }
+        } else {
+            if !verified {
+                slot.fill(0);
+            }
+            if seal::open_ctr(keys, (key_id, &iv), slot).is_err() {
+                out.cut(at);
+                return None;
+            }
+            len
+        };
         out.made.push_back(Made {
             lsn: start,
             head: *head,

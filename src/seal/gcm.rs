@@ -40,20 +40,32 @@ pub(super) fn seal(
 /// no room for one).
 pub(super) fn open(
     keys: &Keys,
-    (key_id, iv): (u32, &[u8; IV_LEN]),
+    cipher: (u32, &[u8; IV_LEN]),
     aad: &[u8; AAD_LEN],
     stored: &mut Vec<u8>,
 ) -> Result<bool> {
+    let Some(body_len) = open_in_place(keys, cipher, aad, stored)? else {
+        return Ok(false);
+    };
+    stored.truncate(body_len);
+    Ok(true)
+}
+
+/// [`open`] over a slice: checks the tag at the end of `stored` and decrypts the ciphertext
+/// before it in place, returning its length; the tag's bytes stay where they were. `Ok(None)`,
+/// with `stored` left as it was, when the tag does not match (or there is no room for one).
+pub(super) fn open_in_place(
+    keys: &Keys,
+    (key_id, iv): (u32, &[u8; IV_LEN]),
+    aad: &[u8; AAD_LEN],
+    stored: &mut [u8],
+) -> Result<Option<usize>> {
     let gcm = keys.gcm(key_id)?;
     let Some(body_len) = stored.len().checked_sub(TAG_LEN) else {
-        return Ok(false);
+        return Ok(None);
     };
     let mut tag = [0u8; TAG_LEN];
     tag.copy_from_slice(&stored[body_len..]);
-    let (body, _) = stored.split_at_mut(body_len);
-    if !gcm.open(&nonce(iv), aad, body, &tag) {
-        return Ok(false);
-    }
-    stored.truncate(body_len);
-    Ok(true)
+    let body = &mut stored[..body_len];
+    Ok(gcm.open(&nonce(iv), aad, body, &tag).then_some(body_len))
 }

@@ -392,6 +392,24 @@ pub(crate) fn open_record(
     Ok(())
 }
 
+/// Checks the tag of an authenticated record's stored payload (`stored`, wholly read, its
+/// checksum matched) and decrypts the ciphertext in place, as [`open_record`] would: for the
+/// read-ahead. Returns the plaintext's length (the tag's bytes after it stay as they were), or
+/// `None`, with `stored` unchanged, when the tag does not match: the cursor then reads the
+/// record itself and reports the failure where it finds it.
+pub(crate) fn open_authenticated(
+    keys: &Keys,
+    found: Found,
+    header: &RecordHeader,
+    stored: &mut [u8],
+) -> Result<Option<usize>> {
+    let Some((key_id, iv)) = header.encryption else {
+        return Ok(None);
+    };
+    let aad = format::auth_aad(found.version, found.log_id, header, found.at.lsn);
+    gcm::open_in_place(keys, (key_id, &iv), &aad, stored)
+}
+
 /// Decrypts (or, over zeros, makes the keystream of) a perrecord record's stored payload in
 /// place: for the read-ahead, which checks the checksum itself.
 pub(crate) fn open_ctr(

@@ -2,14 +2,16 @@
 //! every size the read-ahead treats differently (short ones inside a page, ones spanning pages,
 //! ones longer than its window and longer than it makes anything for) and one record whose
 //! ciphertext was altered and its CRC recomputed (CRC32C is no MAC): the replay hands out
-//! exactly the payloads the reader decrypts, in order, with and without compression.
+//! exactly the payloads the reader decrypts, in order, with and without compression. In
+//! perrecord-gcm, whose records the read-ahead also opens (tag checked there), the altered
+//! record fails authentication at its LSN in both, after exactly the same records.
 
 use crate::support;
 
 use support::large::{config, payload};
 use support::tamper::{fix_crc, single_page_records, write_at};
 use walcrypt::inspect::{REC_FLAGS_AT, RECORD_FLAG_COMPRESSED, RECORD_HEADER_ENCRYPTED};
-use walcrypt::{Compression, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+use walcrypt::{Compression, Error, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 /// Record `i`'s payload: mostly the 40 B to 3 KiB of `payload`, every 97th of 300 KiB (longer
 /// than the read-ahead window) and every 389th of 700 KiB (longer than anything the
@@ -23,10 +25,11 @@ fn mixed_payload(i: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 7 + j / 3) as u8).collect()
 }
 
-fn replay_matches_reader(compression: Compression) {
+fn replay_matches_reader(mode: Mode, compression: Compression) {
+    let what = format!("{mode} {compression:?}");
     let dir = tempfile::tempdir().unwrap();
     let keys = KeyRing::generate().unwrap();
-    let cfg = || config(Mode::PerRecord, &keys, SyncMode::Buffered).compression(compression);
+    let cfg = || config(mode, &keys, SyncMode::Buffered).compression(compression);
     let wal = Wal::open(dir.path(), cfg()).unwrap();
     let mut lsns = Vec::new();
     let mut written = 0;
@@ -38,7 +41,8 @@ fn replay_matches_reader(compression: Compression) {
     wal.close().unwrap();
 
     // A ciphertext byte of a record stored uncompressed at about three quarters of the log
-    // flipped, its CRC recomputed: it still reads, with the same plaintext bit flipped.
+    // flipped, its CRC recomputed: in perrecord it still reads, with the same plaintext bit
+    // flipped; in perrecord-gcm it fails its tag.
     let records: Vec<_> = single_page_records(dir.path())
         .into_iter()
         .filter(|r| r.bytes[REC_FLAGS_AT] & RECORD_FLAG_COMPRESSED == 0)
@@ -47,52 +51,85 @@ fn replay_matches_reader(compression: Compression) {
     victim.bytes[RECORD_HEADER_ENCRYPTED + 3] ^= 0x01;
     fix_crc(&mut victim.bytes, victim.lsn);
     write_at(dir.path(), victim.lsn, &victim.bytes);
+    let tampered = lsns
+        .iter()
+        .position(|l| u64::from(*l) == victim.lsn)
+        .unwrap();
 
     let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
-    let read: Vec<_> = reader
-        .records_from(Lsn::default())
-        .map(|r| r.unwrap())
-        .collect();
+    let results: Vec<_> = reader.records_from(Lsn::default()).collect();
     drop(reader);
-    assert_eq!(read.len(), lsns.len(), "{compression:?}");
-    let tampered = read
-        .iter()
-        .position(|r| u64::from(r.lsn) == victim.lsn)
-        .unwrap();
-    let mut altered = mixed_payload(tampered);
-    altered[3] ^= 0x01;
-    assert_eq!(
-        read[tampered].payload, altered,
-        "{compression:?}: the reader decrypts the altered ciphertext"
-    );
+    let authenticated = mode == Mode::PerRecordGcm;
+    let read: Vec<_> = if authenticated {
+        assert_eq!(
+            results.len(),
+            tampered + 1,
+            "{what}: the reader stops there"
+        );
+        match &results[tampered] {
+            Err(Error::AuthenticationFailed { at, .. }) => {
+                assert_eq!(u64::from(at.lsn), victim.lsn, "{what}")
+            }
+            other => panic!("{what}: expected an authentication failure, got {other:?}"),
+        }
+        results[..tampered]
+            .iter()
+            .map(|r| r.as_ref().unwrap().clone())
+            .collect()
+    } else {
+        let read: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(read.len(), lsns.len(), "{what}");
+        let mut altered = mixed_payload(tampered);
+        altered[3] ^= 0x01;
+        assert_eq!(
+            read[tampered].payload, altered,
+            "{what}: the reader decrypts the altered ciphertext"
+        );
+        read
+    };
 
     let mut n = 0;
-    let wal = Wal::open_and_replay(dir.path(), cfg(), Lsn::default(), |r| {
+    let replayed = Wal::open_and_replay(dir.path(), cfg(), Lsn::default(), |r| {
         let want = &read[n];
         assert_eq!(
             (r.lsn, r.end_lsn, r.kind),
             (want.lsn, want.end_lsn, want.kind),
-            "{compression:?}"
+            "{what}"
         );
         assert!(
             r.payload == want.payload,
-            "{compression:?}: record {n} at {:?} differs from the reader's",
+            "{what}: record {n} at {:?} differs from the reader's",
             r.lsn
         );
         n += 1;
         Ok(())
-    })
-    .unwrap();
-    assert_eq!(n, read.len(), "{compression:?}: every record replayed");
-    wal.close().unwrap();
+    });
+    assert_eq!(
+        n,
+        read.len(),
+        "{what}: every record the reader read replayed"
+    );
+    match replayed {
+        Ok(wal) if !authenticated => wal.close().unwrap(),
+        Err(Error::AuthenticationFailed { at, .. }) if authenticated => {
+            assert_eq!(u64::from(at.lsn), victim.lsn, "{what}")
+        }
+        other => panic!("{what}: replay ended with {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]
 fn replay_hands_out_the_readers_payloads() {
-    replay_matches_reader(Compression::Off);
+    replay_matches_reader(Mode::PerRecord, Compression::Off);
 }
 
 #[test]
 fn replay_hands_out_the_readers_payloads_when_compressed() {
-    replay_matches_reader(Compression::Lz4 { min_len: 64 });
+    replay_matches_reader(Mode::PerRecord, Compression::Lz4 { min_len: 64 });
+}
+
+#[test]
+fn authenticated_replay_hands_out_the_readers_payloads_and_fails_where_it_fails() {
+    replay_matches_reader(Mode::PerRecordGcm, Compression::Off);
+    replay_matches_reader(Mode::PerRecordGcm, Compression::Lz4 { min_len: 64 });
 }
