@@ -33,6 +33,11 @@ use crate::{Lsn, Mode};
 /// the changes.
 pub(super) struct Retention {
     control: Mutex<Control>,
+    /// Purges under way: how many, and the highest limit one of them took (`purge_limit`).
+    /// A segment that ends at or before it may be removed at any moment while one runs, so
+    /// no hold and no checkpoint is accepted in it meanwhile (`check_not_purging`). Taken
+    /// under the control lock or with no lock held; nothing is taken under it.
+    purging: Mutex<(u32, Lsn)>,
     /// How far a hold may fall behind the end before a purge gives it up.
     max_hold_bytes: u64,
 }
@@ -41,12 +46,29 @@ impl Retention {
     pub(super) fn new(max_hold_bytes: u64) -> Retention {
         Retention {
             control: Mutex::new(Control::default()),
+            purging: Mutex::new((0, Lsn(0))),
             max_hold_bytes,
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Control> {
         self.control.lock()
+    }
+}
+
+/// A purge under way, counted in [`Retention::purging`] until it is dropped (when the purge
+/// returns, whether it removed everything, some or nothing).
+pub(super) struct Purging<'a> {
+    retention: &'a Retention,
+}
+
+impl Drop for Purging<'_> {
+    fn drop(&mut self) {
+        let mut purging = self.retention.purging.lock();
+        purging.0 -= 1;
+        if purging.0 == 0 {
+            purging.1 = Lsn(0);
+        }
     }
 }
 
@@ -59,8 +81,9 @@ impl Wal {
     /// lie wholly before `lsn` and before every retention hold are purged. Returns how many
     /// segments were purged.
     ///
-    /// `lsn` may be any position up to [`Wal::end_lsn`], in a segment not purged yet
-    /// ([`Error::Purged`] otherwise), and must not be older than the last checkpoint; `meta` is
+    /// `lsn` may be any position up to [`Wal::end_lsn`], in a segment not purged yet, nor being
+    /// purged by a purge running meanwhile ([`Error::Purged`] otherwise), and must not be older
+    /// than the last checkpoint; `meta` is
     /// at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
     /// `meta` names durable before calling this: a crash afterwards restarts from it.
     pub fn checkpoint(&self, lsn: Lsn, meta: &[u8]) -> Result<usize> {
@@ -89,7 +112,8 @@ impl Wal {
                     last.lsn
                 )));
             }
-            // A restart could not replay from a position a purge already removed.
+            // A restart could not replay from a position a purge already removed, or one a
+            // purge under way may be removing.
             let oldest = self.oldest_segment()?;
             if lsn < oldest {
                 return Err(Error::Purged {
@@ -97,6 +121,7 @@ impl Wal {
                     oldest,
                 });
             }
+            self.check_not_purging(lsn)?;
             let checkpoint = Checkpoint {
                 lsn,
                 meta: Zeroizing::new(meta.to_vec()),
@@ -132,7 +157,8 @@ impl Wal {
     /// move is saved with the next write of the control file (a checkpoint, another hold's
     /// creation or release): after a crash a hold may be back where it was saved, which keeps
     /// more log, never less. `lsn` must lie between the oldest segment left and
-    /// [`Wal::end_lsn`] ([`Error::Purged`] before it). At most [`crate::MAX_HOLDS`] holds.
+    /// [`Wal::end_lsn`] ([`Error::Purged`] before it, and also in a segment that a purge
+    /// running meanwhile may remove). At most [`crate::MAX_HOLDS`] holds.
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
@@ -147,6 +173,7 @@ impl Wal {
                 oldest,
             });
         }
+        self.check_not_purging(lsn)?;
         let count = control.holds.len();
         match control.holds.iter_mut().find(|h| h.name == name) {
             Some(hold) if !hold.lost => {
@@ -197,7 +224,12 @@ impl Wal {
     /// The oldest position a purge may reach for `lsn`: before the last checkpoint and every
     /// hold still in force. Holds that fell more than `max_hold_bytes` behind the end are given
     /// up first (saved).
-    pub(super) fn purge_limit(&self, lsn: Lsn) -> Result<Lsn> {
+    ///
+    /// The purge counts as under way from here until the returned [`Purging`] is dropped,
+    /// registered in the same hold of the control lock that read the holds: a hold or
+    /// checkpoint made after that hold is refused where the purge may remove segments
+    /// ([`Wal::check_not_purging`]), one made before it is in the limit.
+    pub(super) fn purge_limit(&self, lsn: Lsn) -> Result<(Lsn, Purging<'_>)> {
         let end = self.reservations.end();
         let mut control = self.retention.lock();
         let mut gave_up = false;
@@ -212,12 +244,44 @@ impl Wal {
         }
         // A restart replays from the last checkpoint on disk: what it needs stays too.
         let checkpoint = control.purge_floor.unwrap_or(Lsn(u64::MAX));
-        Ok(control
+        let limit = control
             .holds
             .iter()
             .filter(|h| !h.lost)
             .map(|h| h.lsn)
-            .fold(lsn.min(checkpoint), Lsn::min))
+            .fold(lsn.min(checkpoint), Lsn::min);
+        {
+            let mut purging = self.retention.purging.lock();
+            purging.0 += 1;
+            purging.1 = purging.1.max(limit);
+        }
+        drop(control);
+        Ok((
+            limit,
+            Purging {
+                retention: &self.retention,
+            },
+        ))
+    }
+
+    /// Refuses a hold or checkpoint at `lsn` whose segment a purge under way may remove (it
+    /// ends at or before that purge's limit): [`Error::Purged`], naming the oldest segment
+    /// the purges leave. Called under the control lock, after the check against the oldest
+    /// segment on disk.
+    fn check_not_purging(&self, lsn: Lsn) -> Result<()> {
+        let (purges, limit) = *self.retention.purging.lock();
+        let segment = self.geo.segment_start(lsn);
+        if purges > 0
+            && segment
+                .checked_add(self.geo.segment_size)
+                .is_some_and(|end| end <= limit)
+        {
+            return Err(Error::Purged {
+                needed: lsn,
+                oldest: self.geo.segment_start(limit),
+            });
+        }
+        Ok(())
     }
 
     /// The key id the control file's checkpoint is sealed under, if any: a key it still

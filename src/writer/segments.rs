@@ -100,7 +100,9 @@ impl Wal {
         // flushed end may not be synced yet, so the purge syncs first (a checkpoint's purge
         // pays one fdatasync); in `Durable` mode it already is.
         // The last checkpoint and the retention holds in force keep what they need.
-        let lsn = self.purge_limit(lsn)?;
+        // Counted as under way until this returns: holds and checkpoints made meanwhile are
+        // refused in the segments it may remove.
+        let (lsn, _purging) = self.purge_limit(lsn)?;
         let wanted = lsn.min(self.positions.flushed());
         if self.positions.synced() < wanted {
             self.sync_all()?;

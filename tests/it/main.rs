@@ -63,6 +63,7 @@ mod gcm_swapped_records_fail_authentication;
 mod gcm_truncated_tag_fails_authentication;
 mod golden_logs_read_byte_for_byte;
 mod hand_made_segment_files_are_refused;
+mod holds_and_checkpoints_made_during_a_purge_keep_their_log;
 mod hostile_keys_and_configuration;
 mod injected_io_faults_poison_and_keep_durable_prefix;
 mod iv_uniqueness_across_reopens;
