@@ -4,13 +4,14 @@
 //! lines).
 //!
 //! An appender claims a **lane** (one of a fixed set, each on a cache line of its own, so
-//! appenders on different lanes write no shared line here), then reserves its bytes under the
-//! insert lock and, inside that same hold, stores the reservation's start in its lane
-//! ([`Lane::begin`]). It seals and copies with no lock of the log held, then leaves the lane
-//! idle ([`InLane`]'s drop). So:
+//! appenders on different lanes write no shared line here), stores in it the insert position
+//! it read ([`InLane::begin`]) and then reserves its bytes from there with a compare-and-swap
+//! of that position (reserve.rs); a lost swap stores the newer position and tries again. It
+//! seals and copies with no lock of the log held, then leaves the lane idle ([`InLane`]'s
+//! drop). So:
 //!
-//! - every reservation below the insert position read under (or after) the insert lock is
-//!   either finished or visible in its lane with its start;
+//! - every reservation below an insert position a thread read is either finished or visible
+//!   in its lane with its start (or with a lower one: a lost swap's, never a higher);
 //! - a reservation made later starts at or after that position.
 //!
 //! [`Insertions::wait_finished`]`(upto)` waits until no lane holds a start below `upto`;
@@ -23,7 +24,7 @@
 //! a lane marks it idle under the gate and wakes the waiters if the gate counts any; a waiter
 //! checks the lane under the gate before it sleeps, so no wake-up is lost. The gate is on the
 //! lane's own cache line, so an uncontended append writes no line another appender writes
-//! beyond the insert lock's. `loom_model` below checks the protocol with every interleaving
+//! beyond the insert position's. `loom_model` below checks the protocol with every interleaving
 //! of two inserters and a waiter.
 //!
 //! In the writer's lock order (writer/mod.rs, checked in debug builds by lock_order.rs) a
@@ -153,12 +154,37 @@ impl Lane {
 }
 
 impl InLane<'_> {
-    /// Publishes the start of this lane's reservation. Called under the insert lock, in the
-    /// hold that made the reservation, so a thread that reads the insert position after it
-    /// also sees the start here.
+    /// Publishes the start of the reservation this lane's appender is about to make: the insert
+    /// position it read, stored before its compare-and-swap moves the position on from there
+    /// (`Reservations::reserve`), so a thread that reads the insert position after that swap
+    /// also sees the start here. An attempt that lost the swap to another appender publishes
+    /// the newer position it read instead: a start only rises while the lane is busy, and a
+    /// rise wakes the lane's waiters (under its gate, as `finish` does), since one whose bound
+    /// the new start passes must not sleep until the insertion ends (it may be what that
+    /// insertion waits for).
     pub(super) fn begin(&self, start: Lsn) {
-        // Release: a thread that reads the insert position stored after this (Acquire) sees it.
-        self.lane().start.store(start.0, Ordering::Release);
+        let lane = self.lane();
+        if lane.start.load(Ordering::Relaxed) == IDLE.0 {
+            // Nobody sleeps on an idle lane. Release: a thread that reads the insert position
+            // the swap stores after this (Acquire) sees it.
+            lane.start.store(start.0, Ordering::Release);
+            return;
+        }
+        let waiters = lane.gate.lock();
+        lane.start.store(start.0, Ordering::Release);
+        if *waiters > 0 {
+            lane.changed.notify_all();
+        }
+    }
+
+    /// Leaves the lane idle, waking its waiters, but keeps it claimed: an appender that found
+    /// the log closed to reservations (an exclusive holder waits for every insertion in
+    /// progress) waits for it with no insertion in progress.
+    pub(super) fn retract(&self) {
+        let lane = self.lane();
+        if lane.start.load(Ordering::Relaxed) != IDLE.0 {
+            lane.finish();
+        }
     }
 
     /// This lane's index, for [`Insertions::wait_finished`]'s `except`.
@@ -184,39 +210,41 @@ impl Drop for InLane<'_> {
 /// (`RUSTFLAGS="--cfg loom"`), otherwise parking_lot's and the standard library's. One API for
 /// both: `lock` returns the guard, `wait` takes and returns it.
 #[cfg(not(loom))]
-mod sync {
-    pub(super) use crate::lock_order::{OrderedGuard as MutexGuard, OrderedMutex as Mutex};
-    pub(super) use std::sync::atomic::Ordering;
+pub(super) mod sync {
+    pub(in crate::writer) use crate::lock_order::{
+        OrderedGuard as MutexGuard, OrderedMutex as Mutex,
+    };
+    pub(in crate::writer) use std::sync::atomic::Ordering;
 
-    pub(super) struct Condvar(parking_lot::Condvar);
+    pub(in crate::writer) struct Condvar(parking_lot::Condvar);
 
     impl Condvar {
-        pub(super) fn new() -> Self {
+        pub(in crate::writer) fn new() -> Self {
             Condvar(parking_lot::Condvar::new())
         }
-        pub(super) fn wait<'a, T, const LEVEL: u8>(
+        pub(in crate::writer) fn wait<'a, T, const LEVEL: u8>(
             &self,
             mut guard: MutexGuard<'a, T, LEVEL>,
         ) -> MutexGuard<'a, T, LEVEL> {
             guard.wait(&self.0);
             guard
         }
-        pub(super) fn notify_all(&self) {
+        pub(in crate::writer) fn notify_all(&self) {
             self.0.notify_all();
         }
     }
 }
 
 #[cfg(loom)]
-mod sync {
-    pub(super) use loom::sync::atomic::Ordering;
+pub(super) mod sync {
+    pub(in crate::writer) use loom::sync::atomic::Ordering;
     use std::ops::{Deref, DerefMut};
 
     /// loom's mutex, with the level of the lock order as the writer's mutexes carry it (the
     /// model checks interleavings, not the order).
-    pub(super) struct Mutex<T, const LEVEL: u8>(loom::sync::Mutex<T>);
+    pub(in crate::writer) struct Mutex<T, const LEVEL: u8>(loom::sync::Mutex<T>);
 
-    pub(super) struct MutexGuard<'a, T, const LEVEL: u8>(loom::sync::MutexGuard<'a, T>);
+    pub(in crate::writer) struct MutexGuard<'a, T, const LEVEL: u8>(loom::sync::MutexGuard<'a, T>);
 
     impl<T, const LEVEL: u8> Deref for MutexGuard<'_, T, LEVEL> {
         type Target = T;
@@ -234,30 +262,30 @@ mod sync {
     // Lock poisoning cannot happen in the model (no code here panics while holding a lock),
     // so a poisoned lock is a failed model run.
     impl<T, const LEVEL: u8> Mutex<T, LEVEL> {
-        pub(super) fn new(value: T, _domain: crate::lock_order::Domain) -> Self {
+        pub(in crate::writer) fn new(value: T, _domain: crate::lock_order::Domain) -> Self {
             Mutex(loom::sync::Mutex::new(value))
         }
-        pub(super) fn lock(&self) -> MutexGuard<'_, T, LEVEL> {
+        pub(in crate::writer) fn lock(&self) -> MutexGuard<'_, T, LEVEL> {
             MutexGuard(self.0.lock().expect("loom model: lock poisoned"))
         }
-        pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T, LEVEL>> {
+        pub(in crate::writer) fn try_lock(&self) -> Option<MutexGuard<'_, T, LEVEL>> {
             self.0.try_lock().ok().map(MutexGuard)
         }
     }
 
-    pub(super) struct Condvar(loom::sync::Condvar);
+    pub(in crate::writer) struct Condvar(loom::sync::Condvar);
 
     impl Condvar {
-        pub(super) fn new() -> Self {
+        pub(in crate::writer) fn new() -> Self {
             Condvar(loom::sync::Condvar::new())
         }
-        pub(super) fn wait<'a, T, const LEVEL: u8>(
+        pub(in crate::writer) fn wait<'a, T, const LEVEL: u8>(
             &self,
             guard: MutexGuard<'a, T, LEVEL>,
         ) -> MutexGuard<'a, T, LEVEL> {
             MutexGuard(self.0.wait(guard.0).expect("loom model: lock poisoned"))
         }
-        pub(super) fn notify_all(&self) {
+        pub(in crate::writer) fn notify_all(&self) {
             self.0.notify_all();
         }
     }

@@ -4,8 +4,9 @@
 //! rotation (`rotate`). docs/DESIGN.md walks through the whole write path.
 //!
 //! An append runs in three steps: before any lock, it compresses the payload and draws its
-//! IV; under the insert lock it only reserves its bytes (a few lines of arithmetic, which give
-//! it its LSN); after the lock, on an **insertion lane** of its own (insertions.rs), it seals
+//! IV; it reserves its bytes with one compare-and-swap of the insert position (a few lines of
+//! arithmetic, which give it its LSN; no lock); then, on an **insertion lane** of its own
+//! (insertions.rs), it seals
 //! the record at that LSN (encryption, GCM tag and checksum, all covering the LSN) and copies
 //! it into the buffer's page slots. A write-out takes only bytes below the lowest insertion
 //! still in progress (`inserted_to`); a flush waits, with no lock held, for the insertions
@@ -18,11 +19,11 @@
 //! 0. **group commit** (`group`, group.rs) takes no lock: a flusher becomes a round's leader
 //!    by a compare-and-swap with no lock of the log held, and the others sleep on the round
 //!    counter (no lock held either) until the round ends. It orders flushers, never data.
-//! 1. the **insert lock** (`Reservations`, reserve.rs): reserves bytes at the insert
-//!    position and publishes the reservation's start in the appender's lane. Nothing else
-//!    happens inside it. The exclusive paths (switch, rotation, resume) hold it while they
-//!    wait for the insertions in progress to finish, which never take it again, and then
-//!    copy their control record.
+//! 1. the **insert lock** (`Reservations`, reserve.rs): held only by the exclusive paths
+//!    (switch, rotation, resume), which close the insert position to reservations (appenders
+//!    reserve by a compare-and-swap of it, with no lock; one that finds it closed leaves its
+//!    lane idle and waits for this lock), wait for the insertions in progress to finish, and
+//!    then copy their control record.
 //!    An **insertion lane** (`insertions`) is claimed before it and held until the copy ends;
 //!    waiting for a lane's insertion (`Insertions::wait_finished`) is done with no lock held
 //!    but the insert lock (exclusive paths), and only for insertions that began earlier in the

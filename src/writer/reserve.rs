@@ -1,35 +1,44 @@
-//! Reservations: the insert lock, the insert position it guards, the end of the log it
-//! publishes (`end`), and the insertion lanes (insertions.rs) that say which reservations are
-//! still being sealed and copied. The insert lock is private here: an appender takes it only
-//! through [`Reservations::reserve`], for a few lines of arithmetic, and the exclusive paths
-//! (segment switch, key rotation, the open's resume) only through
-//! [`Reservations::exclusive`], which waits for every insertion in progress first.
+//! Reservations: the insert position (`end`, the end of the log), the insertion lanes
+//! (insertions.rs) that say which reservations are still being sealed and copied, and the
+//! insert lock, which only the exclusive paths hold. An appender reserves its bytes with one
+//! compare-and-swap of `end` ([`Reservations::reserve`]: a few lines of arithmetic, then the
+//! swap; PostgreSQL's `ReserveXLogInsertLocation` does the same arithmetic under a spinlock);
+//! the exclusive paths (segment switch, key rotation, the open's resume) take the insert lock
+//! through [`Reservations::exclusive`], which closes `end` to swaps ([`CLOSED`]) and waits for
+//! every insertion in progress. The lock is private here.
 //!
 //! Invariants this part keeps:
-//! - `end` equals the insert position whenever the insert lock is free, and only grows;
-//! - a reservation's start is published in its lane inside the hold that made it, before
-//!   `end` moves past it, so `inserted_to` (the lower of `end` and the lowest lane) never
-//!   passes a record still being copied;
-//! - reservations are consecutive: each starts where the one before it ended.
+//! - `end` (less [`CLOSED`]) is the insert position and only grows; every value it takes is
+//!   a record boundary;
+//! - a reservation's start is published in its lane before the swap that moves `end` past
+//!   it, so `inserted_to` (the lower of `end` and the lowest lane) never passes a record still
+//!   being copied; a lane's start may be lower than its reservation's (a lost swap's), never
+//!   higher;
+//! - reservations are consecutive: each starts where the one before it ended;
+//! - while [`CLOSED`] is set nothing is reserved, and the insert lock is held.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
 
+use super::insertions::sync::{Mutex, MutexGuard};
 use super::insertions::{InLane, Insertions};
 use crate::Lsn;
 use crate::format::Geometry;
 use crate::line_ledger::LineU64;
-use crate::lock_order::{self, Domain, OrderedGuard, OrderedMutex};
+use crate::lock_order::{self, Domain};
 
-/// The insert lock's state: the end of the last record whose bytes are reserved (the next
-/// record starts at or after it).
-struct InsertPosition(Lsn);
+/// The bit of `end` an exclusive holder sets: no swap expects it, so no appender reserves
+/// while it is set; an appender that reads it waits for the insert lock.
+const CLOSED: u64 = 1 << 63;
 
 pub(super) struct Reservations {
-    lock: CachePadded<OrderedMutex<InsertPosition, { lock_order::INSERT }>>,
-    /// The insert position as the last hold of the insert lock left it: `Wal::end_lsn`.
+    /// Held by an exclusive holder ([`Reservations::exclusive`]); an appender that finds
+    /// `end` closed takes it only to wait for that holder to finish.
+    lock: CachePadded<Mutex<(), { lock_order::INSERT }>>,
+    /// The insert position, the end of the last record whose bytes are reserved
+    /// (`Wal::end_lsn`), with [`CLOSED`] while an exclusive holder holds the insert lock.
     end: CachePadded<LineU64>,
     lanes: Insertions,
 }
@@ -38,7 +47,7 @@ impl Reservations {
     /// The log ends at `end`; `lanes` insertion lanes; the locks in `domain` (the log's).
     pub(super) fn new(end: Lsn, lanes: usize, domain: Domain) -> Reservations {
         Reservations {
-            lock: CachePadded::new(OrderedMutex::new(InsertPosition(end), domain)),
+            lock: CachePadded::new(Mutex::new((), domain)),
             end: CachePadded::new(LineU64::named("insert_end", end.0)),
             lanes: Insertions::new(lanes, domain),
         }
@@ -46,7 +55,7 @@ impl Reservations {
 
     /// The end of the log: the end of the last record whose bytes are reserved.
     pub(super) fn end(&self) -> Lsn {
-        Lsn(self.end.load(Ordering::Acquire))
+        Lsn(self.end.load(Ordering::Acquire) & !CLOSED)
     }
 
     /// Claims an insertion lane, trying `hint`'s first.
@@ -55,10 +64,11 @@ impl Reservations {
     }
 
     /// Reserves consecutive places for records of `lens` bytes (at least one record, each
-    /// at least a byte) at the insert position, in one hold of the insert lock, and publishes
-    /// the reservation's start in `lane` inside it. Pushes each record's LSN to `lsns`
-    /// (allocated by the caller, before the lock). `timed`: measure the hold, and return how
-    /// long it was, in nanoseconds.
+    /// at least a byte) at the insert position, with one compare-and-swap of `end` when no
+    /// other appender swaps in between, and publishes the reservation's start in `lane`
+    /// before the swap. Pushes each record's LSN to `lsns` (allocated by the caller, with
+    /// room for them). `timed`: measure the reservation, and return how long it took, in
+    /// nanoseconds.
     pub(super) fn reserve(
         &self,
         geo: &Geometry,
@@ -67,38 +77,50 @@ impl Reservations {
         lsns: &mut Vec<Lsn>,
         timed: bool,
     ) -> Option<u64> {
-        let (mut ins, since) = match timed {
-            true => {
-                let (ins, since) = super::flush::timed_lock(&self.lock);
-                (ins, Some(since))
+        let since = timed.then(Instant::now);
+        let mut seen = self.end.load(Ordering::Acquire);
+        loop {
+            if seen & CLOSED != 0 {
+                // An exclusive holder: wait for it with nothing in progress on this lane (it
+                // waits for every insertion in progress), then read the position it left.
+                lane.retract();
+                drop(self.lock.lock());
+                seen = self.end.load(Ordering::Acquire);
+                continue;
             }
-            false => (self.lock.lock(), None),
-        };
-        let start = ins.0;
-        let mut pos = start;
-        for &len in lens {
-            let lsn = geo.skip_headers(pos);
-            lsns.push(lsn);
-            pos = super::record_end(geo, lsn, len);
+            let start = Lsn(seen);
+            lsns.clear();
+            let mut pos = start;
+            for &len in lens {
+                let lsn = geo.skip_headers(pos);
+                lsns.push(lsn);
+                pos = super::record_end(geo, lsn, len);
+            }
+            debug_assert!(
+                pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
+                "a reservation from {start} to {pos} places records outside it"
+            );
+            lane.begin(start);
+            // SeqCst, as `inserted_to`'s read of `end`: a thread that reads the new position
+            // then reads the lanes, and sees this one's start (stored before) or its finish.
+            match self
+                .end
+                .compare_exchange(seen, pos.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
         }
-        debug_assert!(
-            pos > start && lsns.iter().all(|&lsn| lsn >= start && lsn < pos),
-            "a reservation from {start} to {pos} places records outside it"
-        );
-        ins.0 = pos;
-        lane.begin(start);
-        self.end.store(pos.0, Ordering::Release);
-        let held_ns = since.map(|since: Instant| since.elapsed().as_nanos() as u64);
-        drop(ins);
-        held_ns
+        since.map(|since: Instant| since.elapsed().as_nanos() as u64)
     }
 
     /// A position through which every record is in the buffer: the end of the log, or the
     /// start of the lowest insertion still in progress. A record boundary.
     pub(super) fn inserted_to(&self) -> Lsn {
-        // The end first: every reservation below it has published its start in its lane
-        // before storing it (`reserve`), so the lanes read next show it, or it is done.
-        let end = self.end.load(Ordering::SeqCst);
+        // The end first: every reservation below it published its start in its lane before
+        // its swap (`reserve`), so the lanes read next show it (or a lower start), or it is
+        // done.
+        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
         Lsn(end).min(self.lanes.lowest_in_progress())
     }
 
@@ -107,7 +129,7 @@ impl Reservations {
     /// is. Called with no lock of the log held: the insertions it waits for may need the
     /// write lock to make room.
     pub(super) fn inserted_through(&self, lsn: Lsn) -> Lsn {
-        let end = self.end.load(Ordering::SeqCst);
+        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
         let need = if lsn.0 < end { lsn.0 + 1 } else { end };
         let now = self.inserted_to();
         if now.0 >= need {
@@ -123,41 +145,189 @@ impl Reservations {
         self.lanes.wait_finished(upto, own);
     }
 
-    /// Takes the insert lock and waits until no insertion is in progress: nothing is reserved
-    /// while the returned guard lives, and everything reserved is in the buffer.
+    /// Takes the insert lock, closes `end` to reservations and waits until no insertion is in
+    /// progress: nothing is reserved while the returned guard lives, and everything reserved
+    /// is in the buffer.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
         let guard = self.lock.lock();
-        // With the insert lock held nothing new is reserved; the insertions already reserved
-        // finish (they never take the insert lock again).
-        self.lanes.wait_finished(guard.0, None);
+        // A swap, not a store: appenders may still be swapping `end` forward.
+        let mut seen = self.end.load(Ordering::Acquire);
+        loop {
+            debug_assert!(
+                seen & CLOSED == 0,
+                "the insert lock's holder found end closed"
+            );
+            match self.end.compare_exchange(
+                seen,
+                seen | CLOSED,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        let pos = Lsn(seen);
+        // Nothing new is reserved now; the insertions already reserved finish (an appender
+        // that lost its swap to the close leaves its lane idle before it waits for the lock).
+        self.lanes.wait_finished(pos, None);
         Exclusive {
-            guard,
+            _guard: guard,
             end: &self.end,
+            pos,
         }
     }
 }
 
-/// The insert lock held with no insertion in progress ([`Reservations::exclusive`]).
+/// The insert lock held, `end` closed to reservations, with no insertion in progress
+/// ([`Reservations::exclusive`]). Dropping it opens `end` again at the position it moved to.
 pub(super) struct Exclusive<'a> {
-    guard: OrderedGuard<'a, InsertPosition, { lock_order::INSERT }>,
+    _guard: MutexGuard<'a, (), { lock_order::INSERT }>,
     end: &'a LineU64,
+    pos: Lsn,
 }
 
 impl Exclusive<'_> {
     /// The insert position.
     pub(super) fn pos(&self) -> Lsn {
-        self.guard.0
+        self.pos
     }
 
     /// Moves the insert position (and the end of the log) forward to `to`, past a control
     /// record this holder placed or a part of the log left unused.
     pub(super) fn move_to(&mut self, to: Lsn) {
         debug_assert!(
-            to >= self.guard.0,
+            to >= self.pos,
             "the insert position moves back from {} to {to}",
-            self.guard.0
+            self.pos
         );
-        self.guard.0 = to;
-        self.end.store(to.0, Ordering::Release);
+        self.pos = to;
+        self.end.store(to.0 | CLOSED, Ordering::Release);
+    }
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        // Opened before the lock is released (fields drop after this): an appender woken by
+        // the lock finds `end` open.
+        self.end.store(self.pos.0, Ordering::SeqCst);
+    }
+}
+
+/// The reservation protocol under the model checker: `RUSTFLAGS="--cfg loom" cargo test
+/// --release --lib loom_model` (`.ci/run` runs it). Two appenders each reserve a record with
+/// [`Reservations::reserve`] (the swap), mark it copied and leave their lane, while a third
+/// thread takes [`Reservations::exclusive`], moves the insert position on and drops it. Loom
+/// explores every interleaving: the exclusive holder must find every reservation below its
+/// position copied and none made while it holds the lock, and the reservations must be
+/// consecutive, none overlapping another or the stretch the holder skipped.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::Reservations;
+    use crate::Lsn;
+    use crate::format::Geometry;
+    use crate::lock_order::Domain;
+    use loom::sync::Arc;
+    use loom::sync::atomic::{AtomicU64, Ordering};
+
+    const GEO: Geometry = Geometry {
+        page_size: 512,
+        segment_size: 2048,
+    };
+    const SKIP: u64 = 16;
+
+    struct Log {
+        reservations: Reservations,
+        /// Each appender's reservation, `start << 32 | end`, once its record is copied.
+        copied: [AtomicU64; 2],
+    }
+
+    fn append(log: &Log, t: usize) {
+        let lane = log.reservations.claim_lane(t);
+        let mut lsns = Vec::with_capacity(1);
+        log.reservations
+            .reserve(&GEO, &[40 + 8 * t], &lane, &mut lsns, false);
+        let end = super::super::record_end(&GEO, lsns[0], 40 + 8 * t);
+        log.copied[t].store(lsns[0].0 << 32 | end.0, Ordering::Release);
+        drop(lane);
+    }
+
+    fn check(lanes: usize) {
+        // Interleavings with up to five preemptions (loom's advice for models of this size:
+        // unbounded, this one ran for more than ten minutes without finishing).
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(5);
+        model.check(move || {
+            let first = GEO.skip_headers(Lsn(0));
+            let log = Arc::new(Log {
+                reservations: Reservations::new(first, lanes, Domain::new()),
+                copied: [AtomicU64::new(0), AtomicU64::new(0)],
+            });
+            let appenders: Vec<_> = (0..2)
+                .map(|t| {
+                    let log = log.clone();
+                    loom::thread::spawn(move || append(&log, t))
+                })
+                .collect();
+            let (pos, moved) = {
+                let mut ins = log.reservations.exclusive();
+                let pos = ins.pos();
+                let done: Vec<(u64, u64)> = log
+                    .copied
+                    .iter()
+                    .map(|c| c.load(Ordering::Acquire))
+                    .filter(|&c| c != 0)
+                    .map(|c| (c >> 32, c & 0xFFFF_FFFF))
+                    .collect();
+                // Every reservation below the position is copied, and none is above it.
+                let below: u64 = done.iter().map(|(s, e)| e - s).sum();
+                let reserved = pos.0 - first.0;
+                assert!(
+                    done.iter().all(|&(_, e)| e <= pos.0),
+                    "a reservation past {pos} while the insert lock is held: {done:?}"
+                );
+                assert_eq!(
+                    below, reserved,
+                    "reserved up to {pos}, copied only {done:?}"
+                );
+                let moved = pos + SKIP;
+                ins.move_to(moved);
+                (pos, moved)
+            };
+            for appender in appenders {
+                appender.join().expect("appender");
+            }
+            let mut all: Vec<(u64, u64)> = log
+                .copied
+                .iter()
+                .map(|c| c.load(Ordering::Acquire))
+                .map(|c| (c >> 32, c & 0xFFFF_FFFF))
+                .collect();
+            all.sort();
+            let mut at = first.0;
+            for (s, e) in all {
+                if s >= pos.0 && at <= pos.0 {
+                    at = moved.0;
+                }
+                assert_eq!(
+                    s, at,
+                    "reservations are consecutive and skip the moved stretch"
+                );
+                at = e;
+            }
+            // The end: after the last reservation, or the moved position if none followed it.
+            let end = if at <= pos.0 { moved } else { Lsn(at) };
+            assert_eq!(log.reservations.end(), end);
+        });
+    }
+
+    #[test]
+    fn reservations_are_consecutive_and_an_exclusive_holder_sees_them_all_copied() {
+        check(2);
+    }
+
+    #[test]
+    fn reservations_are_consecutive_sharing_one_lane() {
+        check(1);
     }
 }
