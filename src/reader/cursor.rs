@@ -112,6 +112,9 @@ pub(crate) struct Cursor<'a> {
     /// True once this cursor has read a record (of any kind): a resume record can then only
     /// be reached through the end it names, never by reading on.
     read_before: bool,
+    /// With `Some`, every position [`Cursor::next`] looks for a record at, control records'
+    /// and resumed ends included ([`check_record_start`]).
+    looked_at: Option<Vec<Lsn>>,
 }
 
 /// A cursor's state without its borrow of the files, so an owner of the files (a follower)
@@ -138,6 +141,7 @@ impl<'a> Cursor<'a> {
             listed: None,
             version: None,
             read_before: false,
+            looked_at: None,
         }
     }
 
@@ -189,6 +193,9 @@ impl<'a> Cursor<'a> {
     pub(crate) fn next(&mut self) -> Result<Step> {
         loop {
             let start = self.files.geo.skip_headers(self.pos);
+            if let Some(looked_at) = self.looked_at.as_mut() {
+                looked_at.push(start);
+            }
             let step = self.read_record(start)?;
             let read_before = std::mem::replace(&mut self.read_before, step.is_ok());
             match step {
@@ -748,21 +755,27 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
     let Some(header) = files.read_page_header(page)? else {
         return Ok(());
     };
-    let mut at = geo.advance(body, header.rem_len as u64);
+    let at = geo.advance(body, header.rem_len as u64);
+    if geo.skip_headers(at) > pos {
+        // Inside the part of a record the page continues from the one before.
+        return Err(not_a_record());
+    }
     let mut cursor = Cursor::new(files, at);
+    // The cursor steps over switch and resume records without returning them, and over the
+    // unwritten rest of a page a pagelevel writer resumed after: every position it looked for
+    // a record at is a boundary, the end of such a control record or stretch included (a
+    // checkpoint taken at `end_lsn()` right after a resume record, before the writer resumed
+    // again on the next page, is one).
+    cursor.looked_at = Some(Vec::new());
     loop {
-        let next = geo.skip_headers(at);
-        if next == pos {
+        let step = cursor.next()?;
+        let looked_at = cursor.looked_at.replace(Vec::new()).unwrap_or_default();
+        if looked_at.contains(&pos) {
             return Ok(());
         }
-        if next > pos {
-            return Err(not_a_record());
-        }
-        match cursor.next()? {
-            // The cursor steps over switch and resume records without returning them, so
-            // the record it returns may start after `at`: compare its own start too.
-            Step::Record(stored) if stored.lsn == pos => return Ok(()),
-            Step::Record(stored) => at = stored.end_lsn,
+        match step {
+            Step::Record(stored) if stored.end_lsn <= pos => {}
+            Step::Record(_) => return Err(not_a_record()),
             Step::End(_) => return Ok(()),
         }
     }
