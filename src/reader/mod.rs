@@ -228,7 +228,7 @@ impl Walk<'_> {
                         None
                     }
                     Ok(Settled::Resume(cursor, stored)) => {
-                        self.cursor = Some(cursor);
+                        self.cursor = Some(*cursor);
                         Some(Ok(*stored))
                     }
                     Err(e) => Some(Err(e)),
@@ -247,7 +247,7 @@ pub(crate) enum Settled<'a> {
     /// The end of the valid log, at this position.
     End(Lsn),
     /// The record was read in full on a second look: the writer had moved on.
-    Resume(Cursor<'a>, Box<Stored>),
+    Resume(Box<Cursor<'a>>, Box<Stored>),
 }
 
 /// Pauses before each further look at a record that the page headers say was complete; the
@@ -304,7 +304,9 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
         std::thread::sleep(pause);
         let mut cursor = Cursor::new(files, invalid.lsn);
         match cursor.next()? {
-            Step::Record(stored) => return Ok(Settled::Resume(cursor, Box::new(stored))),
+            Step::Record(stored) => {
+                return Ok(Settled::Resume(Box::new(cursor), Box::new(stored)));
+            }
             Step::End(again) => invalid = again,
         }
     }
