@@ -251,9 +251,12 @@ impl Wal {
             .map(|h| h.lsn)
             .fold(lsn.min(checkpoint), Lsn::min);
         {
+            // What the purge may remove at most: segments that end by its limit, and never the
+            // segment holding the end of the log or any after it (`purge_before`).
+            let reach = limit.min(self.segment_holding_end(end));
             let mut purging = self.retention.purging.lock();
             purging.0 += 1;
-            purging.1 = purging.1.max(limit);
+            purging.1 = purging.1.max(reach);
         }
         drop(control);
         Ok((

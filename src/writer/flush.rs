@@ -656,7 +656,7 @@ impl Wal {
     pub(super) fn debug_check_positions(&self, w: &WriteState) {
         if !self.poison.is_set() {
             self.positions.check_order(|| super::positions::Seen {
-                end: self.reservations.end(),
+                end: self.reservations.end_if_open(),
                 written: self.inflight.written(),
                 reserved: w.reserved_to,
             });

@@ -58,6 +58,14 @@ impl Reservations {
         Lsn(self.end.load(Ordering::Acquire) & !CLOSED)
     }
 
+    /// The end of the log, or `None` while an exclusive holder has the insert position closed:
+    /// its control record may then be in the buffer, and reserved for writing, past the end
+    /// shown (`Positions::check_order` compares with the end only when it is open).
+    pub(super) fn end_if_open(&self) -> Option<Lsn> {
+        let end = self.end.load(Ordering::Acquire);
+        (end & CLOSED == 0).then_some(Lsn(end))
+    }
+
     /// Claims an insertion lane, trying `hint`'s first.
     pub(super) fn claim_lane(&self, hint: usize) -> InLane<'_> {
         self.lanes.claim(hint)

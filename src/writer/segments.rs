@@ -174,7 +174,7 @@ impl Wal {
     /// that ends exactly at a segment's end (or at the first record position of the next one,
     /// which may not exist yet) ends in that segment: were it purged, no segment would be left,
     /// and the next open would start a new log at LSN 0.
-    fn segment_holding_end(&self, end: Lsn) -> Lsn {
+    pub(super) fn segment_holding_end(&self, end: Lsn) -> Lsn {
         let start = self.geo.segment_start(end);
         if end == self.geo.skip_headers(start) || end == start {
             start.checked_sub(self.geo.segment_size).unwrap_or(Lsn(0))

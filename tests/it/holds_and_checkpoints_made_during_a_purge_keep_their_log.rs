@@ -38,10 +38,11 @@ impl Hooks for Pause {
     }
 }
 
-/// Runs `during` (given the first and the last record's LSN) while a
-/// `purge_before(end_lsn())` of a log of several segments is paused after reading its limit;
-/// returns what `during` returned, the first record's LSN and the log's directory.
+/// Runs `during` (given the first and the last record's LSN) while a `purge_before` of a log of
+/// several segments, up to its end (or, `far`, up to the largest LSN), is paused after reading
+/// its limit; returns what `during` returned, the first record's LSN and the log's directory.
 fn during_a_purge<T: Send>(
+    far: bool,
     during: impl FnOnce(&Wal, Lsn, Lsn) -> T + Send,
 ) -> (T, Lsn, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -57,7 +58,7 @@ fn during_a_purge<T: Send>(
         last = wal.append(1, &[7; 100]).unwrap();
     }
     wal.sync().unwrap();
-    let end = wal.end_lsn();
+    let end = if far { Lsn(u64::MAX) } else { wal.end_lsn() };
     let (paused_tx, paused) = channel();
     let (release, release_rx) = channel();
     let out = std::thread::scope(|s| {
@@ -70,10 +71,9 @@ fn during_a_purge<T: Send>(
         paused.recv().unwrap();
         let out = during(wal, first, last);
         release.send(()).unwrap();
-        assert!(
-            purger.join().unwrap().unwrap() > 0,
-            "the purge removed segments"
-        );
+        let removed = purger.join().unwrap().unwrap();
+        // (Far: a checkpoint made meanwhile purges the same segments first.)
+        assert!(far || removed > 0, "the purge removed segments");
         out
     });
     wal.close().unwrap();
@@ -92,7 +92,7 @@ fn assert_refused(result: walcrypt::Result<impl std::fmt::Debug>, first: Lsn, wh
 
 #[test]
 fn a_hold_in_a_segment_being_purged_is_refused() {
-    let (hold, first, dir) = during_a_purge(|wal, first, _| wal.hold("replica", first));
+    let (hold, first, dir) = during_a_purge(false, |wal, first, _| wal.hold("replica", first));
     assert_refused(hold, first, "hold");
     let reader = Reader::open(dir.path(), None).unwrap();
     assert!(
@@ -103,15 +103,43 @@ fn a_hold_in_a_segment_being_purged_is_refused() {
 
 #[test]
 fn a_checkpoint_in_a_segment_being_purged_is_refused() {
-    let (checkpoint, first, _dir) = during_a_purge(|wal, first, _| wal.checkpoint(first, b"snap"));
+    let (checkpoint, first, _dir) =
+        during_a_purge(false, |wal, first, _| wal.checkpoint(first, b"snap"));
     assert_refused(checkpoint, first, "checkpoint");
 }
 
 #[test]
 fn a_hold_beyond_what_the_purge_removes_is_made_and_kept() {
-    let ((hold, at), _, dir) = during_a_purge(|wal, _, last| (wal.hold("replica", last), last));
+    let ((hold, at), _, dir) =
+        during_a_purge(false, |wal, _, last| (wal.hold("replica", last), last));
     hold.unwrap();
     let reader = Reader::open(dir.path(), None).unwrap();
     let record = reader.records_from(at).next().unwrap().unwrap();
     assert_eq!(record.lsn, at);
+}
+
+/// A purge asked to go as far as it can still keeps the segment holding the end of the log: a
+/// hold or checkpoint at the end is made while it runs, not refused.
+#[test]
+fn a_hold_and_a_checkpoint_at_the_end_are_made_while_a_purge_to_the_largest_lsn_runs() {
+    let ((hold, checkpoint, end), _, dir) = during_a_purge(true, |wal, _, _| {
+        let end = wal.end_lsn();
+        (wal.hold("replica", end), wal.checkpoint(end, b"snap"), end)
+    });
+    hold.unwrap();
+    checkpoint.unwrap();
+    let wal = Wal::open(
+        dir.path(),
+        Config::new(Mode::Plaintext)
+            .page_size(512)
+            .segment_size(64 * 1024),
+    )
+    .unwrap();
+    assert_eq!(wal.last_checkpoint().map(|c| c.lsn), Some(end));
+    assert!(
+        wal.holds()
+            .iter()
+            .any(|h| h.name == "replica" && h.lsn == end && !h.lost)
+    );
+    wal.close().unwrap();
 }

@@ -13,6 +13,7 @@ mod support;
 
 mod an_engine_gets_its_own_errors_a_shared_shutdown_and_the_durable_position;
 mod append_batch_places_records_together;
+mod appenders_flushers_and_key_rotations_at_once_keep_every_record;
 mod attached_follower_reads_on_across_a_data_key_rotation;
 mod buffered_commit_writes_only_what_it_appended;
 mod buffered_reopen_and_continue_keeps_what_each_open_recovered;
