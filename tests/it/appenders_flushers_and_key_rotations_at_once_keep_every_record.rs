@@ -24,14 +24,14 @@ fn append(wal: &Wal, t: u8, stop: &AtomicBool) -> Vec<(Lsn, Vec<u8>)> {
     let mut n = 0u32;
     while !stop.load(Ordering::Relaxed) || n < 50 {
         let p = payload(t, n);
-        let lsn = if n % 5 == 0 {
+        let lsn = if n.is_multiple_of(5) {
             let lsns = wal.append_batch([(t, &p[..]), (t, &p[..])]).unwrap();
             mine.push((lsns[1], p.clone()));
             lsns[0]
         } else {
             wal.append(t, &p).unwrap()
         };
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             wal.flush(lsn).unwrap();
         }
         mine.push((lsn, p));
