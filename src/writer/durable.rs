@@ -35,6 +35,10 @@ use crate::line_ledger::LineU64;
 use crate::lock_order::{self, Domain, OrderedMutex};
 use crate::storage::StorageFile;
 
+/// No segment ([`Syncs::listed`]): not a segment start (those are multiples of the segment
+/// size, and an LSN never reaches the largest u64).
+const NONE: u64 = u64::MAX;
+
 /// A segment and the writer's handle of it.
 pub(super) type Handle = (Lsn, Arc<dyn StorageFile>);
 
@@ -43,6 +47,10 @@ pub(super) struct Syncs {
     /// Segments written since their last fdatasync. Only their starts: the writer keeps two
     /// handles, and a segment whose handle it closed is opened again to be synced.
     dirty: OrderedMutex<Vec<Lsn>, { lock_order::DIRTY }>,
+    /// The segment pushed on the dirty list last, while it is still on it ([`NONE`] once a
+    /// round took the list): a landing in it skips the list's lock. Stored under that lock,
+    /// read without it (see [`Syncs::landed`]).
+    listed: CachePadded<LineU64>,
     /// The highest record boundary everything below which has landed and is in a round of
     /// fdatasyncs that a `Durable` leader will finish: a flusher whose record lies below it
     /// waits for that round instead of leading another.
@@ -54,16 +62,34 @@ impl Syncs {
         Syncs {
             turn: OrderedMutex::new((), domain),
             dirty: OrderedMutex::new(Vec::new(), domain),
+            listed: CachePadded::new(LineU64::named("dirty_listed", NONE)),
             pending: CachePadded::new(LineU64::named("sync_pending", end.0)),
         }
     }
 
-    /// Lists `segment` (a write to it just returned) as dirty.
+    /// Lists `segment` (a write to it just returned) as dirty. When it is the segment listed
+    /// last and no round has taken the list since, nothing is to do, and the list's lock is
+    /// not taken (in Buffered mode, where rounds are rare, every write-out but the first in a
+    /// segment; the lock's two shared-line writes per write-out otherwise). That read is
+    /// enough: if it sees `segment`, the round that takes the list next clears it after this
+    /// read, and so after this write returned, and fdatasyncs after that (SeqCst on both
+    /// sides).
     pub(super) fn landed(&self, segment: Lsn) {
+        if self.listed.load(Ordering::SeqCst) == segment.0 {
+            return;
+        }
         let mut dirty = self.dirty.lock();
         if !dirty.contains(&segment) {
             dirty.push(segment);
         }
+        self.listed.store(segment.0, Ordering::SeqCst);
+    }
+
+    /// Takes the dirty list for a round of fdatasyncs (in the sync turn).
+    fn take_dirty(&self) -> Vec<Lsn> {
+        let mut dirty = self.dirty.lock();
+        self.listed.store(NONE, Ordering::SeqCst);
+        std::mem::take(&mut *dirty)
     }
 
     /// Whether any of `segments` is on the dirty list.
@@ -106,7 +132,7 @@ impl Wal {
     pub(super) fn sync_in_turn(&self, _turn: &Turn<'_>, handles: &[Handle]) -> Result<()> {
         // An earlier round failed while this thread waited for the turn.
         self.check_poison()?;
-        let dirty = std::mem::take(&mut *self.syncs.dirty.lock());
+        let dirty = self.syncs.take_dirty();
         for &segment in &dirty {
             let file = match handles.iter().find(|(s, _)| *s == segment) {
                 Some((_, file)) => file.clone(),
