@@ -8,8 +8,10 @@ use support::large::{PAGE, append_flushing, config};
 use walcrypt::inspect::REC_CRC_AT;
 use walcrypt::{KeyRing, Mode, SyncMode, Wal};
 
-#[test]
-fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
+/// In a 3 MiB log of every mode, flips `bits` of the byte `offset` bytes into a record at about
+/// three quarters of the log whose first 40 bytes lie in one page, and checks that recovery
+/// reports it as the reader does.
+fn flip_at_three_quarters(offset: u64, bits: u8, what: &str) {
     for mode in Mode::ALL {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
@@ -17,12 +19,10 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
         let lsns = append_flushing(&wal, |_, written| written < 3 << 20);
         wal.close().unwrap();
 
-        // A payload byte of a record at about three quarters of the log, on its header's page.
         let n = (lsns.len() * 3 / 4..lsns.len())
             .find(|&i| (u64::from(lsns[i]) + 40) / PAGE == u64::from(lsns[i]) / PAGE)
             .unwrap();
-        let byte = u64::from(lsns[n]) + 40;
-        support::tamper::flip_bits_at(dir.path(), byte, 0x04);
+        support::tamper::flip_bits_at(dir.path(), u64::from(lsns[n]) + offset, bits);
 
         support::large::assert_damage_reported_alike(
             dir.path(),
@@ -30,37 +30,20 @@ fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
             &keys,
             &lsns,
             n,
-            &mode.to_string(),
+            &format!("{mode}, {what}"),
         );
     }
+}
+
+/// A payload byte (past the longest record header) on the header's page.
+#[test]
+fn flipped_bit_at_three_quarters_of_a_three_mib_log() {
+    flip_at_three_quarters(40, 0x04, "payload byte");
 }
 
 /// Only the checksum field altered: the payload and an authenticated record's tag still
 /// match, so a read-ahead that trusted the tag alone would hand the record out.
 #[test]
 fn flipped_checksum_bit_at_three_quarters_of_a_three_mib_log() {
-    for mode in Mode::ALL {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
-        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
-        let lsns = append_flushing(&wal, |_, written| written < 3 << 20);
-        wal.close().unwrap();
-
-        // The checksum of a record at about three quarters of the log whose header lies
-        // inside one page.
-        let at = REC_CRC_AT as u64;
-        let n = (lsns.len() * 3 / 4..lsns.len())
-            .find(|&i| (u64::from(lsns[i]) + 40) / PAGE == u64::from(lsns[i]) / PAGE)
-            .unwrap();
-        support::tamper::flip_bits_at(dir.path(), u64::from(lsns[n]) + at, 0x10);
-
-        support::large::assert_damage_reported_alike(
-            dir.path(),
-            mode,
-            &keys,
-            &lsns,
-            n,
-            &format!("{mode}, checksum field"),
-        );
-    }
+    flip_at_three_quarters(REC_CRC_AT as u64, 0x10, "checksum field");
 }
