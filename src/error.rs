@@ -24,6 +24,18 @@ pub struct Position {
     pub lsn: Lsn,
 }
 
+impl Position {
+    /// Where the record or page at `lsn` is in a log of geometry `geo`.
+    pub(crate) fn of(geo: &crate::format::Geometry, lsn: crate::Lsn) -> Position {
+        let segment = geo.segment_start(lsn);
+        Position {
+            segment,
+            offset: lsn - segment,
+            lsn,
+        }
+    }
+}
+
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

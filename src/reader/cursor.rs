@@ -336,12 +336,7 @@ impl<'a> Cursor<'a> {
 
     /// Segment, offset and LSN of a record starting at `start`.
     fn position_of(&self, start: Lsn) -> Position {
-        let segment = self.files.geo.segment_start(start);
-        Position {
-            segment,
-            offset: start - segment,
-            lsn: start,
-        }
+        Position::of(&self.files.geo, start)
     }
 
     fn read_record(&mut self, start: Lsn) -> Try<Stored> {
@@ -433,11 +428,7 @@ impl<'a> Cursor<'a> {
             stored,
             log_id: self.files.log_id,
             version,
-            at: Position {
-                segment,
-                offset: start - segment,
-                lsn: start,
-            },
+            at: Position::of(&self.files.geo, start),
         }))
     }
 

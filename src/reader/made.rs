@@ -291,11 +291,7 @@ impl<'a> Walker<'a> {
             let found = seal::Found {
                 log_id: self.files.log_id,
                 version,
-                at: Position {
-                    segment: geo.segment_start(start),
-                    offset: start - geo.segment_start(start),
-                    lsn: start,
-                },
+                at: Position::of(&geo, start),
             };
             let opened = match verified {
                 true => seal::open_authenticated(keys, found, header, slot),

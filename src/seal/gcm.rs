@@ -35,25 +35,10 @@ pub(super) fn seal(
     Ok(())
 }
 
-/// Checks the tag at the end of `stored` over `aad` and the ciphertext, then decrypts and drops
-/// the tag. `Ok(false)`, with `stored` left as it was, when the tag does not match (or there is
-/// no room for one).
-pub(super) fn open(
-    keys: &Keys,
-    cipher: (u32, &[u8; IV_LEN]),
-    aad: &[u8; AAD_LEN],
-    stored: &mut Vec<u8>,
-) -> Result<bool> {
-    let Some(body_len) = open_in_place(keys, cipher, aad, stored)? else {
-        return Ok(false);
-    };
-    stored.truncate(body_len);
-    Ok(true)
-}
-
-/// [`open`] over a slice: checks the tag at the end of `stored` and decrypts the ciphertext
-/// before it in place, returning its length; the tag's bytes stay where they were. `Ok(None)`,
-/// with `stored` left as it was, when the tag does not match (or there is no room for one).
+/// Checks the tag at the end of `stored` over `aad` and the ciphertext, then decrypts the
+/// ciphertext before it in place, returning its length; the tag's bytes stay where they were.
+/// `Ok(None)`, with `stored` left as it was, when the tag does not match (or there is no room
+/// for one).
 pub(super) fn open_in_place(
     keys: &Keys,
     (key_id, iv): (u32, &[u8; IV_LEN]),

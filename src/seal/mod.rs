@@ -369,15 +369,15 @@ pub(crate) fn open_record(
     if let Some((key_id, iv)) = header.encryption {
         let keys = keys.ok_or(Error::MissingKey(key_id))?;
         match RecordSeal::of_flags(header.flags) {
-            RecordSeal::Gcm => {
-                let aad = format::auth_aad(found.version, found.log_id, header, found.at.lsn);
-                if !gcm::open(keys, (key_id, &iv), &aad, stored)? {
+            RecordSeal::Gcm => match open_authenticated(keys, found, header, stored)? {
+                Some(plain) => stored.truncate(plain),
+                None => {
                     return Err(Error::AuthenticationFailed {
                         at: found.at,
                         key_id,
                     });
                 }
-            }
+            },
             RecordSeal::Ctr | RecordSeal::Plain => open_ctr(keys, (key_id, &iv), stored)?,
         }
         header.encryption = None;

@@ -88,7 +88,12 @@ impl Syncs {
     /// Takes the dirty list for a round of fdatasyncs (in the sync turn).
     fn take_dirty(&self) -> Vec<Lsn> {
         let mut dirty = self.dirty.lock();
-        self.listed.store(NONE, Ordering::SeqCst);
+        let listed = self.listed.swap(NONE, Ordering::SeqCst);
+        debug_assert!(
+            listed == NONE || dirty.contains(&Lsn(listed)),
+            "segment {} marked as listed dirty is not on the dirty list",
+            Lsn(listed)
+        );
         std::mem::take(&mut *dirty)
     }
 
