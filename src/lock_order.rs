@@ -40,8 +40,9 @@ pub(crate) const SYNC_TURN: u8 = 2;
 pub(crate) const WRITE: u8 = 3;
 /// The in-flight lock (`InFlight::state`, writer/inflight.rs).
 pub(crate) const INFLIGHT: u8 = 4;
-/// A buffer page's slot lock (`PageBuffer`, writer/buffer.rs). A thread holds one slot at a
-/// time.
+/// A buffer page's slot lock (`PageBuffer`, writer/buffer.rs): the page's `rem_len` and
+/// pagelevel IV, set once per page by the appender entering it and read by the write-out (the
+/// copies into the page take no lock). A thread holds one slot at a time.
 pub(crate) const SLOT: u8 = 5;
 /// The IV source's prefix table (`IvSource::later`, crypto.rs).
 pub(crate) const IV_PREFIX: u8 = 6;

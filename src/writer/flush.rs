@@ -359,9 +359,9 @@ impl Wal {
         appendable.then_some(from)
     }
 
-    /// The buffer slot of `page`, locked; an error (a broken invariant, which poisons the write
-    /// it belongs to) if the slot holds another page.
-    fn slot_holding(&self, page: Lsn) -> Result<super::buffer::SlotGuard<'_>> {
+    /// The buffer slot of `page`; an error (a broken invariant, which poisons the write it
+    /// belongs to) if the slot holds another page.
+    fn slot_holding(&self, page: Lsn) -> Result<super::buffer::Holding<'_>> {
         self.buffer.holding(page).map_err(|wrong| {
             self.broken_invariant(
                 "write page",
@@ -373,9 +373,7 @@ impl Wal {
 
     /// Copies the buffered bytes `[from, from + out.len())` of `page` into `out`.
     fn page_tail(&self, page: Lsn, from: Lsn, out: &mut [u8]) -> Result<()> {
-        let slot = self.slot_holding(page)?;
-        let at = (from - page) as usize;
-        out.copy_from_slice(&slot.data[at..at + out.len()]);
+        self.slot_holding(page)?.read((from - page) as usize, out);
         Ok(())
     }
 
@@ -394,26 +392,24 @@ impl Wal {
         out: &mut [u8],
     ) -> Result<()> {
         let slot = self.slot_holding(page)?;
-        self.image_from_slot(w, slot, (page, valid, hint), out)
+        self.image_from_slot(w, &slot, (page, valid, hint), out)
     }
 
-    /// [`Wal::page_image`] from the slot of `page`, locked by the caller and holding it; the
-    /// slot is released once its bytes are copied.
+    /// [`Wal::page_image`] from `slot`, seen holding `page`.
     fn image_from_slot(
         &self,
         w: &mut WriteState,
-        mut slot: super::buffer::SlotGuard<'_>,
+        slot: &super::buffer::Holding<'_>,
         (page, valid, hint): (Lsn, usize, Lsn),
         out: &mut [u8],
     ) -> Result<()> {
-        let (rem_len, cipher) = {
-            out[PAGE_HEADER_LEN..valid].copy_from_slice(&slot.data[PAGE_HEADER_LEN..valid]);
-            if self.seal.seals_pages() && slot.cipher.is_none() {
-                slot.cipher = Some((self.page_key(w, page), self.ivs.next_iv()?));
-            }
-            (slot.rem_len, slot.cipher)
+        slot.read(PAGE_HEADER_LEN, &mut out[PAGE_HEADER_LEN..valid]);
+        let mut draw = || Ok((self.page_key(w, page), self.ivs.next_iv()?));
+        let (rem_len, cipher) = if self.seal.seals_pages() {
+            slot.meta::<Error>(Some(&mut draw))?
+        } else {
+            slot.meta::<Error>(None)?
         };
-        drop(slot);
         out[valid..].fill(0);
         let mut header = PageHeader {
             flags: 0,
@@ -684,10 +680,9 @@ impl Wal {
         if page == super::NO_PAGE || hint >= synced {
             return Ok(());
         }
-        // Checked and imaged under one hold of the slot's lock: once the page has landed in
-        // full, an appender may claim its slot for the page one ring length on at any moment
-        // (appenders do not take the write lock), and a check made under an earlier hold would
-        // not say what the slot holds now.
+        // Once the page has landed in full, an appender may claim its slot for the page one
+        // ring length on at any moment (appenders do not take the write lock): the image is
+        // used only if the slot still held the page after it was read (`still_holds`).
         let Ok(slot) = self.buffer.holding(page) else {
             // The page is complete and its slot holds a newer page, whose first write-out
             // will carry the hint.
@@ -699,7 +694,10 @@ impl Wal {
         // one ring length earlier, and zeros belong there.
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         let mut image = vec![0u8; ps as usize];
-        self.image_from_slot(w, slot, (page, valid as usize, synced), &mut image)?;
+        self.image_from_slot(w, &slot, (page, valid as usize, synced), &mut image)?;
+        if !slot.still_holds() {
+            return Ok(());
+        }
         let segment = self.geo.segment_start(page);
         let file = self.file_for(w, segment)?;
         file.write_all_at(&image, page - segment)

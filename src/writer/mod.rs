@@ -49,8 +49,10 @@
 //!    an earlier range covering the same bytes, or for everything below a position, to land.
 //!    Nothing is taken while it is held, so the threads that land ranges never wait for the
 //!    insert or write lock.
-//! 5. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), held only for a memcpy
-//!    (and, in pagelevel, to draw the page's IV at its first write-out).
+//! 5. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), over the page's `rem_len`
+//!    and pagelevel IV only: taken by the appender entering the page at its body's start and
+//!    by the write-out imaging the page (in pagelevel, to draw the page's IV at its first
+//!    write-out). The copies into the page take no lock: the page is a row of atomic words.
 //! 6. the **IV source's prefix table** (`IvSource::later` in crypto.rs): taken at most once per
 //!    2^32 IVs to draw a new random prefix, under a slot lock (pagelevel) or no lock
 //!    (perrecord sealing).
@@ -150,7 +152,10 @@
 //! The buffer is a ring of page slots. A slot is claimed for a page by the first appender
 //! copying into that page, only once the page one ring length earlier has landed completely
 //! (`written_to` past its end; `claim_slot`), so memory stays bounded and appenders wait (by
-//! writing) when it is full. Appenders copying into one page claim its slot in any order.
+//! writing) when it is full. Appenders copying into one page claim its slot in any order (one
+//! compare-and-swap of the page the slot holds wins) and copy with no lock held: each stores
+//! the words its bytes cover whole and merges a word shared with a neighbouring record by a
+//! compare-and-swap (buffer.rs).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -753,9 +758,8 @@ impl Wal {
             });
             let in_page = (pos - page) as usize;
             let n = (sealed.len() - done).min(self.geo.page_size as usize - in_page);
-            let mut slot = self.claim_slot(page, rem_len, own)?;
-            slot.data[in_page..in_page + n].copy_from_slice(&sealed[done..done + n]);
-            drop(slot);
+            self.claim_slot(page, rem_len, own)?
+                .write(in_page, &sealed[done..done + n]);
             done += n;
             pos += n as u64;
         }
@@ -771,7 +775,7 @@ impl Wal {
         Ok((lsn, self.end_of(lsn, sealed.len())))
     }
 
-    /// The slot of `page`, locked, holding `page`: claimed for it if it still holds an older
+    /// The slot of `page`, holding `page`: claimed for it if it still holds an older
     /// page, once that page has landed in full ([`buffer::PageBuffer::claim`]); until then
     /// this thread makes room by writing out everything before `page`. Appenders copying into
     /// one page claim its slot in any order; the one entering the page at its body's start
@@ -781,7 +785,7 @@ impl Wal {
         page: Lsn,
         rem_len: Option<u32>,
         own: Option<usize>,
-    ) -> Result<buffer::SlotGuard<'_>> {
+    ) -> Result<buffer::Holding<'_>> {
         loop {
             match self.buffer.claim(page, rem_len, self.inflight.written()) {
                 Ok(Some(slot)) => return Ok(slot),

@@ -32,13 +32,22 @@ pub struct Lines {
 /// apart and not charged to the budget.
 pub const OWN_LINES: &[&str] = &["lane", "lane.start", "lane gate", "stats"];
 
-/// Lines every appender writes, once or twice per record: the insert lock, the insert
-/// position, the IV source's sequence (once per 64 IVs) and a page slot's lock (taken by
-/// each copy into the page; a write-out also takes it once per page it copies out, which is
-/// counted here too). Every label in neither list is charged to the commit path (group
+/// Lines every appender writes, once or twice per record: the insert lock (the exclusive
+/// paths), the insert position, the IV source's sequence (once per 64 IVs), a page slot's
+/// page word (its claim, once per page), the slot's lock (the page's `rem_len`, once per
+/// page; a write-out also takes it once per page it images, which is counted here too) and
+/// the words of the page a record shares with its neighbours (`slot.edge_word`: the
+/// compare-and-swaps that merge a record's first and last bytes into them). Every label in neither list is charged to the commit path (group
 /// commit, the write lock, the in-flight lock, `written_to`, `flushed_to`, `synced_to`, the
 /// sync turn), whose writes are compared with the write-outs.
-pub const APPEND_LINES: &[&str] = &["insert", "insert_end", "iv.next", "slot"];
+pub const APPEND_LINES: &[&str] = &[
+    "insert",
+    "insert_end",
+    "iv.next",
+    "slot",
+    "slot.page",
+    "slot.edge_word",
+];
 
 impl Lines {
     /// Adds another thread's (or round's) counts.
