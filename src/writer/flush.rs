@@ -504,7 +504,11 @@ impl Wal {
         if self.sync == SyncMode::Durable {
             return self.lead_durable(lsn, round, same);
         }
-        // Before the write lock: the insertions waited for may need it to make room.
+        // Before the write lock: the insertions waited for may need it to make room. What it
+        // returns is read last, so whatever else is in the buffer by now comes along; the
+        // insertion lanes are not read again under the lock (one line per lane, each written
+        // by another core, would be read in the write lock's hold: PostgreSQL also waits for
+        // insertions before it takes its write lock).
         let inserted = self.inserted_through(lsn);
         self.counters.here().write_lock_acquisitions.add(1);
         let (mut w, held_since) = timed_lock(&self.write);
@@ -526,8 +530,7 @@ impl Wal {
         let reserved = if self.flushed_through(lsn) {
             Ok(None)
         } else {
-            // Whatever else is in the buffer by now comes along, without waiting.
-            let target = inserted.max(self.inserted_to());
+            let target = inserted;
             self.reserve(&mut w, target)
                 .map(|range| Some((target, range)))
         };
@@ -562,8 +565,7 @@ impl Wal {
         if self.flushed_through(lsn) {
             return Ok(());
         }
-        // Records inserted while this thread waited for the lock come along.
-        let target = inserted.max(self.inserted_to());
+        let target = inserted;
         self.write_locked(w, target, same)?;
         // No flush returns Ok once the log is poisoned (a range another thread wrote outside
         // the lock may have failed meanwhile), as on the other paths.
@@ -598,8 +600,9 @@ impl Wal {
         // Everything appended while this thread waited for the turn comes along, without
         // waiting for insertions still in progress. (A segment the writer has closed since is
         // opened again to be synced.)
-        let (target, handles) = match self.inserted_to() > first {
-            true => self.write_durable(first, same)?,
+        let now = self.inserted_to();
+        let (target, handles) = match now > first {
+            true => self.write_durable(now, same)?,
             false => (first, handles),
         };
         if self.positions.synced() >= target {
@@ -636,14 +639,13 @@ impl Wal {
         Ok(())
     }
 
-    /// Writes out everything in the buffer, at least through `inserted` (a record boundary
-    /// through which every record is in the buffer), and waits until it has landed. Returns
-    /// the target written through (a record boundary) and the writer's segment handles, for
-    /// the fdatasync after the write lock.
+    /// Writes out everything through `inserted` (a record boundary through which every
+    /// record is in the buffer, read by the caller before the write lock: the insertion
+    /// lanes are never read under it), and waits until it has landed. Returns the target
+    /// written through and the writer's segment handles, for the fdatasync after the write
+    /// lock.
     fn write_durable(&self, inserted: Lsn, same: SameProcess) -> Result<(Lsn, Vec<Handle>)> {
-        // Records inserted while this thread waited for the lock come along.
-        let target = |_: &WriteState| inserted.max(self.inserted_to());
-        self.write_through(target, self.mode == Mode::PageLevel, true, same)
+        self.write_through(|_| inserted, self.mode == Mode::PageLevel, true, same)
     }
 
     /// Checks, in debug builds, the ordering of the positions documented in writer/mod.rs as
