@@ -598,10 +598,11 @@ impl Wal {
             .stored_len(format::FORMAT_VERSION, record.stored.len(), record.flags)
     }
 
-    /// Places records (one, or a batch) in the log: reserves their bytes in one short hold of
-    /// the insert lock, then seals each at its LSN and copies it into the buffer with no lock
-    /// of the log held but a slot's, for a memcpy. Returns the first LSN and, for more than
-    /// one record, every LSN.
+    /// Places records (one, or a batch) in the log: reserves their bytes with one
+    /// compare-and-swap of the insert position, then seals each at its LSN and copies it into
+    /// the buffer with no lock of the log held (a slot's, once per page, for the record that
+    /// enters a page at its body's start). Returns the first LSN and, for more than one
+    /// record, every LSN.
     ///
     /// The IVs are drawn before the reservation, so nothing that can fail for want of
     /// randomness comes after it. Once bytes are reserved, any failure (or a panic) poisons
