@@ -20,9 +20,13 @@
 //! as `except`, and asks only for positions below its own reservation's end), so waits follow
 //! the order of the log and never form a cycle.
 //!
-//! A lane is waited on through its gate lock and condition variable: the inserter that leaves
-//! a lane marks it idle under the gate and wakes the waiters if the gate counts any; a waiter
-//! checks the lane under the gate before it sleeps, so no wake-up is lost. The gate is on the
+//! A lane is waited on through its gate lock and condition variable: a waiter counts itself in
+//! the lane's `waiters` and then checks the lane, under the gate, before it sleeps; the
+//! inserter that leaves a lane marks it idle and then reads `waiters`, and only when it counts
+//! any takes the gate and wakes them. Both steps are sequentially consistent, so one of the two
+//! sees the other (the waiter the idle lane, or the inserter the waiter), and the wake, under
+//! the gate, cannot fall between a waiter's check and its sleep: no wake-up is lost, and an
+//! uncontended finish takes no lock. The gate is on the
 //! lane's own cache line, so an uncontended append writes no line another appender writes
 //! beyond the insert position's. `loom_model` below checks the protocol with every interleaving
 //! of two inserters and a waiter.
@@ -32,7 +36,7 @@
 //! gate is [`LANE_GATE`], taken with no lock held but the thread's own lane or the insert lock.
 
 use crate::Lsn;
-use crate::line_ledger::LineU64;
+use crate::line_ledger::{LineU32, LineU64};
 use crate::lock_order::{Domain, LANE, LANE_GATE};
 use crossbeam::utils::CachePadded;
 use sync::{Condvar, Mutex, MutexGuard, Ordering};
@@ -47,8 +51,10 @@ struct Lane {
     start: LineU64,
     /// Held by the appender using this lane, from its claim to its finish.
     owner: Mutex<(), LANE>,
-    /// The number of threads waiting on `changed`; the lane becomes idle under it.
-    gate: Mutex<u32, LANE_GATE>,
+    /// The number of threads waiting on `changed`, raised and lowered under `gate`.
+    waiters: LineU32,
+    /// Held by a waiter from counting itself to its sleep, and by a thread waking waiters.
+    gate: Mutex<(), LANE_GATE>,
     changed: Condvar,
 }
 
@@ -75,7 +81,8 @@ impl Insertions {
                 CachePadded::new(Lane {
                     start: LineU64::named("lane.start", IDLE.0),
                     owner: Mutex::new((), domain),
-                    gate: Mutex::new(0, domain),
+                    waiters: LineU32::named("lane.waiters", 0),
+                    gate: Mutex::new((), domain),
                     changed: Condvar::new(),
                 })
             })
@@ -135,21 +142,32 @@ impl Lane {
         if self.start.load(Ordering::Acquire) >= upto {
             return;
         }
-        let mut waiters = self.gate.lock();
-        *waiters += 1;
+        let mut gate = self.gate.lock();
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        // Between the count and the check, as `publish` has one between its store and its
+        // read of the count: of the two, one sees the other.
+        sync::fence(Ordering::SeqCst);
         while self.start.load(Ordering::Acquire) < upto {
-            waiters = self.changed.wait(waiters);
+            gate = self.changed.wait(gate);
         }
-        *waiters -= 1;
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+        drop(gate);
+    }
+
+    /// Stores `start` (a rise while busy, or `IDLE`) and wakes the lane's waiters if any count
+    /// themselves.
+    fn publish(&self, start: u64) {
+        self.start.store(start, Ordering::Release);
+        sync::fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            let _gate = self.gate.lock();
+            self.changed.notify_all();
+        }
     }
 
     /// Marks the lane idle and wakes its waiters, if there are any.
     fn finish(&self) {
-        let waiters = self.gate.lock();
-        self.start.store(IDLE.0, Ordering::Release);
-        if *waiters > 0 {
-            self.changed.notify_all();
-        }
+        self.publish(IDLE.0);
     }
 }
 
@@ -170,11 +188,7 @@ impl InLane<'_> {
             lane.start.store(start.0, Ordering::Release);
             return;
         }
-        let waiters = lane.gate.lock();
-        lane.start.store(start.0, Ordering::Release);
-        if *waiters > 0 {
-            lane.changed.notify_all();
-        }
+        lane.publish(start.0);
     }
 
     /// Leaves the lane idle, waking its waiters, but keeps it claimed: an appender that found
@@ -214,7 +228,7 @@ pub(super) mod sync {
     pub(in crate::writer) use crate::lock_order::{
         OrderedGuard as MutexGuard, OrderedMutex as Mutex,
     };
-    pub(in crate::writer) use std::sync::atomic::Ordering;
+    pub(in crate::writer) use std::sync::atomic::{Ordering, fence};
 
     pub(in crate::writer) struct Condvar(parking_lot::Condvar);
 
@@ -237,7 +251,7 @@ pub(super) mod sync {
 
 #[cfg(loom)]
 pub(super) mod sync {
-    pub(in crate::writer) use loom::sync::atomic::Ordering;
+    pub(in crate::writer) use loom::sync::atomic::{Ordering, fence};
     use std::ops::{Deref, DerefMut};
 
     /// loom's mutex, with the level of the lock order as the writer's mutexes carry it (the

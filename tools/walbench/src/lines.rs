@@ -25,12 +25,12 @@ pub struct Lines {
 }
 
 /// Lines of one thread's own: an appender's insertion lane (writer/insertions.rs: its owner
-/// lock, its start and its gate, each written once or twice per record, on a cache line of the
-/// lane's own) and the statistics shard the thread adds to (writer/stats.rs). Another thread
+/// lock and its start, each written twice per record, and its waiter count and gate, written
+/// only when a thread waits on the lane, on a cache line of the lane's own) and the statistics shard the thread adds to (writer/stats.rs). Another thread
 /// writes them only when it waits on the lane, claims it while all others are busy, or shares
 /// the shard (more threads than shards; the transfers show how often), so they are reported
 /// apart and not charged to the budget.
-pub const OWN_LINES: &[&str] = &["lane", "lane.start", "lane gate", "stats"];
+pub const OWN_LINES: &[&str] = &["lane", "lane.start", "lane.waiters", "lane gate", "stats"];
 
 /// Lines every appender writes, once or twice per record: the insert lock (the exclusive
 /// paths), the insert position, the IV source's sequence (once per 64 IVs), a page slot's
