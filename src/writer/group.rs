@@ -1,26 +1,35 @@
-//! Group commit without a lock: a flusher becomes a round's leader by setting `leading`
-//! (compare-and-swap) and flushes everything in the buffer for everyone; the others sleep on
-//! `rounds` until the round ends, then find their record flushed or lead the next round.
+//! Group commit without a lock: a flusher becomes a round's leader by setting the leading bit
+//! of `state` (compare-and-swap) and flushes everything in the buffer for everyone; the others
+//! sleep on `state` until the round count above that bit moves, then find their record
+//! flushed or lead the next round.
 //!
-//! Ending a round clears `leading`, bumps `rounds` and, only when someone sleeps, wakes them
-//! all with one call (a futex wake on Linux, through `atomic-wait`): a follower wakes without
-//! a mutex to take again, where a condition variable would hand each woken follower a mutex
-//! in turn. A follower announces itself in `sleepers` and then reads `rounds`; the leader
-//! bumps `rounds` and then reads `sleepers`; a sequentially consistent fence between the two
-//! steps on each side makes one of them see the other, and the sleep compares `rounds` in the
-//! kernel, so a bump after the follower's last read makes it return at once. `loom_model`
-//! checks this with every interleaving of two flushers.
+//! `state` is one word: bit 0 says a leader is under way, the bits above it count the rounds
+//! ended. Ending a round adds one to it (which clears the leader's bit and carries into the
+//! count: one write where a flag and a counter took two) and, only when someone sleeps, wakes
+//! them all with one call (a futex wake on Linux, through `atomic-wait`): a follower wakes
+//! without a mutex to take again, where a condition variable would hand each woken follower a
+//! mutex in turn. A leader that hands the lead on before its round ends (a `Durable` leader,
+//! before its fdatasync) clears its bit then, and its round's end adds a round alone, leaving
+//! the bit to whoever leads meanwhile. A follower announces itself in `sleepers` and then reads
+//! `state`; the leader adds to `state` and then reads `sleepers`; a sequentially consistent
+//! fence between the two steps on each side makes one of them see the other, and the sleep
+//! compares `state` in the kernel, so a change after the follower's last read makes it return
+//! at once (a change of the leading bit alone sends it back to sleep: only a round's end wakes
+//! sleepers). `loom_model` checks this with every interleaving of two flushers.
 //!
-//! All three are written by every flusher, so they are shared-line wrappers
-//! (line_ledger.rs), counted with the feature `line-ledger`; the futex wait and wake on
-//! `rounds` are not counted.
+//! Both are written by every flusher, so they are shared-line wrappers (line_ledger.rs),
+//! counted with the feature `line-ledger`; the futex wait and wake on `state` are not counted.
 
-use crate::line_ledger::{LineBool, LineU32};
+use crate::line_ledger::LineU32;
 use sync::{Ordering, fence};
 
+/// `state`'s bit saying a leader is under way.
+const LEADING: u32 = 1;
+/// One round ended, in `state`.
+const ROUND: u32 = 2;
+
 pub(super) struct GroupCommit {
-    leading: LineBool,
-    rounds: LineU32,
+    state: LineU32,
     sleepers: LineU32,
     #[cfg(loom)]
     park: sync::Park,
@@ -29,8 +38,7 @@ pub(super) struct GroupCommit {
 impl Default for GroupCommit {
     fn default() -> GroupCommit {
         GroupCommit {
-            leading: LineBool::named("group.leading", false),
-            rounds: LineU32::named("group.rounds", 0),
+            state: LineU32::named("group.state", 0),
             sleepers: LineU32::named("group.sleepers", 0),
             #[cfg(loom)]
             park: sync::Park::default(),
@@ -53,7 +61,8 @@ impl RoundEnd<'_> {
     pub(super) fn hand_on(&mut self) {
         if !self.handed_on {
             self.handed_on = true;
-            self.group.leading.store(false, Ordering::SeqCst);
+            // The bit is this leader's: nobody else clears it.
+            self.group.state.fetch_sub(LEADING, Ordering::SeqCst);
         }
     }
 }
@@ -61,10 +70,13 @@ impl RoundEnd<'_> {
 impl Drop for RoundEnd<'_> {
     fn drop(&mut self) {
         let group = self.group;
-        if !self.handed_on {
-            group.leading.store(false, Ordering::SeqCst);
-        }
-        group.rounds.fetch_add(1, Ordering::SeqCst);
+        // This leader's bit, still set, plus one: the bit cleared and the count carried on.
+        // Handed on, the bit is another leader's or clear: a round alone.
+        let end = match self.handed_on {
+            false => ROUND - LEADING,
+            true => ROUND,
+        };
+        group.state.fetch_add(end, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if group.sleepers.load(Ordering::SeqCst) > 0 {
             group.wake_all();
@@ -73,48 +85,66 @@ impl Drop for RoundEnd<'_> {
 }
 
 impl GroupCommit {
-    /// The number of rounds ended so far: read before trying to lead, passed to
+    /// The number of rounds ended so far (modulo 2^31): read before trying to lead, passed to
     /// [`GroupCommit::wait_after`] if another thread leads.
     pub(super) fn rounds(&self) -> u32 {
-        self.rounds.load(Ordering::SeqCst)
+        self.state.load(Ordering::SeqCst) / ROUND
     }
 
     /// Makes the caller the leader of a round, if no round is under way.
     pub(super) fn lead(&self) -> Option<RoundEnd<'_>> {
-        self.leading
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
-            .ok()
-            .map(|_| RoundEnd {
-                group: self,
-                handed_on: false,
-            })
+        let mut seen = self.state.load(Ordering::Relaxed);
+        loop {
+            if seen & LEADING != 0 {
+                return None;
+            }
+            match self.state.compare_exchange(
+                seen,
+                seen | LEADING,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(RoundEnd {
+                        group: self,
+                        handed_on: false,
+                    });
+                }
+                // A round ended meanwhile (its count moved), or another flusher leads now.
+                Err(now) => seen = now,
+            }
+        }
     }
 
     /// Sleeps until a round ends after `seen` rounds had ended (at once if one has). Called
     /// after [`GroupCommit::lead`] failed: a round that had not ended when `seen` was read,
-    /// or a later one, was under way then, and its end bumps `rounds`.
+    /// or a later one, was under way then, and its end moves the count.
     pub(super) fn wait_after(&self, seen: u32) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        while self.rounds.load(Ordering::SeqCst) == seen {
-            self.sleep(seen);
+        loop {
+            let state = self.state.load(Ordering::SeqCst);
+            if state / ROUND != seen {
+                break;
+            }
+            self.sleep(state);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     #[cfg(not(loom))]
-    fn sleep(&self, seen: u32) {
-        atomic_wait::wait(self.rounds.raw(), seen);
+    fn sleep(&self, state: u32) {
+        atomic_wait::wait(self.state.raw(), state);
     }
 
     #[cfg(not(loom))]
     fn wake_all(&self) {
-        atomic_wait::wake_all(self.rounds.raw());
+        atomic_wait::wake_all(self.state.raw());
     }
 
     #[cfg(loom)]
-    fn sleep(&self, seen: u32) {
-        self.park.sleep(self.rounds.raw(), seen);
+    fn sleep(&self, state: u32) {
+        self.park.sleep(self.state.raw(), state);
     }
 
     #[cfg(loom)]
