@@ -139,12 +139,18 @@ impl Reservations {
     pub(super) fn inserted_through(&self, lsn: Lsn) -> Lsn {
         let end = self.end.load(Ordering::SeqCst) & !CLOSED;
         let need = if lsn.0 < end { lsn.0 + 1 } else { end };
-        let now = self.inserted_to();
-        if now.0 >= need {
-            return now;
+        let mut now = self.inserted_to();
+        // Again until it reaches `need`: a lane may show a start older than the position its
+        // appender is about to swap from (it read the position before another appender's
+        // swap, and raises its start only when its own swap fails), and a wait that began
+        // before that lane's start was published does not cover it. Each round waits for the
+        // lanes still below `need`; a stale start is raised or the lane goes idle, and either
+        // wakes its waiters.
+        while now.0 < need {
+            self.lanes.wait_finished(Lsn(need), None);
+            now = self.inserted_to();
         }
-        self.lanes.wait_finished(Lsn(need), None);
-        self.inserted_to()
+        now
     }
 
     /// Waits until no insertion but `own`'s that started below `upto` is in progress
@@ -337,5 +343,49 @@ mod loom_model {
     #[test]
     fn reservations_are_consecutive_sharing_one_lane() {
         check(1);
+    }
+    /// A flusher's `inserted_through(end)` beside two appenders reserving by swap: it must
+    /// return a position at or past the end it was asked for, with every record below it
+    /// copied. A flusher that read the end after one appender's swap may find the other's
+    /// lane showing the position that appender read before that swap; a single wait then
+    /// returned that stale start, below the flusher's own record, and the flush returned
+    /// before its record was written. One yield before the read lets loom schedule it after
+    /// a swap.
+    #[test]
+    fn inserted_through_reaches_the_end_it_was_asked_for() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(4);
+        model.check(move || {
+            let first = GEO.skip_headers(Lsn(0));
+            let log = Arc::new(Log {
+                reservations: Reservations::new(first, 2, Domain::new()),
+                copied: [AtomicU64::new(0), AtomicU64::new(0)],
+            });
+            let appenders: Vec<_> = (0..2)
+                .map(|t| {
+                    let log = log.clone();
+                    loom::thread::spawn(move || append(&log, t))
+                })
+                .collect();
+            loom::thread::yield_now();
+            let end = log.reservations.end();
+            let got = log.reservations.inserted_through(end);
+            assert!(got >= end, "inserted_through({end}) returned {got}");
+            let copied: u64 = log
+                .copied
+                .iter()
+                .map(|c| c.load(Ordering::Acquire))
+                .filter(|&c| c != 0 && (c & 0xFFFF_FFFF) <= got.0)
+                .map(|c| (c & 0xFFFF_FFFF) - (c >> 32))
+                .sum();
+            assert_eq!(
+                copied,
+                got.0 - first.0,
+                "not everything below {got} is copied"
+            );
+            for appender in appenders {
+                appender.join().expect("appender");
+            }
+        });
     }
 }
