@@ -133,9 +133,10 @@ const RELIST_TRIES: usize = 4;
 
 /// Lists the segments of `dir` and reads each one's header. A purge (and the reuse of its
 /// files) may run beside a reader: a listed segment may be gone by the time its header is
-/// read, or its file may already hold a newer segment's header, read through a handle opened
-/// by the old name. Either way the directory is listed again; the same failure on a listing
-/// that still names the segment, or past [`RELIST_TRIES`] listings, is returned.
+/// read, or its file may already hold a newer segment's header, or half of one (its header
+/// page being rewritten), read through a handle opened by the old name. Either way the
+/// directory is listed again; the same failure on a listing that still names the segment, or
+/// past [`RELIST_TRIES`] listings, is returned.
 pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<Vec<SegmentInfo>> {
     let mut tries = 0;
     'listing: loop {
@@ -148,7 +149,7 @@ pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<V
             let path = dir.join(format::segment_file_name(start));
             match read_segment_header(storage, &path, start) {
                 Ok(header) => segments.push(SegmentInfo { path, header }),
-                Err(e) if changed_under_reader(&e) && tries + 1 < RELIST_TRIES => {
+                Err(e) if maybe_reused_under_reader(&e) && tries + 1 < RELIST_TRIES => {
                     tries += 1;
                     if list_segments(storage, dir)? != starts {
                         continue 'listing;
@@ -158,7 +159,7 @@ pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<V
                     // by name sees the new header only if the name is the new one).
                     match read_segment_header(storage, &path, start) {
                         Ok(header) => segments.push(SegmentInfo { path, header }),
-                        Err(e) if changed_under_reader(&e) => continue 'listing,
+                        Err(e) if maybe_reused_under_reader(&e) => continue 'listing,
                         Err(e) => return Err(e),
                     }
                 }
@@ -167,6 +168,22 @@ pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<V
         }
         return Ok(segments);
     }
+}
+
+/// [`changed_under_reader`], or a header that does not decode (a checksum or a field out of
+/// place): what a read through a handle opened by a purged segment's name sees while a reuse
+/// rewrites the file's header page. Only for a caller that confirms it by listing the
+/// directory again (a segment still listed is read again, by name, and damage stays damage).
+fn maybe_reused_under_reader(e: &Error) -> bool {
+    changed_under_reader(e)
+        || matches!(
+            e,
+            Error::Corrupt {
+                kind: CorruptionKind::SegmentHeaderChecksum { .. }
+                    | CorruptionKind::SegmentHeaderField(_),
+                ..
+            }
+        )
 }
 
 /// True for the errors a segment gives when a purge removed it, or a reuse gave its file to a
