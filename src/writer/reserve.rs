@@ -266,23 +266,30 @@ mod loom_model {
         drop(lane);
     }
 
+    /// A log of `lanes` lanes starting at its first record's place, and two appenders
+    /// reserving a record each.
+    fn start_appenders(lanes: usize) -> (Lsn, Arc<Log>, Vec<loom::thread::JoinHandle<()>>) {
+        let first = GEO.skip_headers(Lsn(0));
+        let log = Arc::new(Log {
+            reservations: Reservations::new(first, lanes, Domain::new()),
+            copied: [AtomicU64::new(0), AtomicU64::new(0)],
+        });
+        let appenders = (0..2)
+            .map(|t| {
+                let log = log.clone();
+                loom::thread::spawn(move || append(&log, t))
+            })
+            .collect();
+        (first, log, appenders)
+    }
+
     fn check(lanes: usize) {
         // Interleavings with up to five preemptions (loom's advice for models of this size:
         // unbounded, this one ran for more than ten minutes without finishing).
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(5);
         model.check(move || {
-            let first = GEO.skip_headers(Lsn(0));
-            let log = Arc::new(Log {
-                reservations: Reservations::new(first, lanes, Domain::new()),
-                copied: [AtomicU64::new(0), AtomicU64::new(0)],
-            });
-            let appenders: Vec<_> = (0..2)
-                .map(|t| {
-                    let log = log.clone();
-                    loom::thread::spawn(move || append(&log, t))
-                })
-                .collect();
+            let (first, log, appenders) = start_appenders(lanes);
             let (pos, moved) = {
                 let mut ins = log.reservations.exclusive();
                 let pos = ins.pos();
@@ -356,17 +363,7 @@ mod loom_model {
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(4);
         model.check(move || {
-            let first = GEO.skip_headers(Lsn(0));
-            let log = Arc::new(Log {
-                reservations: Reservations::new(first, 2, Domain::new()),
-                copied: [AtomicU64::new(0), AtomicU64::new(0)],
-            });
-            let appenders: Vec<_> = (0..2)
-                .map(|t| {
-                    let log = log.clone();
-                    loom::thread::spawn(move || append(&log, t))
-                })
-                .collect();
+            let (first, log, appenders) = start_appenders(2);
             loom::thread::yield_now();
             let end = log.reservations.end();
             let got = log.reservations.inserted_through(end);

@@ -16,6 +16,11 @@ pub trait Hooks: Send + Sync + 'static {
     fn closed(&self, _path: &Path) {}
     /// A read of a handle of `path` returned `n` bytes.
     fn read(&self, _path: &Path, _n: usize) {}
+    /// A read at `offset` of a handle of `path` returned `bytes`, which the hook may change
+    /// (what a read racing another writer of the file would see) or act on.
+    fn read_bytes(&self, _path: &Path, _offset: u64, _bytes: &mut [u8]) -> io::Result<()> {
+        Ok(())
+    }
     /// `buf` is about to be written at `offset` of `path`.
     fn write(&self, _path: &Path, _offset: u64, _buf: &[u8]) {}
     /// `path` is about to be fdatasync'ed.
@@ -58,6 +63,7 @@ impl<H: Hooks> StorageFile for HookedFile<H> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let n = self.inner.read_at(buf, offset)?;
         self.hooks.read(&self.path, n);
+        self.hooks.read_bytes(&self.path, offset, &mut buf[..n])?;
         Ok(n)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
