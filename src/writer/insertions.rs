@@ -366,6 +366,38 @@ mod loom_model {
         });
     }
 
+    /// Two threads wait on one lane while its appender raises its start (a lost swap's newer
+    /// position) and then finishes: the lane's waiter count and gate must wake both, with the
+    /// copy visible, whatever the order.
+    #[test]
+    fn two_waiters_on_one_lane_both_wake_across_a_rise() {
+        // Up to three preemptions: unbounded, the four threads' interleavings ran for more than
+        // ten minutes.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let insertions = Arc::new(Insertions::new(1, crate::lock_order::Domain::new()));
+            let copied = Arc::new(AtomicBool::new(false));
+            let lane = insertions.claim(0);
+            lane.begin(crate::Lsn(1));
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let (insertions, copied) = (insertions.clone(), copied.clone());
+                    loom::thread::spawn(move || {
+                        insertions.wait_finished(crate::Lsn(3), None);
+                        assert!(copied.load(Ordering::Relaxed), "woken before the copy");
+                    })
+                })
+                .collect();
+            lane.begin(crate::Lsn(2));
+            copied.store(true, Ordering::Relaxed);
+            drop(lane);
+            for waiter in waiters {
+                waiter.join().expect("waiter");
+            }
+        });
+    }
+
     #[test]
     fn a_waiter_sees_every_insertion_below_the_position_it_read_one_lane_each() {
         check(2);
