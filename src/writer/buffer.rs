@@ -57,6 +57,19 @@ struct PageMeta {
     cipher: Option<PageCipher>,
 }
 
+impl PageMeta {
+    /// Makes these the fields of `page`, unset, if they belong to an earlier page.
+    fn take_for(&mut self, page: Lsn) {
+        if self.page != page {
+            *self = PageMeta {
+                page,
+                rem_len: 0,
+                cipher: None,
+            };
+        }
+    }
+}
+
 struct Slot {
     /// The page (its start) this slot holds, or `NO_PAGE`. Read by every appender entering
     /// the page, written once per page (its claim).
@@ -204,6 +217,13 @@ impl Holding<'_> {
     /// other thread writes. Words they cover whole are stored; a word shared with a
     /// neighbouring record's bytes is merged with a compare-and-swap.
     pub(super) fn write(&self, at: usize, bytes: &[u8]) {
+        // The caller's insertion is in progress, so the page cannot land and its slot cannot
+        // be claimed for a later page before this returns.
+        debug_assert_eq!(
+            Lsn(self.slot.page.load(Ordering::Relaxed)),
+            self.page,
+            "a copy into a slot that no longer holds its page"
+        );
         let words = &self.slot.words;
         let mut at = at;
         let mut rest = bytes;
@@ -277,13 +297,7 @@ impl Holding<'_> {
             self.page,
             meta.page
         );
-        if meta.page != self.page {
-            *meta = PageMeta {
-                page: self.page,
-                rem_len: 0,
-                cipher: None,
-            };
-        }
+        meta.take_for(self.page);
         meta.rem_len = rem_len;
     }
 
@@ -304,13 +318,7 @@ impl Holding<'_> {
             };
             return Ok((0, cipher));
         }
-        if meta.page != self.page {
-            *meta = PageMeta {
-                page: self.page,
-                rem_len: 0,
-                cipher: None,
-            };
-        }
+        meta.take_for(self.page);
         if let Some(draw) = draw
             && meta.cipher.is_none()
         {

@@ -23,13 +23,14 @@
 //! A lane is waited on through its gate lock and condition variable: a waiter counts itself in
 //! the lane's `waiters` and then checks the lane, under the gate, before it sleeps; the
 //! inserter that leaves a lane marks it idle and then reads `waiters`, and only when it counts
-//! any takes the gate and wakes them. Both steps are sequentially consistent, so one of the two
-//! sees the other (the waiter the idle lane, or the inserter the waiter), and the wake, under
+//! any takes the gate and wakes them. Each side puts a sequentially consistent fence between its
+//! two steps, so one of the two sees the other (the waiter the idle lane, or the inserter the
+//! waiter), and the wake, under
 //! the gate, cannot fall between a waiter's check and its sleep: no wake-up is lost, and an
 //! uncontended finish takes no lock. The gate is on the
 //! lane's own cache line, so an uncontended append writes no line another appender writes
 //! beyond the insert position's. `loom_model` below checks the protocol with every interleaving
-//! of two inserters and a waiter.
+//! of two inserters and a waiter, and of an inserter whose start rises and two waiters.
 //!
 //! In the writer's lock order (writer/mod.rs, checked in debug builds by lock_order.rs) a
 //! lane's owner lock is level [`LANE`], claimed before the insert lock, one per thread; its

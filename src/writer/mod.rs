@@ -17,8 +17,9 @@
 //! taken after one that comes later in the list):
 //!
 //! 0. **group commit** (`group`, group.rs) takes no lock: a flusher becomes a round's leader
-//!    by a compare-and-swap with no lock of the log held, and the others sleep on the round
-//!    counter (no lock held either) until the round ends. It orders flushers, never data.
+//!    by a compare-and-swap of the group word's leader bit with no lock of the log held, and
+//!    the others sleep on that word's round count (no lock held either) until the round ends.
+//!    It orders flushers, never data.
 //! 1. the **insert lock** (`Reservations`, reserve.rs): held only by the exclusive paths
 //!    (switch, rotation, resume), which close the insert position to reservations (appenders
 //!    reserve by a compare-and-swap of it, with no lock; one that finds it closed leaves its

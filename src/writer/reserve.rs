@@ -164,23 +164,14 @@ impl Reservations {
     /// is in the buffer.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
         let guard = self.lock.lock();
-        // A swap, not a store: appenders may still be swapping `end` forward.
-        let mut seen = self.end.load(Ordering::Acquire);
-        loop {
-            debug_assert!(
-                seen & CLOSED == 0,
-                "the insert lock's holder found end closed"
-            );
-            match self.end.compare_exchange(
-                seen,
-                seen | CLOSED,
-                Ordering::SeqCst,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(now) => seen = now,
-            }
-        }
+        // An add, not a store: appenders may still be swapping `end` forward. The bit is clear
+        // (only the insert lock's holder sets it, and clears it before releasing the lock), so
+        // adding it sets it.
+        let seen = self.end.fetch_add(CLOSED, Ordering::SeqCst);
+        debug_assert!(
+            seen & CLOSED == 0,
+            "the insert lock's holder found end closed"
+        );
         let pos = Lsn(seen);
         // Nothing new is reserved now; the insertions already reserved finish (an appender
         // that lost its swap to the close leaves its lane idle before it waits for the lock).
