@@ -26,13 +26,48 @@ thread_local! {
     static WRITE_BUFFER: std::cell::Cell<WriteBuffer> = std::cell::Cell::new(WriteBuffer::default());
 }
 
-/// The bytes of one reserved range, built under the write lock and written after it, and the
-/// runs (one per segment) they are written as. Kept per thread, so building a range allocates
-/// nothing once the thread has written one of its size.
+/// The bytes of one reserved range, the runs (one per segment) they are written as, and the
+/// pieces they are made of. The runs and pieces are planned under the write lock; the bytes
+/// are copied from the WAL buffer after it (under it in pagelevel mode, which encrypts them).
+/// Kept per thread, so building a range allocates nothing once the thread has written one of
+/// its size.
 #[derive(Default)]
 pub(super) struct WriteBuffer {
     bytes: Vec<u8>,
+    /// How long `bytes` is once filled.
+    len: usize,
     runs: Vec<Run>,
+    pieces: Vec<Piece>,
+}
+
+impl WriteBuffer {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.len = 0;
+        self.runs.clear();
+        self.pieces.clear();
+    }
+}
+
+/// A part of a range's bytes, `bytes[at..at + len]`.
+enum Piece {
+    /// The buffered bytes of `page` from `from` on: what was appended to a page since its
+    /// last write.
+    Tail {
+        page: Lsn,
+        from: Lsn,
+        at: usize,
+        len: usize,
+    },
+    /// The image of `page` (its header with the durable hint `hint`, its first `valid`
+    /// bytes, zeros after them), cut at `len` bytes.
+    Image {
+        page: Lsn,
+        valid: usize,
+        hint: Lsn,
+        at: usize,
+        len: usize,
+    },
 }
 
 /// A contiguous stretch of one segment file: `bytes[at..at + len]` goes to `offset`.
@@ -54,6 +89,8 @@ pub(super) struct Reserved<'a> {
     /// No earlier range in flight covered its bytes when it was registered.
     clear: bool,
     buf: WriteBuffer,
+    /// `buf.bytes` is filled already (under the write lock: pagelevel).
+    filled: bool,
     landed: bool,
 }
 
@@ -61,6 +98,7 @@ impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         let mut buf = std::mem::take(&mut self.buf);
         buf.runs.clear();
+        buf.pieces.clear();
         if buf.bytes.capacity() <= WRITE_BUFFER_KEEP {
             WRITE_BUFFER.set(buf);
         }
@@ -188,20 +226,29 @@ impl Wal {
         self.wait_landed(target)
     }
 
-    /// Under the write lock: reserves `[reserved_to, target)`, builds its bytes (page images
-    /// and appends; pagelevel encrypts here) and registers it in flight. `None` when
-    /// everything before `target` is reserved already. The caller writes the range with
-    /// [`Wal::write_range`], with or without the write lock.
+    /// Under the write lock: reserves `[reserved_to, target)`, plans its bytes (page images
+    /// and appends; pagelevel also builds and encrypts them here) and registers it in flight.
+    /// `None` when everything before `target` is reserved already. The caller builds and
+    /// writes the range with [`Wal::write_range`], with or without the write lock.
     pub(super) fn reserve(&self, w: &mut WriteState, target: Lsn) -> Result<Option<Reserved<'_>>> {
         self.check_poison()?;
         if target <= w.reserved_to {
             return Ok(None);
         }
         let mut buf = WRITE_BUFFER.take();
-        buf.bytes.clear();
-        buf.runs.clear();
-        if let Err(e) = self.build_pages(w, target, &mut buf) {
+        buf.clear();
+        // pagelevel builds its pages here, under the lock: their encryption is the study's
+        // serial work. The other modes copy theirs after it (`write_range`).
+        let filled = self.mode == Mode::PageLevel;
+        let built = self
+            .plan_pages(w, target, &mut buf)
+            .and_then(|()| match filled {
+                true => self.fill(Some(w), &mut buf),
+                false => Ok(()),
+            });
+        if let Err(e) = built {
             buf.runs.clear();
+            buf.pieces.clear();
             WRITE_BUFFER.set(buf);
             return Err(self.poison_error(e));
         }
@@ -221,14 +268,20 @@ impl Wal {
             id,
             clear,
             buf,
+            filled,
             landed: false,
         }))
     }
 
-    /// Writes a reserved range once no earlier range in flight covers its bytes, lists its
-    /// segments dirty, and marks it landed. A failure poisons the log; the range then never
-    /// lands.
+    /// Builds a reserved range's bytes (unless the write lock did), writes them once no
+    /// earlier range in flight covers them, lists its segments dirty, and marks it landed. A
+    /// failure poisons the log; the range then never lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
+        if !range.filled {
+            self.fill(None, &mut range.buf)
+                .map_err(|e| self.poison_error(e))?;
+            range.filled = true;
+        }
         self.write_runs(range.id, range.clear, &range.buf)?;
         for run in &range.buf.runs {
             self.syncs.landed(run.segment);
@@ -273,12 +326,16 @@ impl Wal {
         ))
     }
 
-    /// Builds the bytes of `[reserved_to, target)` into `buf`: one run per segment, each a
-    /// contiguous stretch of the file.
-    fn build_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
+    /// Plans the bytes of `[reserved_to, target)` in `buf`: one run per segment, each a
+    /// contiguous stretch of the file, and the pieces (page images, a page's new tail) that
+    /// make it up, with their places in `buf.bytes`. Arithmetic only: the bytes are copied
+    /// from the buffer by [`Wal::fill`], under the write lock in pagelevel mode (its pages are
+    /// encrypted there), after it otherwise.
+    fn plan_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
         let hint = self.positions.synced();
         let mut page = self.geo.page_start(w.reserved_to);
+        let mut len = buf.len;
         while page < target {
             if self.geo.is_header_page(page) {
                 page += ps;
@@ -286,14 +343,20 @@ impl Wal {
             }
             let segment = self.geo.segment_start(page);
             let mut run_start = page;
-            let at = buf.bytes.len();
+            let at = len;
             if let Some(from) = self.appendable(w, page, hint) {
                 // Only the bytes appended since the last write of this page: its header and
                 // everything before `from` are on file already (or land first: `InFlight`),
                 // zeros after.
                 let to = target.min(page + ps);
-                buf.bytes.resize(at + (to - from) as usize, 0);
-                self.page_tail(page, from, &mut buf.bytes[at..])?;
+                let tail = (to - from) as usize;
+                buf.pieces.push(Piece::Tail {
+                    page,
+                    from,
+                    at,
+                    len: tail,
+                });
+                len += tail;
                 run_start = from;
                 page += ps;
             }
@@ -304,10 +367,15 @@ impl Wal {
             let mut first_image = false;
             while page < target && self.geo.segment_start(page) == segment {
                 first_image = w.imaged.0 == super::NO_PAGE || page > w.imaged.0;
-                let image_at = buf.bytes.len();
-                buf.bytes.resize(image_at + ps as usize, 0);
                 let valid = (target.min(page + ps) - page).max(PAGE_HEADER_LEN as u64);
-                self.page_image(w, page, valid as usize, hint, &mut buf.bytes[image_at..])?;
+                buf.pieces.push(Piece::Image {
+                    page,
+                    valid: valid as usize,
+                    hint,
+                    at: len,
+                    len: ps as usize,
+                });
+                len += ps as usize;
                 w.imaged = (page, hint);
                 pages += 1;
                 page += ps;
@@ -325,7 +393,11 @@ impl Wal {
                 // rewrites are ordered under the write lock.
                 let last = page - ps;
                 let end = target.min(page).max(last + PAGE_HEADER_LEN as u64);
-                buf.bytes.truncate(at + (end - run_start) as usize);
+                let cut = at + (end - run_start) as usize;
+                if let Some(Piece::Image { at, len: image, .. }) = buf.pieces.last_mut() {
+                    *image = cut - *at;
+                }
+                len = cut;
             }
             self.counters
                 .here()
@@ -336,8 +408,42 @@ impl Wal {
                 file,
                 offset: run_start - segment,
                 at,
-                len: buf.bytes.len() - at,
+                len: len - at,
             });
+        }
+        buf.len = len;
+        Ok(())
+    }
+
+    /// Copies the planned pieces of `buf` out of the WAL buffer into `buf.bytes`. `w` is the
+    /// write lock's state, which pagelevel's page encryption needs (its key and, at a page's
+    /// first write-out, its IV); without it (after the lock) the pages are read only. The
+    /// slots stay on their pages while this reads them: a slot is claimed for a later page
+    /// only once its page has landed in full, and the range this fills is registered in
+    /// flight and has not landed, so `written_to` stays below it (`PageBuffer::claim`).
+    fn fill(&self, mut w: Option<&mut WriteState>, buf: &mut WriteBuffer) -> Result<()> {
+        buf.bytes.clear();
+        buf.bytes.resize(buf.len, 0);
+        for piece in &buf.pieces {
+            match *piece {
+                Piece::Tail {
+                    page,
+                    from,
+                    at,
+                    len,
+                } => self.page_tail(page, from, &mut buf.bytes[at..at + len])?,
+                Piece::Image {
+                    page,
+                    valid,
+                    hint,
+                    at,
+                    len,
+                } => {
+                    let slot = self.slot_holding(page)?;
+                    let out = &mut buf.bytes[at..at + len];
+                    self.image_from_slot(w.as_deref_mut(), &slot, (page, valid, hint), out)?;
+                }
+            }
         }
         Ok(())
     }
@@ -377,35 +483,31 @@ impl Wal {
         Ok(())
     }
 
-    /// Builds the on-disk image of `page` into `out`: header, the first `valid` bytes of the
+    /// Builds the on-disk image of `page`, which `slot` was seen holding, into `out`: header, the first `valid` bytes of the
     /// page from the buffer and zeros after them. In pagelevel mode only the filled part of the
     /// body, `[PAGE_HEADER_LEN, valid)`, is encrypted, under the page's one IV of this open
     /// (drawn at its first write-out), and the zeros after it are written as zeros: every
     /// rewrite repeats the bytes of the earlier writes exactly, and keystream past the filled
     /// part is never exposed.
-    fn page_image(
-        &self,
-        w: &mut WriteState,
-        page: Lsn,
-        valid: usize,
-        hint: Lsn,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let slot = self.slot_holding(page)?;
-        self.image_from_slot(w, &slot, (page, valid, hint), out)
-    }
-
-    /// [`Wal::page_image`] from `slot`, seen holding `page`.
+    /// `w`, the write lock's state, is needed in pagelevel mode only. `out` may end before
+    /// the page does (the image is cut where a range ends), but not before `valid`.
     fn image_from_slot(
         &self,
-        w: &mut WriteState,
+        w: Option<&mut WriteState>,
         slot: &super::buffer::Holding<'_>,
         (page, valid, hint): (Lsn, usize, Lsn),
         out: &mut [u8],
     ) -> Result<()> {
         slot.read(PAGE_HEADER_LEN, &mut out[PAGE_HEADER_LEN..valid]);
-        let mut draw = || Ok((self.page_key(w, page), self.ivs.next_iv()?));
         let (rem_len, cipher) = if self.seal.seals_pages() {
+            let Some(w) = w else {
+                return Err(self.broken_invariant(
+                    "write page",
+                    page,
+                    "a page to encrypt was imaged outside the write lock".into(),
+                ));
+            };
+            let mut draw = || Ok((self.page_key(w, page), self.ivs.next_iv()?));
             slot.meta::<Error>(Some(&mut draw))?
         } else {
             slot.meta::<Error>(None)?
@@ -696,7 +798,7 @@ impl Wal {
         // one ring length earlier, and zeros belong there.
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         let mut image = vec![0u8; ps as usize];
-        self.image_from_slot(w, &slot, (page, valid as usize, synced), &mut image)?;
+        self.image_from_slot(Some(w), &slot, (page, valid as usize, synced), &mut image)?;
         if !slot.still_holds() {
             return Ok(());
         }
@@ -750,21 +852,81 @@ impl Wal {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Config, Error, KeyRing, Mode, Wal};
+    use crate::{Config, Error, KeyRing, Lsn, Mode, Wal};
+
+    #[test]
+    fn a_range_copied_after_the_write_lock_keeps_its_pages_slots() {
+        // A write-out copies its pages out of the buffer after it releases the write lock.
+        // Meanwhile an appender fills the whole ring: the slot of the range's page must not
+        // be claimed for a later page before the range has landed, or the range would write
+        // the later page's bytes in its place.
+        for mode in [Mode::PerRecord, Mode::Plaintext] {
+            let dir = tempfile::tempdir().unwrap();
+            let keys = KeyRing::generate().unwrap();
+            let config = Config::new(mode)
+                .keys(keys.clone())
+                .page_size(4096)
+                .buffer_size(4 * 4096);
+            let wal = Wal::open(dir.path(), config).unwrap();
+            let mut expected = vec![
+                wal.append(1, &[0xA5; 100])
+                    .map(|lsn| (lsn, vec![0xA5; 100])),
+            ];
+            let end = wal.end_lsn();
+            let mut w = wal.write.lock();
+            let range = wal.reserve(&mut w, end).unwrap().expect("a range to write");
+            drop(w);
+            let appended = std::thread::scope(|scope| {
+                let appender = scope.spawn(|| {
+                    (0..80u8)
+                        .map(|i| wal.append(2, &[i; 500]).map(|lsn| (lsn, vec![i; 500])))
+                        .collect::<Vec<_>>()
+                });
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                assert!(
+                    !appender.is_finished(),
+                    "{mode:?}: the appender went round the ring before the range landed"
+                );
+                wal.write_range(range).unwrap();
+                appender.join().unwrap()
+            });
+            expected.extend(appended);
+            wal.flush(wal.end_lsn()).unwrap();
+            wal.close().unwrap();
+            let reader = crate::Reader::open(dir.path(), Some(keys)).unwrap();
+            let read: Vec<_> = reader
+                .records_from(Lsn::default())
+                .map(|r| r.map(|r| (r.lsn, r.payload)))
+                .collect::<crate::Result<_>>()
+                .unwrap();
+            let expected: Vec<_> = expected.into_iter().collect::<crate::Result<_>>().unwrap();
+            assert_eq!(read, expected, "{mode:?}");
+        }
+    }
 
     #[test]
     fn an_error_while_building_a_page_image_poisons() {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
-        let wal = Wal::open(dir.path(), Config::new(Mode::PageLevel).keys(keys)).unwrap();
-        let lsn = wal.append(1, b"record").unwrap();
-        // Not an I/O error: the slot of the page to write claims to hold another page.
-        let page = wal.geo.page_start(lsn);
-        wal.buffer.mislabel(page, page + wal.geo.page_size);
-        assert!(wal.flush(lsn).is_err());
-        assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
-        assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
-        assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+        // pagelevel builds its pages under the write lock, the other modes after it: an
+        // error in either place poisons the log.
+        for mode in [Mode::PageLevel, Mode::PerRecord, Mode::Plaintext] {
+            let dir = tempfile::tempdir().unwrap();
+            let keys = KeyRing::generate().unwrap();
+            let wal = Wal::open(dir.path(), Config::new(mode).keys(keys)).unwrap();
+            let lsn = wal.append(1, b"record").unwrap();
+            // Not an I/O error: the slot of the page to write claims to hold another page.
+            let page = wal.geo.page_start(lsn);
+            wal.buffer.mislabel(page, page + wal.geo.page_size);
+            let error = wal
+                .flush(lsn)
+                .expect_err("a flush of a page that is not buffered");
+            assert!(
+                error.to_string().contains("is not in the write buffer"),
+                "{mode:?}: {error}"
+            );
+            assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
+            assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
+            assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+        }
     }
 
     /// After a segment switch, the page holding the switch record is written again with the
