@@ -344,6 +344,12 @@ impl Geometry {
     /// where record bytes may go.
     pub fn skip_headers(&self, lsn: Lsn) -> Lsn {
         let mut lsn = lsn;
+        // A position inside a page is inside a segment too (segments are whole pages): a
+        // mask, no division, for a page size that is a power of two (as `validate_geometry`
+        // requires).
+        if self.page_size.is_power_of_two() && lsn.0 & (self.page_size - 1) != 0 {
+            return lsn;
+        }
         if lsn.0.is_multiple_of(self.segment_size) {
             lsn += self.page_size;
         }
