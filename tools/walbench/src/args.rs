@@ -133,6 +133,11 @@ pub struct Args {
     #[arg(long, value_name = "NS", default_value_t = 100.0, value_parser = nanos, allow_negative_numbers = true)]
     pub line_ns: f64,
 
+    /// Each transaction appends its records with one `append_batch` call (one reservation
+    /// for all of them) instead of one `append` per record
+    #[arg(long)]
+    pub append_batch: bool,
+
     /// No progress bar
     #[arg(long)]
     pub no_progress: bool,

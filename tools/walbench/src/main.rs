@@ -108,6 +108,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
                         duration: args.duration,
                         work,
                         compression: args.compression(),
+                        batch: args.append_batch,
                     })
                     .map_err(|e| format!("{} {} x{threads}: {e}", workload.name(), mode))?;
                     cells.push(cell);
@@ -345,13 +346,17 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
         }
     );
     println!(
-        "sync {}, {:.2} s per cell x {} rounds, engine work {} us/txn ({} loop iterations), threads {:?}",
+        "sync {}, {:.2} s per cell x {} rounds, engine work {} us/txn ({} loop iterations), threads {:?}{}",
         args.sync.name(),
         args.duration.as_secs_f64(),
         args.rounds,
         args.work_us,
         work.iterations(),
-        args.threads
+        args.threads,
+        match args.append_batch {
+            true => ", records appended with one append_batch per txn",
+            false => "",
+        }
     );
     if args.recovery_mib > 0 {
         let with: Vec<String> = applies

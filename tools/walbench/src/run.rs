@@ -158,6 +158,8 @@ pub struct CellSpec<'a> {
     pub duration: Duration,
     pub work: EngineWork,
     pub compression: Compression,
+    /// One `append_batch` per transaction instead of one `append` per record.
+    pub batch: bool,
 }
 
 /// Runs `threads` transaction loops against a fresh log for `duration`.
@@ -175,13 +177,13 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
             let handles: Vec<_> = (0..spec.threads)
                 .map(|t| {
                     let (wal, stop, barrier) = (&wal, &stop, &barrier);
-                    let work = spec.work;
+                    let (work, batch) = (spec.work, spec.batch);
                     s.spawn(move || {
                         let data = spec.workload.data(0x5eed + t as u64);
                         barrier.wait();
                         // Counted from here: nothing this thread did before the cell.
                         let _ = lines::take();
-                        txn_loop(wal, stop, work, records, &data, t as u64)
+                        txn_loop(wal, stop, (work, batch), records, &data, t as u64)
                             .map(|(n, l)| (n, l, lines::take()))
                     })
                 })
@@ -243,12 +245,13 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
     })
 }
 
-/// One worker: engine work, append the transaction's records, commit (flush). Returns the
-/// transaction count and each commit's latency (first append to flush return) in ns.
+/// One worker: engine work, append the transaction's records (one `append` each, or with
+/// `batch` one `append_batch` for all), commit (flush). Returns the transaction count and each
+/// commit's latency (first append to flush return) in ns.
 fn txn_loop(
     wal: &Wal,
     stop: &AtomicBool,
-    work: EngineWork,
+    (work, batch): (EngineWork, bool),
     records: &[(u8, usize)],
     data: &[u8],
     seed: u64,
@@ -260,8 +263,13 @@ fn txn_loop(
         salt = work.run(salt);
         let began = Instant::now();
         let mut last = Lsn::default();
-        for &(kind, len) in records {
-            last = wal.append(kind, &data[..len])?;
+        if batch {
+            let lsns = wal.append_batch(records.iter().map(|&(kind, len)| (kind, &data[..len])))?;
+            last = lsns.last().copied().unwrap_or(last);
+        } else {
+            for &(kind, len) in records {
+                last = wal.append(kind, &data[..len])?;
+            }
         }
         wal.flush(last)?;
         lats.push(began.elapsed().as_nanos().min(u32::MAX as u128) as u32);
