@@ -35,10 +35,11 @@
 //!    before its fdatasync; `sync`, `close`, the segment switch, purge and the open take it
 //!    before the write lock and fdatasync under both.
 //! 3. the **write lock** (`write`): reserves the next range of the log for writing
-//!    (`[reserved_to, target)`), copies its finished bytes out of the buffer into the
-//!    reserving thread's own buffer, encrypts pages (pagelevel) and registers the range in
-//!    flight; a flush (plaintext, perrecord; Buffered and Durable) and an appender making
-//!    room write the range after releasing it. pagelevel flushes, `sync`, `close`, the
+//!    (`[reserved_to, target)`), plans its runs and pieces in the reserving thread's own
+//!    buffer and registers the range in flight; pagelevel also copies its pages out of the
+//!    buffer and encrypts them there. A flush (plaintext, perrecord; Buffered and Durable) and
+//!    an appender making room copy (plaintext, perrecord) and write the range after
+//!    releasing it. pagelevel flushes, `sync`, `close`, the
 //!    segment switch and the open write (and wait for every range in flight to land) under
 //!    it. Flushers take it without the insert lock, after waiting for the insertions they
 //!    flush; an appender takes it (with no other lock held) only when the buffer is full and

@@ -146,7 +146,7 @@ fn remove_free(storage: &dyn Storage, dir: &Path, old: Lsn) -> Result<()> {
 
 /// A segment file made for the writer, and whether it is a reused file: its pages after the
 /// header then still hold its earlier life's bytes, which the writer covers page by page as it
-/// writes (the first image of each page goes to the page's end, `Wal::build_pages`), so that
+/// writes (the first image of each page goes to the page's end, `Wal::plan_pages`), so that
 /// within the pages it wrote the log is followed by zeros, as in a file made new.
 pub(crate) struct MadeSegment {
     pub(crate) file: Box<dyn StorageFile>,
