@@ -1,6 +1,7 @@
-//! The write side of the log: write-outs (a range reserved, built and, in pagelevel mode,
-//! encrypted under the write lock, then written with or without it; the ranges in flight are
-//! tracked in `inflight`), group-commit flushes, fdatasync and close. The segment files the
+//! The write side of the log: write-outs (a range reserved and planned under the write lock,
+//! its bytes copied out of the buffer and written after it, or under it where the caller
+//! holds it; pagelevel copies and encrypts under it always; the ranges in flight are tracked
+//! in `inflight`), group-commit flushes, fdatasync and close. The segment files the
 //! pages go into (handles, creation, switch and purge) are managed in `segments`.
 
 use std::time::Instant;
@@ -15,7 +16,7 @@ use super::{SameProcess, Wal, WriteState};
 use crate::Lsn;
 use crate::config::{Mode, SyncMode};
 use crate::error::{Error, Result};
-use crate::format::{PAGE_HEADER_LEN, PageHeader};
+use crate::format::{self, PAGE_HEADER_LEN, PageHeader};
 use crate::seal;
 use crate::storage::StorageFile;
 
@@ -417,10 +418,13 @@ impl Wal {
 
     /// Copies the planned pieces of `buf` out of the WAL buffer into `buf.bytes`. `w` is the
     /// write lock's state, which pagelevel's page encryption needs (its key and, at a page's
-    /// first write-out, its IV); without it (after the lock) the pages are read only. The
-    /// slots stay on their pages while this reads them: a slot is claimed for a later page
-    /// only once its page has landed in full, and the range this fills is registered in
-    /// flight and has not landed, so `written_to` stays below it (`PageBuffer::claim`).
+    /// first write-out, its IV); without it the pages are read only (after the lock, or under it
+    /// where the caller holds it to write: `write_locked`). The slots stay on their pages
+    /// while this reads them: a slot is claimed for a later page only once its page has landed
+    /// in full, and the range this fills is registered in flight and has not landed, so
+    /// `written_to` stays at or below its start (`PageBuffer::claim`; the one exception,
+    /// `restamp_tail` at open, moves `reserved_to` back below `written_to` but fills under the
+    /// write lock before the log is shared).
     fn fill(&self, mut w: Option<&mut WriteState>, buf: &mut WriteBuffer) -> Result<()> {
         buf.bytes.clear();
         buf.bytes.resize(buf.len, 0);
@@ -599,8 +603,8 @@ impl Wal {
     /// One group-commit round: takes the write lock and flushes everything appended so far.
     /// `Durable`: [`Wal::lead_durable`]. pagelevel, `Buffered`: writes and waits for every
     /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
-    /// builds the range under the lock, writes it after releasing it, and waits until
-    /// everything below its target has landed.
+    /// plans the range under the lock, copies and writes it after releasing it, and waits
+    /// until everything below its target has landed.
     pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {
         let same = self.check_process()?;
         if self.sync == SyncMode::Durable {
@@ -627,8 +631,8 @@ impl Wal {
                 .add(held_since.elapsed().as_nanos() as u64);
             return result;
         }
-        // Buffered: only the reservation and the copy under the write lock; the write after
-        // it, in parallel with other commits' writes of other bytes.
+        // Buffered: only the reservation and its plan under the write lock; the copy and the
+        // write after it, in parallel with other commits' copies and writes of other bytes.
         let reserved = if self.flushed_through(lsn) {
             Ok(None)
         } else {
@@ -769,15 +773,19 @@ impl Wal {
     /// flush behind a writer that has gone idle (or closed) until the next page is written.
     /// Under the write lock, right after the fdatasync, with every reserved range landed.
     ///
-    /// The page is written whole, as any rewrite of a page whose hint moved: the same records
-    /// (pagelevel: the same ciphertext, under the page's one IV) and zeros after them, behind
-    /// the new header. A short or torn write thus keeps the header whole (old or new, each
-    /// valid and each vouching only for what is durable) and rewrites records with identical
-    /// bytes; a header written alone could be cut inside itself and take the page's durable
-    /// records with it. The page's next write-out then finds its header current and writes
-    /// only what was appended (`appendable`). Not synced here, and no segment is listed dirty
-    /// for it (a `sync` with nothing new appended costs no fdatasync): the hint is true
-    /// whether or not this write survives a crash. `close` syncs it.
+    /// Only the page's first 512-byte sector is written: the new header and, behind it, the
+    /// page's bytes as they are on file already (the same records, pagelevel's the same
+    /// ciphertext under the page's one IV, and zeros after them). A sector is written whole
+    /// or not at all (docs/FORMAT.md, "Assumptions about the storage device", 1), so a crash
+    /// leaves the old header or the new one, each valid and each vouching only for what is
+    /// durable; a write of the header's 48 bytes alone would leave the sector's other bytes
+    /// to the page cache's read of them. The rest of the page is not rewritten: it holds what
+    /// the page's write-outs put there, which a rewrite would repeat byte for byte (a write of
+    /// the whole page cost a 8 KiB copy out of the buffer and into the page cache, under the
+    /// write lock, per Durable round). The page's next write-out then finds its header current
+    /// and writes only what was appended (`appendable`). Not synced here, and no segment is
+    /// listed dirty for it (a `sync` with nothing new appended costs no fdatasync): the hint is
+    /// true whether or not this write survives a crash. `close` syncs it.
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
         let synced = self.positions.synced();
         let (page, hint) = w.imaged;
@@ -797,8 +805,11 @@ impl Wal {
         // (a segment switch) the rest of this page holds only what its slot kept from the page
         // one ring length earlier, and zeros belong there.
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
-        let mut image = vec![0u8; ps as usize];
-        self.image_from_slot(Some(w), &slot, (page, valid as usize, synced), &mut image)?;
+        // The page's first sector: pages start on sector boundaries and are at least a sector.
+        let sector = format::MIN_PAGE_SIZE as u64;
+        let mut image = vec![0u8; sector as usize];
+        let valid = valid.min(sector) as usize;
+        self.image_from_slot(Some(w), &slot, (page, valid, synced), &mut image)?;
         if !slot.still_holds() {
             return Ok(());
         }

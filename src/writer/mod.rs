@@ -481,6 +481,17 @@ impl Wal {
         self.reservations.end()
     }
 
+    /// Why the log refuses work, once a write, fdatasync or file operation failed in a way
+    /// that poisoned it; `None` while it is healthy. The call that failed returned that error
+    /// itself (an `Error::Io` naming the operation and file), and every later call returns
+    /// [`Error::Poisoned`] with this cause. An error from [`Wal::purge_before`] or
+    /// [`Wal::checkpoint`] may or may not have poisoned the log (removing an old segment can
+    /// fail harmlessly; the fdatasync before it cannot): this says whether the log must be
+    /// reopened.
+    pub fn poison_cause(&self) -> Option<PoisonCause> {
+        self.poison.cause()
+    }
+
     /// The record boundary through which `flush` has completed.
     pub fn flushed_lsn(&self) -> Lsn {
         self.positions.flushed()

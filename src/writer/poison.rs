@@ -49,6 +49,15 @@ impl Poison {
         &self.poisoned
     }
 
+    /// The cause, once the log is poisoned; `None` while it is not, and after `shutdown` or
+    /// `close` of a healthy log.
+    pub(super) fn cause(&self) -> Option<PoisonCause> {
+        if !self.is_set() {
+            return None;
+        }
+        self.cause.lock().clone()
+    }
+
     /// `Ok` while the log may be written; otherwise why not ([`Error::Closed`] after
     /// `shutdown`, else [`Error::Poisoned`] with the first cause). `dir` names the log.
     pub(super) fn check(&self, dir: &Path) -> Result<()> {

@@ -62,6 +62,15 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
         }
     }
     if failed {
+        // The failed call returned the I/O error itself; the log says it is poisoned, and why.
+        let cause = wal
+            .poison_cause()
+            .expect("a failed write-out poisons the log");
+        let first = out.error.as_deref().unwrap_or_default();
+        assert!(
+            first.contains(cause.op),
+            "the cause ({cause}) names the operation the failed call reported: {first}"
+        );
         let (kind, payload) = payload_for(limit + 1);
         let again = wal.append(kind, &payload);
         assert!(
@@ -83,6 +92,10 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
             "close after a failure must report it"
         );
     } else {
+        assert!(
+            wal.poison_cause().is_none(),
+            "a healthy log has no poison cause"
+        );
         wal.close().expect("close without faults");
     }
     out

@@ -379,10 +379,13 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
                 let ids: Vec<u64> = (id + 1 - n..=id).collect();
                 sweep.expect.lock().unwrap().pending = ids.clone();
                 let lsns = if n == 1 {
-                    vec![wal.append(records[0].0, &records[0].1).unwrap()]
+                    vec![
+                        wal.append(records[0].0, &records[0].1)
+                            .unwrap_or_else(|e| failed(&sweep, e)),
+                    ]
                 } else {
                     wal.append_batch(records.iter().map(|(k, p)| (*k, p.as_slice())))
-                        .unwrap()
+                        .unwrap_or_else(|e| failed(&sweep, e))
                 };
                 let mut expect = sweep.expect.lock().unwrap();
                 expect.written.extend(lsns.into_iter().zip(ids));
@@ -390,7 +393,7 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
             }
             50..=69 => {
                 let end = wal.end_lsn();
-                wal.flush(end).unwrap();
+                wal.flush(end).unwrap_or_else(|e| failed(&sweep, e));
                 if sync == SyncMode::Durable {
                     let mut expect = sweep.expect.lock().unwrap();
                     expect.acked_to = expect.acked_to.max(end);
@@ -399,7 +402,7 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
             }
             70..=76 => {
                 let end = wal.end_lsn();
-                wal.sync().unwrap();
+                wal.sync().unwrap_or_else(|e| failed(&sweep, e));
                 {
                     let mut expect = sweep.expect.lock().unwrap();
                     expect.acked_to = expect.acked_to.max(end);
@@ -422,7 +425,7 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
                     // unsynced segments, and its failures must not cost what a later sync
                     // acknowledges.
                     let synced = wal.end_lsn();
-                    wal.sync().unwrap();
+                    wal.sync().unwrap_or_else(|e| failed(&sweep, e));
                     let mut expect = sweep.expect.lock().unwrap();
                     expect.acked_to = expect.acked_to.max(synced);
                 }
@@ -456,31 +459,38 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
                 match purged {
                     Ok(_) => {}
                     Err(e) if !failing => panic!("{}: purge: {e}", sweep.what()),
-                    // A fault that hit a write-out (the purge's own sync) poisons the log: the
-                    // embedder reopens, here after a power cut.
-                    Err(Error::Poisoned(_)) => {
+                    // A fault that hit a write-out (the purge's own sync, which may make a
+                    // segment) poisons the log: the embedder reopens, here after a power cut.
+                    // The call that poisoned it returned the I/O error itself, so the log is
+                    // asked; a fault in the purge's own removals leaves it healthy.
+                    Err(_) if wal.poison_cause().is_some() => {
                         drop(wal);
                         restarts += 1;
                         wal = restart(&sweep, tmp.path(), restarts, &storage);
+                    }
+                    Err(Error::Poisoned(cause)) => {
+                        panic!("{}: poisoned, with no cause: {cause}", sweep.what())
                     }
                     Err(_) => {}
                 }
             }
             87..=89 if mode.is_encrypted() => {
-                wal.rotate_data_key().unwrap();
+                wal.rotate_data_key().unwrap_or_else(|e| failed(&sweep, e));
             }
             90..=92 => {
-                wal.prepare_next_segment().unwrap();
+                wal.prepare_next_segment()
+                    .unwrap_or_else(|e| failed(&sweep, e));
             }
             93..=96 => {
                 // A clean reopen.
                 let end = wal.end_lsn();
-                wal.close().unwrap();
+                wal.close().unwrap_or_else(|e| failed(&sweep, e));
                 {
                     let mut expect = sweep.expect.lock().unwrap();
                     expect.acked_to = expect.acked_to.max(end);
                 }
-                wal = Wal::open(&dir, sweep.config_in(&dir, storage())).unwrap();
+                wal = Wal::open(&dir, sweep.config_in(&dir, storage()))
+                    .unwrap_or_else(|e| failed(&sweep, e));
             }
             _ => {
                 // A restart on a crash image: the log goes on from what the power cut left.
@@ -491,7 +501,7 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
         }
     }
     sweep.armed.store(false, Ordering::Relaxed);
-    wal.close().unwrap();
+    wal.close().unwrap_or_else(|e| failed(&sweep, e));
     Counts {
         images: sweep.images.load(Ordering::Relaxed),
         checks: sweep.checks.load(Ordering::Relaxed),
@@ -550,6 +560,16 @@ fn check_live(sweep: &Sweep, dir: &Path, wal: &Wal, end: Lsn) {
     );
     assert_eq!(wal.end_lsn(), end, "{what}");
     sweep.live_reads.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Fails the sweep on an error the workload did not provoke, naming the configuration and the
+/// seed that reproduce it (`WALCRYPT_CRASH_SEED`).
+fn failed<T>(sweep: &Sweep, e: Error) -> T {
+    panic!(
+        "{} ({}): {e}",
+        sweep.what(),
+        sweep.doing.lock().map(|d| *d).unwrap_or("?")
+    )
 }
 
 /// Every sync mode and page size for `mode`. How many purged files a run reuses depends on
