@@ -166,6 +166,15 @@ pub struct Args {
     )]
     pub peer_sync: ::std::vec::Vec<bool>,
 
+    /// Peer run: walcrypt's segment size in MiB (default: the library's, 16), for instance 1
+    /// to compare with okaywal's 1 MiB files
+    #[arg(
+        long,
+        value_name = "MIB",
+        value_parser = RangedU64ValueParser::<u64>::new().range(1..=1024)
+    )]
+    pub segment_mib: Option<u64>,
+
     /// Compress payloads of at least BYTES with LZ4 before sealing (off by default)
     #[arg(long, value_name = "BYTES")]
     pub compress: Option<usize>,

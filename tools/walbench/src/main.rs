@@ -274,6 +274,7 @@ fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxErro
                             durable,
                             threads,
                             duration: args.duration,
+                            segment_bytes: args.segment_mib.map(|mib| mib << 20),
                         })
                         .map_err(|e| format!("{label}: {e}"))?;
                         cells.extend(cell);

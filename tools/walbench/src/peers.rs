@@ -236,12 +236,8 @@ mod peer_stores {
     }
 }
 
-fn open(
-    system: System,
-    dir: &Path,
-    keys: &KeyRing,
-    durable: bool,
-) -> Result<Box<dyn Store>, BoxError> {
+fn open(spec: &PeerSpec, system: System) -> Result<Box<dyn Store>, BoxError> {
+    let (dir, keys, durable) = (spec.dir, spec.keys, spec.durable);
     match system {
         System::Walcrypt(mode) => {
             let sync = if durable {
@@ -249,7 +245,10 @@ fn open(
             } else {
                 SyncMode::Buffered
             };
-            let config = Config::new(mode).keys(keys.clone()).sync(sync);
+            let mut config = Config::new(mode).keys(keys.clone()).sync(sync);
+            if let Some(bytes) = spec.segment_bytes {
+                config = config.segment_size(bytes);
+            }
             Ok(Box::new(WalcryptStore::new(Wal::open(dir, config)?)?))
         }
         #[cfg(feature = "peers")]
@@ -284,6 +283,8 @@ pub struct PeerSpec<'a> {
     pub durable: bool,
     pub threads: usize,
     pub duration: Duration,
+    /// walcrypt's segment size, when not its default (`--segment-mib`).
+    pub segment_bytes: Option<u64>,
 }
 
 /// Runs one cell on a fresh log in `spec.dir`; `None` when the system has no such commit.
@@ -291,7 +292,7 @@ pub fn run_peer_cell(spec: &PeerSpec) -> Result<Option<PeerCell>, BoxError> {
     if !spec.system.supports(spec.durable) {
         return Ok(None);
     }
-    let store = open(spec.system, spec.dir, spec.keys, spec.durable)?;
+    let store = open(spec, spec.system)?;
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(spec.threads + 1);
     let (elapsed, outcomes) = std::thread::scope(|s| {
