@@ -789,7 +789,10 @@ impl Wal {
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
         let synced = self.positions.synced();
         let (page, hint) = w.imaged;
-        if page == super::NO_PAGE || hint >= synced {
+        // Not in a poisoned log: a write-out that failed after planning its pages (making
+        // their segment, say) left `imaged` on a page no write reached, which the refresh
+        // would write into (and whose segment it would try to make again).
+        if page == super::NO_PAGE || hint >= synced || self.poison.is_set() {
             return Ok(());
         }
         // Once the page has landed in full, an appender may claim its slot for the page one

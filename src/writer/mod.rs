@@ -282,7 +282,7 @@ struct WriteState {
     /// The end of the log's bytes in the files: `reserved_to` as the last write-out left it,
     /// before any jump over unused log (a segment switch, a resume on a fresh page). Past it,
     /// the page that holds it has no record bytes, only what its buffer slot kept from an
-    /// earlier page: `refresh_hint` rewrites that page up to here, zeros after.
+    /// earlier page: `refresh_hint` images that page's first sector up to here, zeros after.
     data_end: Lsn,
     /// A segment (created before the key was rotated) whose pages use this key, not the active
     /// one: its header lists only the keys of its time.
@@ -482,8 +482,10 @@ impl Wal {
     }
 
     /// Why the log refuses work, once a write, fdatasync or file operation failed in a way
-    /// that poisoned it; `None` while it is healthy. The call that failed returned that error
-    /// itself (an `Error::Io` naming the operation and file), and every later call returns
+    /// that poisoned it (or an internal invariant broke); `None` while it is healthy, and
+    /// after [`Wal::shutdown`] of a healthy log (which refuses work with [`Error::Closed`]).
+    /// The call that failed returned that failure itself (an I/O error naming the operation
+    /// and file, or `Error::Poisoned` for a broken invariant), and every later call returns
     /// [`Error::Poisoned`] with this cause. An error from [`Wal::purge_before`] or
     /// [`Wal::checkpoint`] may or may not have poisoned the log (removing an old segment can
     /// fail harmlessly; the fdatasync before it cannot): this says whether the log must be

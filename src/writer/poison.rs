@@ -49,8 +49,8 @@ impl Poison {
         &self.poisoned
     }
 
-    /// The cause, once the log is poisoned; `None` while it is not, and after `shutdown` or
-    /// `close` of a healthy log.
+    /// The cause, once the log is poisoned; `None` while it is not, and after `shutdown` of a
+    /// healthy log (which sets the flag with no cause).
     pub(super) fn cause(&self) -> Option<PoisonCause> {
         if !self.is_set() {
             return None;

@@ -39,11 +39,14 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
         }
     };
     let mut failed = false;
+    // Whether the failed call returned `Error::Poisoned` rather than its own error.
+    let mut first_poisoned = false;
     for id in 1..=limit {
         let (kind, payload) = payload_for(id);
         let lsn = match wal.append(kind, &payload) {
             Ok(lsn) => lsn,
             Err(e) => {
+                first_poisoned = matches!(e, Error::Poisoned(_));
                 out.error = Some(format!("append {id}: {e}"));
                 failed = true;
                 break;
@@ -54,6 +57,7 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
             match wal.flush(lsn) {
                 Ok(()) => out.acked = id,
                 Err(e) => {
+                    first_poisoned = matches!(e, Error::Poisoned(_));
                     out.error = Some(format!("flush {id}: {e}"));
                     failed = true;
                     break;
@@ -67,6 +71,10 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
             .poison_cause()
             .expect("a failed write-out poisons the log");
         let first = out.error.as_deref().unwrap_or_default();
+        assert!(
+            !first_poisoned,
+            "the failing call returns its own error, not Poisoned: {first}"
+        );
         assert!(
             first.contains(cause.op),
             "the cause ({cause}) names the operation the failed call reported: {first}"
