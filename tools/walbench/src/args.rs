@@ -166,8 +166,8 @@ pub struct Args {
     )]
     pub peer_sync: ::std::vec::Vec<bool>,
 
-    /// Peer run: walcrypt's segment size in MiB (default: the library's, 16), for instance 1
-    /// to compare with okaywal's 1 MiB files
+    /// walcrypt's segment size in MiB in every log walbench writes (default: the library's,
+    /// 16); in a peer run, 1 compares with okaywal's 1 MiB files
     #[arg(
         long,
         value_name = "MIB",
@@ -181,6 +181,11 @@ pub struct Args {
 }
 
 impl Args {
+    /// walcrypt's segment size in bytes, when `--segment-mib` set one.
+    pub fn segment_bytes(&self) -> Option<u64> {
+        self.segment_mib.map(|mib| mib << 20)
+    }
+
     /// The compression setting every log of the run uses.
     pub fn compression(&self) -> walcrypt::Compression {
         match self.compress {

@@ -109,6 +109,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
                         work,
                         compression: args.compression(),
                         batch: args.append_batch,
+                        segment_bytes: args.segment_bytes(),
                     })
                     .map_err(|e| format!("{} {} x{threads}: {e}", workload.name(), mode))?;
                     cells.push(cell);
@@ -274,7 +275,7 @@ fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxErro
                             durable,
                             threads,
                             duration: args.duration,
-                            segment_bytes: args.segment_mib.map(|mib| mib << 20),
+                            segment_bytes: args.segment_bytes(),
                         })
                         .map_err(|e| format!("{label}: {e}"))?;
                         cells.extend(cell);
@@ -359,6 +360,9 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
             false => "",
         }
     );
+    if let Some(mib) = args.segment_mib {
+        println!("segments of {mib} MiB (--segment-mib)");
+    }
     if args.recovery_mib > 0 {
         let with: Vec<String> = applies
             .iter()

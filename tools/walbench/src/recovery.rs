@@ -46,9 +46,16 @@ pub fn run(
         bar.set_message(format!("recovery: writing {} {}", workload.name(), mode));
         let dir = base.join(format!("recovery-{}-{}", workload.name(), mode));
         fresh_dir(&dir)?;
-        let log_bytes =
-            run::write_recovery_log(&dir, keys, workload, mode, bytes, args.compression())
-                .map_err(|e| format!("recovery log {} {}: {e}", workload.name(), mode))?;
+        let log_bytes = run::write_recovery_log(
+            &dir,
+            keys,
+            workload,
+            mode,
+            bytes,
+            args.compression(),
+            args.segment_bytes(),
+        )
+        .map_err(|e| format!("recovery log {} {}: {e}", workload.name(), mode))?;
         // Warm-up: the first open may settle the torn tail; later replays see the same log.
         run::replay(&dir, keys, mode, None)?;
         bar.inc(2);

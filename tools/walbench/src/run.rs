@@ -160,14 +160,19 @@ pub struct CellSpec<'a> {
     pub compression: Compression,
     /// One `append_batch` per transaction instead of one `append` per record.
     pub batch: bool,
+    /// The log's segment size, when not the library's default.
+    pub segment_bytes: Option<u64>,
 }
 
 /// Runs `threads` transaction loops against a fresh log for `duration`.
 pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
-    let config = Config::new(spec.mode)
+    let mut config = Config::new(spec.mode)
         .keys(spec.keys.clone())
         .sync(spec.sync)
         .compression(spec.compression);
+    if let Some(bytes) = spec.segment_bytes {
+        config = config.segment_size(bytes);
+    }
     let wal = Wal::open(spec.dir, config)?;
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(spec.threads + 1);
@@ -315,11 +320,15 @@ pub fn write_recovery_log(
     mode: Mode,
     bytes: u64,
     compression: Compression,
+    segment_bytes: Option<u64>,
 ) -> Result<u64, BoxError> {
-    let config = Config::new(mode)
+    let mut config = Config::new(mode)
         .keys(keys.clone())
         .sync(SyncMode::Buffered)
         .compression(compression);
+    if let Some(bytes) = segment_bytes {
+        config = config.segment_size(bytes);
+    }
     let wal = Wal::open(dir, config)?;
     let data = workload.data(0xfeed);
     let mut last = Lsn::default();
