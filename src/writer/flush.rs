@@ -42,6 +42,7 @@ pub(super) struct WriteBuffer {
 }
 
 impl WriteBuffer {
+    /// Empties it, keeping its allocations, and drops the runs' file handles.
     fn clear(&mut self) {
         self.bytes.clear();
         self.len = 0;
@@ -90,16 +91,13 @@ pub(super) struct Reserved<'a> {
     /// No earlier range in flight covered its bytes when it was registered.
     clear: bool,
     buf: WriteBuffer,
-    /// `buf.bytes` is filled already (under the write lock: pagelevel).
-    filled: bool,
     landed: bool,
 }
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         let mut buf = std::mem::take(&mut self.buf);
-        buf.runs.clear();
-        buf.pieces.clear();
+        buf.clear();
         if buf.bytes.capacity() <= WRITE_BUFFER_KEEP {
             WRITE_BUFFER.set(buf);
         }
@@ -238,18 +236,14 @@ impl Wal {
         }
         let mut buf = WRITE_BUFFER.take();
         buf.clear();
-        // pagelevel builds its pages here, under the lock: their encryption is the study's
-        // serial work. The other modes copy theirs after it (`write_range`).
-        let filled = self.mode == Mode::PageLevel;
-        let built = self
-            .plan_pages(w, target, &mut buf)
-            .and_then(|()| match filled {
-                true => self.fill(Some(w), &mut buf),
-                false => Ok(()),
-            });
+        let built =
+            self.plan_pages(w, target, &mut buf)
+                .and_then(|()| match self.fills_under_lock() {
+                    true => self.fill(Some(w), &mut buf),
+                    false => Ok(()),
+                });
         if let Err(e) = built {
-            buf.runs.clear();
-            buf.pieces.clear();
+            buf.clear();
             WRITE_BUFFER.set(buf);
             return Err(self.poison_error(e));
         }
@@ -269,7 +263,6 @@ impl Wal {
             id,
             clear,
             buf,
-            filled,
             landed: false,
         }))
     }
@@ -278,10 +271,9 @@ impl Wal {
     /// earlier range in flight covers them, lists its segments dirty, and marks it landed. A
     /// failure poisons the log; the range then never lands.
     pub(super) fn write_range(&self, mut range: Reserved<'_>) -> Result<()> {
-        if !range.filled {
+        if !self.fills_under_lock() {
             self.fill(None, &mut range.buf)
                 .map_err(|e| self.poison_error(e))?;
-            range.filled = true;
         }
         self.write_runs(range.id, range.clear, &range.buf)?;
         for run in &range.buf.runs {
@@ -325,6 +317,13 @@ impl Wal {
             target,
             "a wait for written pages ended in a log that is not poisoned".into(),
         ))
+    }
+
+    /// Whether a reserved range's bytes are built under the write lock ([`Wal::reserve`]):
+    /// pagelevel's, whose encryption is the study's serial work. The other modes copy theirs
+    /// when the range is written ([`Wal::write_range`]).
+    fn fills_under_lock(&self) -> bool {
+        self.mode == Mode::PageLevel
     }
 
     /// Plans the bytes of `[reserved_to, target)` in `buf`: one run per segment, each a
@@ -429,6 +428,12 @@ impl Wal {
         buf.bytes.clear();
         buf.bytes.resize(buf.len, 0);
         for piece in &buf.pieces {
+            let (Piece::Tail { page, .. } | Piece::Image { page, .. }) = *piece;
+            debug_assert!(
+                self.inflight.written() < page + self.geo.page_size,
+                "page {page} is copied out of the buffer after it landed in full (written to {})",
+                self.inflight.written()
+            );
             match *piece {
                 Piece::Tail {
                     page,
@@ -487,8 +492,8 @@ impl Wal {
         Ok(())
     }
 
-    /// Builds the on-disk image of `page`, which `slot` was seen holding, into `out`: header, the first `valid` bytes of the
-    /// page from the buffer and zeros after them. In pagelevel mode only the filled part of the
+    /// Builds the on-disk image of `page`, which `slot` was seen holding, into `out`: header,
+    /// the first `valid` bytes of the page from the buffer and zeros after them. In pagelevel mode only the filled part of the
     /// body, `[PAGE_HEADER_LEN, valid)`, is encrypted, under the page's one IV of this open
     /// (drawn at its first write-out), and the zeros after it are written as zeros: every
     /// rewrite repeats the bytes of the earlier writes exactly, and keystream past the filled
@@ -809,9 +814,8 @@ impl Wal {
         // one ring length earlier, and zeros belong there.
         let valid = (w.data_end.clamp(page, page + ps) - page).max(PAGE_HEADER_LEN as u64);
         // The page's first sector: pages start on sector boundaries and are at least a sector.
-        let sector = format::MIN_PAGE_SIZE as u64;
-        let mut image = vec![0u8; sector as usize];
-        let valid = valid.min(sector) as usize;
+        let mut image = [0u8; format::MIN_PAGE_SIZE as usize];
+        let valid = valid.min(image.len() as u64) as usize;
         self.image_from_slot(Some(w), &slot, (page, valid, synced), &mut image)?;
         if !slot.still_holds() {
             return Ok(());
