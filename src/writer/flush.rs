@@ -574,9 +574,6 @@ impl Wal {
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         loop {
             self.check_poison()?;
-            // Read before the checks below: a round that ends after this read bumps it, and
-            // one that ended before it raised `flushed_to` (and ended `pending`'s wait) first.
-            let seen = self.group.rounds();
             if self.flushed_through(lsn) {
                 return Ok(());
             }
@@ -584,16 +581,17 @@ impl Wal {
                 return Err(Error::LsnNotAvailable(lsn));
             }
             if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
-                // Written, and a leader's fdatasync of it is queued or running: its round's
-                // end wakes this thread.
-                self.group.wait_after(seen);
+                // Written, and a leader's fdatasync of it is queued or running: wait for the
+                // end of the round that announced it (read after the announcement, so that
+                // round or a later one), then look again.
+                self.group.wait_for(self.group.announced());
                 continue;
             }
             match self.group.lead() {
                 // Ends the round even if the flush unwinds, so waiters never wait forever.
-                Some(round) => return self.lead_round(lsn, Some(round)),
+                Ok(round) => return self.lead_round(lsn, round),
                 // A round is under way: wait for it to end, then look again.
-                None => self.group.wait_after(seen),
+                Err(under_way) => self.group.wait_for(under_way),
             }
         }
     }
@@ -610,7 +608,7 @@ impl Wal {
     /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
     /// plans the range under the lock, copies and writes it after releasing it, and waits
     /// until everything below its target has landed.
-    pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {
+    pub(super) fn lead_flush(&self, lsn: Lsn, round: &mut RoundEnd<'_>) -> Result<()> {
         let same = self.check_process()?;
         if self.sync == SyncMode::Durable {
             return self.lead_durable(lsn, round, same);
@@ -695,12 +693,7 @@ impl Wal {
     /// while this fdatasync runs, and flushers whose records are below the target wait for
     /// this round instead. Then the fdatasync, `flushed_to` and `synced_to`, and the rewrite
     /// of the hint of the last page written.
-    fn lead_durable(
-        &self,
-        lsn: Lsn,
-        round: Option<&mut RoundEnd<'_>>,
-        same: SameProcess,
-    ) -> Result<()> {
+    fn lead_durable(&self, lsn: Lsn, round: &mut RoundEnd<'_>, same: SameProcess) -> Result<()> {
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
         if self.flushed_through(lsn) {
@@ -730,10 +723,7 @@ impl Wal {
             target,
             done: false,
         };
-        self.syncs.announce(target);
-        if let Some(round) = round {
-            round.hand_on();
-        }
+        round.hand_on(|| self.syncs.announce(target));
         self.sync_in_turn(&turn, &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
