@@ -590,8 +590,12 @@ impl Wal {
             match self.group.lead() {
                 // Ends the round even if the flush unwinds, so waiters never wait forever.
                 Ok(round) => return self.lead_round(lsn, round),
-                // A round is under way: wait for it to end, then look again.
-                Err(under_way) => self.group.wait_for(under_way),
+                // A round is under way: wait for it to end (or, `Durable`, to hand the lead on
+                // with a target short of this record: the record is one past `lsn`'s
+                // position, hence the one added), then look again.
+                Err(under_way) => self.group.follow(under_way, lsn.0.saturating_add(1), || {
+                    self.sync_pending_through(lsn)
+                }),
             }
         }
     }
@@ -700,6 +704,7 @@ impl Wal {
             return Ok(());
         }
         let (first, handles) = self.write_durable(inserted, same)?;
+        round.wait_for_previous();
         let turn = self.syncs.turn();
         // Everything appended while this thread waited for the turn comes along, without
         // waiting for insertions still in progress. (A segment the writer has closed since is
@@ -723,7 +728,7 @@ impl Wal {
             target,
             done: false,
         };
-        round.hand_on(|| self.syncs.announce(target));
+        round.hand_on(target.0, || self.syncs.announce(target));
         self.sync_in_turn(&turn, &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
@@ -733,6 +738,9 @@ impl Wal {
         self.positions.raise_synced(target);
         due.done = true;
         drop(turn);
+        // Its followers (and the next round's leader, waiting for this end instead of the
+        // turn) go on now; the hint refresh below is this thread's alone.
+        round.end();
         let mut w = self.write.lock();
         self.wait_landed(w.reserved_to)?;
         self.refresh_hint(&mut w)?;
