@@ -574,6 +574,9 @@ impl Wal {
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         loop {
             self.check_poison()?;
+            // Read before the checks below: a round that ends after this read bumps it, and
+            // one that ended before it raised `flushed_to` (and ended `pending`'s wait) first.
+            let seen = self.group.rounds();
             if self.flushed_through(lsn) {
                 return Ok(());
             }
@@ -581,21 +584,16 @@ impl Wal {
                 return Err(Error::LsnNotAvailable(lsn));
             }
             if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
-                // Written, and a leader's fdatasync of it is queued or running: wait for the
-                // end of the round that announced it (read after the announcement, so that
-                // round or a later one), then look again.
-                self.group.wait_for(self.group.announced());
+                // Written, and a leader's fdatasync of it is queued or running: its round's
+                // end wakes this thread.
+                self.group.wait_after(seen);
                 continue;
             }
             match self.group.lead() {
                 // Ends the round even if the flush unwinds, so waiters never wait forever.
-                Ok(round) => return self.lead_round(lsn, round),
-                // A round is under way: wait for it to end (or, `Durable`, to hand the lead on
-                // with a target short of this record: the record is one past `lsn`'s
-                // position, hence the one added), then look again.
-                Err(under_way) => self.group.follow(under_way, lsn.0.saturating_add(1), || {
-                    self.sync_pending_through(lsn)
-                }),
+                Some(round) => return self.lead_round(lsn, Some(round)),
+                // A round is under way: wait for it to end, then look again.
+                None => self.group.wait_after(seen),
             }
         }
     }
@@ -612,7 +610,7 @@ impl Wal {
     /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
     /// plans the range under the lock, copies and writes it after releasing it, and waits
     /// until everything below its target has landed.
-    pub(super) fn lead_flush(&self, lsn: Lsn, round: &mut RoundEnd<'_>) -> Result<()> {
+    pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {
         let same = self.check_process()?;
         if self.sync == SyncMode::Durable {
             return self.lead_durable(lsn, round, same);
@@ -697,14 +695,18 @@ impl Wal {
     /// while this fdatasync runs, and flushers whose records are below the target wait for
     /// this round instead. Then the fdatasync, `flushed_to` and `synced_to`, and the rewrite
     /// of the hint of the last page written.
-    fn lead_durable(&self, lsn: Lsn, round: &mut RoundEnd<'_>, same: SameProcess) -> Result<()> {
+    fn lead_durable(
+        &self,
+        lsn: Lsn,
+        round: Option<&mut RoundEnd<'_>>,
+        same: SameProcess,
+    ) -> Result<()> {
         // Before the write lock: the insertions waited for may need it to make room.
         let inserted = self.inserted_through(lsn);
         if self.flushed_through(lsn) {
             return Ok(());
         }
         let (first, handles) = self.write_durable(inserted, same)?;
-        round.wait_for_previous();
         let turn = self.syncs.turn();
         // Everything appended while this thread waited for the turn comes along, without
         // waiting for insertions still in progress. (A segment the writer has closed since is
@@ -728,7 +730,10 @@ impl Wal {
             target,
             done: false,
         };
-        round.hand_on(target.0, || self.syncs.announce(target));
+        self.syncs.announce(target);
+        if let Some(round) = round {
+            round.hand_on();
+        }
         self.sync_in_turn(&turn, &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
@@ -738,9 +743,6 @@ impl Wal {
         self.positions.raise_synced(target);
         due.done = true;
         drop(turn);
-        // Its followers (and the next round's leader, waiting for this end instead of the
-        // turn) go on now; the hint refresh below is this thread's alone.
-        round.end();
         let mut w = self.write.lock();
         self.wait_landed(w.reserved_to)?;
         self.refresh_hint(&mut w)?;

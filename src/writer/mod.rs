@@ -444,7 +444,7 @@ impl Wal {
                 },
                 domain,
             )),
-            group: CachePadded::new(GroupCommit::new(config.sync == SyncMode::Durable)),
+            group: CachePadded::new(GroupCommit::default()),
             poison: poison::Poison::new(domain),
             counters: Counters::default(),
             reports: report::Reports::new(config.listener.clone(), geo.segment_start(end)),
@@ -901,12 +901,12 @@ impl Wal {
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.
-    fn lead_round(&self, lsn: Lsn, mut round: group::RoundEnd<'_>) -> Result<()> {
+    fn lead_round(&self, lsn: Lsn, mut round: Option<group::RoundEnd<'_>>) -> Result<()> {
         let Some(listener) = self.reports.listener() else {
-            return self.lead_flush(lsn, &mut round);
+            return self.lead_flush(lsn, round.as_mut());
         };
         let started = Instant::now();
-        let result = self.lead_flush(lsn, &mut round);
+        let result = self.lead_flush(lsn, round.as_mut());
         drop(round);
         if result.is_ok() {
             listener.on_flush_round(&FlushRound {
