@@ -232,8 +232,9 @@ fn run_peers(args: &Args, keys: &KeyRing, log_base: &Path) -> Result<(), BoxErro
     let cmd: Vec<String> = std::env::args().collect();
     println!("walbench {} (UTC)  {}", utc_now(), cmd.join(" "));
     println!(
-        "peers: {} cores; {:.2} s per cell x {} rounds; threads {:?}; systems {}",
+        "peers: {} cores ({}); {:.2} s per cell x {} rounds; threads {:?}; systems {}",
         cores,
+        idle_driver(),
         args.duration.as_secs_f64(),
         args.rounds,
         args.threads,
@@ -338,7 +339,8 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
     let has = |f: &str| flags.split_whitespace().any(|x| x == f);
     println!("walbench {} (UTC)  {}", utc_now(), cmd.join(" "));
     println!(
-        "machine: {model}, {cores} cores, aes-ni {}, vaes {}; build: {}",
+        "machine: {model}, {cores} cores ({}), aes-ni {}, vaes {}; build: {}",
+        idle_driver(),
         yes(has("aes")),
         yes(has("vaes")),
         if cfg!(target_feature = "aes") {
@@ -390,6 +392,23 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
         );
     }
     println!();
+}
+
+/// The kernel's idle driver, and for a guest's `haltpoll` how long an idle core polls before
+/// it halts: Durable cells, full of wake-ups on idle cores, move with it by a quarter or more
+/// on a virtual machine (docs/BENCHMARKS.md, "Durable cells and the machine's idle driver").
+fn idle_driver() -> String {
+    let read = |path: &str| fs::read_to_string(path).map(|s| s.trim().to_string());
+    match read("/sys/devices/system/cpu/cpuidle/current_driver") {
+        Ok(driver) if driver == "haltpoll" => {
+            match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+                Ok(ns) => format!("idle driver haltpoll, polls {ns} ns before halting"),
+                Err(_) => "idle driver haltpoll".to_string(),
+            }
+        }
+        Ok(driver) => format!("idle driver {driver}"),
+        Err(_) => "idle driver unknown".to_string(),
+    }
 }
 
 fn yes(b: bool) -> &'static str {
