@@ -395,8 +395,9 @@ fn print_header(args: &Args, work: EngineWork, applies: &[Apply], cores: usize) 
 }
 
 /// The kernel's idle driver, and for a guest's `haltpoll` how long an idle core polls before
-/// it halts: Durable cells, full of wake-ups on idle cores, move with it by a quarter or more
-/// on a virtual machine (docs/BENCHMARKS.md, "Durable cells and the machine's idle driver").
+/// it halts: Durable cells, full of wake-ups on idle cores, moved with it by 4-36% on the
+/// 2-core virtual machine of docs/BENCHMARKS.md ("Durable cells and the machine's idle
+/// driver").
 fn idle_driver() -> String {
     let read = |path: &str| fs::read_to_string(path).map(|s| s.trim().to_string());
     match read("/sys/devices/system/cpu/cpuidle/current_driver") {
