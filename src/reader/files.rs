@@ -166,8 +166,56 @@ pub(crate) fn read_listed_headers(storage: &dyn Storage, dir: &Path) -> Result<V
                 Err(e) => return Err(e),
             }
         }
-        return Ok(segments);
+        return Ok(fill_listing_gaps(storage, dir, segments));
     }
+}
+
+/// How many segments missing between two listed ones [`fill_listing_gaps`] looks for by name.
+/// A listing misses only segments made while it ran; more than this many missing is damage
+/// (or a stray file named far ahead), reported as a gap without a read per missing name.
+const GAP_PROBES: u64 = 16;
+
+/// Adds the segments a listing missed between two it returned, read by name. A directory
+/// listing does not promise to return entries added while it runs (POSIX `readdir`; ext4
+/// skips some of them): a writer that made two segments during one listing can leave the
+/// first out and the second in, and a reader of the live log would take the gap for a
+/// missing segment. Each missing start is read by its name; one that is not there (or whose
+/// header does not check) ends the filling, and the gap stays for [`LogFiles::open`] to
+/// report as damage. In a directory no writer changes, a listed gap is never filled: the
+/// files are not there.
+fn fill_listing_gaps(
+    storage: &dyn Storage,
+    dir: &Path,
+    listed: Vec<SegmentInfo>,
+) -> Vec<SegmentInfo> {
+    let Some(size) = listed
+        .first()
+        .map(|s| s.header.geometry.segment_size)
+        .filter(|&size| size > 0)
+    else {
+        return listed;
+    };
+    let mut segments: Vec<SegmentInfo> = Vec::with_capacity(listed.len());
+    for seg in listed {
+        if let Some(prev) = segments.last() {
+            let mut expected = prev.header.start.0.checked_add(size);
+            let mut probes = 0;
+            while let Some(start) = expected.filter(|&e| e < seg.header.start.0) {
+                if probes == GAP_PROBES {
+                    break;
+                }
+                probes += 1;
+                let path = dir.join(format::segment_file_name(Lsn(start)));
+                match read_segment_header(storage, &path, Lsn(start)) {
+                    Ok(header) => segments.push(SegmentInfo { path, header }),
+                    Err(_) => break,
+                }
+                expected = start.checked_add(size);
+            }
+        }
+        segments.push(seg);
+    }
+    segments
 }
 
 /// [`changed_under_reader`], or a header that does not decode (a checksum or a field out of

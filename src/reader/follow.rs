@@ -25,11 +25,12 @@ pub enum Visibility {
     /// The follower learns how far the log is durable from the durable hints in the page
     /// headers (each page written carries the position through which the writer had
     /// fdatasync'ed at that moment), or, for a follower made with [`Follower::attach`], from
-    /// the `Wal` itself. From the files alone it therefore trails the writer by one flush:
-    /// the records of a `flush` show up when the writer writes its next page (its next
-    /// flush), not when that `flush` returns. Under [`crate::SyncMode::Buffered`] the writer
-    /// fdatasyncs only when it switches segments and at `close`, so a durable follower sees
-    /// records only up to those points.
+    /// the `Wal` itself. After every fdatasync the writer writes the hint it made true into
+    /// the header of the page the log ends in (that page's first sector), so a follower of
+    /// the files sees a record once the `flush` ([`crate::SyncMode::Durable`]) or `sync`
+    /// ([`crate::SyncMode::Buffered`], where a `flush` does not fdatasync) that made it
+    /// durable has returned, also when the writer then goes idle or closes. A follower
+    /// polling meanwhile may see it a poll later.
     #[default]
     Durable,
     /// Every complete, valid record the files hold: what the writer has handed to the
