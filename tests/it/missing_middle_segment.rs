@@ -3,25 +3,35 @@
 
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use support::hooked::{Hooked, Hooks};
 use support::{payload, small_config};
-use walcrypt::storage::{FsStorage, Storage, StorageFile};
+use walcrypt::storage::Storage;
 use walcrypt::{CorruptionKind, Error, KeyRing, Lsn, Mode, Reader, Wal};
+
+/// A closed log in more than five segments: its directory, keys, records and segment files.
+type SeveralSegments = (tempfile::TempDir, KeyRing, Vec<(u8, Vec<u8>)>, Vec<PathBuf>);
+
+/// A closed log of `mode` in more than five segments.
+fn log_of_several_segments(mode: Mode) -> SeveralSegments {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = KeyRing::generate().unwrap();
+    let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
+    let records: Vec<_> = (0..200).map(|i| (1u8, payload(i, 100))).collect();
+    support::append_all(&wal, &records);
+    wal.close().unwrap();
+    let segments = support::segment_files(dir.path());
+    assert!(segments.len() > 5, "{mode}: {} segments", segments.len());
+    (dir, keys, records, segments)
+}
 
 #[test]
 fn a_missing_middle_segment_is_corruption_for_reader_and_writer() {
     for mode in Mode::ALL {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
+        let (dir, keys, _, segments) = log_of_several_segments(mode);
         let config = small_config(mode, &keys);
-        let wal = Wal::open(dir.path(), config.clone()).unwrap();
-        let records: Vec<_> = (0..200).map(|i| (1u8, payload(i, 100))).collect();
-        support::append_all(&wal, &records);
-        wal.close().unwrap();
-        let segments = support::segment_files(dir.path());
-        assert!(segments.len() > 5, "{mode}: {} segments", segments.len());
         std::fs::remove_file(&segments[3]).unwrap();
 
         for result in [
@@ -41,37 +51,14 @@ fn a_missing_middle_segment_is_corruption_for_reader_and_writer() {
     }
 }
 
-/// The real file system, but every listing leaves out one file: what a listing taken while a
-/// writer makes segments can return (a directory listing does not promise the entries added
-/// while it runs, and a later one may be there).
+/// Every listing leaves out one file: what a listing taken while a writer makes segments can
+/// return (a directory listing does not promise the entries added while it runs, and a later
+/// one may be there).
 struct ListingMisses(String);
 
-impl Storage for ListingMisses {
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        let mut names = FsStorage.list(dir)?;
+impl Hooks for ListingMisses {
+    fn filter_listing(&self, _dir: &Path, names: &mut Vec<String>) {
         names.retain(|n| *n != self.0);
-        Ok(names)
-    }
-    fn open(&self, path: &Path, write: bool) -> std::io::Result<Box<dyn StorageFile>> {
-        FsStorage.open(path, write)
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
-        FsStorage.create_new(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        FsStorage.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Option<Box<dyn Send + Sync>>> {
-        FsStorage.lock_dir(dir)
     }
 }
 
@@ -82,20 +69,13 @@ impl Storage for ListingMisses {
 #[test]
 fn a_segment_a_listing_missed_is_read_by_name() {
     for mode in Mode::ALL {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
-        let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
-        let records: Vec<_> = (0..200).map(|i| (1u8, payload(i, 100))).collect();
-        support::append_all(&wal, &records);
-        wal.close().unwrap();
-        let segments = support::segment_files(dir.path());
-        assert!(segments.len() > 5, "{mode}: {} segments", segments.len());
+        let (dir, keys, records, segments) = log_of_several_segments(mode);
         let missed = segments[3]
             .file_name()
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        let storage = Arc::new(ListingMisses(missed.clone()));
+        let storage = Arc::new(Hooked(Arc::new(ListingMisses(missed.clone()))));
         assert!(
             !storage.list(dir.path()).unwrap().contains(&missed),
             "{mode}: the listing still names {missed}"

@@ -31,6 +31,9 @@ pub trait Hooks: Send + Sync + 'static {
     fn renamed(&self, _from: &Path, _to: &Path) {}
     /// `dir` was listed: `names` is what the caller gets.
     fn listed(&self, _dir: &Path, _names: &[String]) {}
+    /// `dir` was listed: the hook may leave names out of `names` (what a listing taken while
+    /// files are added may return) before the caller gets them.
+    fn filter_listing(&self, _dir: &Path, _names: &mut Vec<String>) {}
 }
 
 /// [`FsStorage`], with every handle, read, write, fdatasync and rename reported to `H`.
@@ -86,7 +89,8 @@ impl<H: Hooks> StorageFile for HookedFile<H> {
 
 impl<H: Hooks> Storage for Hooked<H> {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        let names = FsStorage.list(dir)?;
+        let mut names = FsStorage.list(dir)?;
+        self.0.filter_listing(dir, &mut names);
         self.0.listed(dir, &names);
         Ok(names)
     }
