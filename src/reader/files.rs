@@ -526,8 +526,15 @@ impl LogFiles {
     }
 
     /// The largest durable hint among the valid page headers from `from_page` on, up to the
-    /// first page without one: every byte before it had been fdatasync'ed when that page was
-    /// written. 0 when there is none.
+    /// first page without one in the last segment: every byte before it had been fdatasync'ed
+    /// when that page was written. 0 when there is none.
+    ///
+    /// A page without a valid header in a segment that has a successor among these files does
+    /// not end the look: a segment switch (a key rotation makes one) leaves the rest of its
+    /// segment unwritten, and the pages vouching for the segment's last records, written after
+    /// the fdatasync that made them durable, lie in the segments after it. The look goes on at
+    /// the next segment's first page. (Stopping there left a follower of the files waiting
+    /// forever on records written before a rotation and made durable after it.)
     pub(crate) fn latest_hint(&self, from_page: Lsn) -> Result<Lsn> {
         let mut hint = Lsn(0);
         let mut page = from_page;
@@ -538,7 +545,21 @@ impl LogFiles {
             }
             match self.read_page_header(page)? {
                 Some(h) => hint = hint.max(h.durable_hint),
-                None => return Ok(hint),
+                None => {
+                    let next = self
+                        .geo
+                        .segment_start(page)
+                        .0
+                        .checked_add(self.geo.segment_size)
+                        .map(Lsn);
+                    match next.filter(|&next| self.segment(next).is_some()) {
+                        Some(next) => {
+                            page = next;
+                            continue;
+                        }
+                        None => return Ok(hint),
+                    }
+                }
             }
             page += self.geo.page_size;
         }

@@ -237,3 +237,51 @@ fn an_age_policy_rotates_by_itself() {
     let reader = Reader::open(dir.path(), Some(store.ring())).unwrap();
     assert_eq!(reader.records_from(Lsn::default()).count(), 3);
 }
+
+/// A follower of the files (not attached to the `Wal`) sees records appended before a rotation
+/// and made durable after it: the rotation switches segments and leaves the rest of the old one
+/// unwritten, so the page headers vouching for those records lie in the new segment. The
+/// follower used to stop for good at the first of them, live, after close and after a reopen.
+#[test]
+fn a_follower_of_the_files_sees_records_made_durable_after_a_rotation() {
+    for mode in [Mode::PerRecord, Mode::PerRecordGcm, Mode::PageLevel] {
+        for sync in [SyncMode::Durable, SyncMode::Buffered] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = dir.path().join("wal");
+            let store = Arc::new(KeyStore::create(dir.path().join("keys"), kek()).unwrap());
+            let wal = Wal::open(&log, config(mode).sync(sync).key_store(store.clone())).unwrap();
+            let mut follower =
+                walcrypt::Follower::open_with_key_store(&log, store.clone(), Lsn::default())
+                    .unwrap();
+            let payloads: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 50]).collect();
+            for (i, payload) in payloads.iter().enumerate() {
+                if i == 10 {
+                    wal.rotate_data_key().unwrap();
+                }
+                wal.append(1, payload).unwrap();
+            }
+            wal.flush(wal.end_lsn()).unwrap();
+            wal.sync().unwrap();
+            let what = format!("{mode}, {sync:?}");
+            let mut seen = Vec::new();
+            while seen.len() < payloads.len() {
+                match follower.next_timeout(std::time::Duration::from_secs(5)) {
+                    Ok(Some(record)) => seen.push(record.payload),
+                    Ok(None) => panic!("{what}: the follower stopped after {} records", seen.len()),
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+            assert_eq!(seen, payloads, "{what}: every record, in order");
+            wal.close().unwrap();
+            let after_close = walcrypt::Follower::open(&log, Some(store.ring()), Lsn::default())
+                .unwrap()
+                .take(payloads.len())
+                .map(|r| r.unwrap().payload)
+                .collect::<Vec<_>>();
+            assert_eq!(
+                after_close, payloads,
+                "{what}: a follower opened after close"
+            );
+        }
+    }
+}
