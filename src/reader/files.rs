@@ -538,12 +538,21 @@ impl LogFiles {
     pub(crate) fn latest_hint(&self, from_page: Lsn) -> Result<Lsn> {
         let mut hint = Lsn(0);
         let mut page = from_page;
+        // Whether the look went on into a later segment past an unwritten page.
+        let mut went_on = false;
         loop {
             if self.geo.is_header_page(page) {
                 page += self.geo.page_size;
                 continue;
             }
-            match self.read_page_header(page)? {
+            let header = match self.read_page_header(page) {
+                // A later segment gone or given to another segment since these files were
+                // listed (a writer's open removes the segments after the end, a purge reuses
+                // files): what was found so far stands, as it did before the look went on.
+                Err(e) if went_on && changed_under_reader(&e) => return Ok(hint),
+                other => other?,
+            };
+            match header {
                 Some(h) => hint = hint.max(h.durable_hint),
                 None => {
                     let next = self
@@ -555,6 +564,7 @@ impl LogFiles {
                     match next.filter(|&next| self.segment(next).is_some()) {
                         Some(next) => {
                             page = next;
+                            went_on = true;
                             continue;
                         }
                         None => return Ok(hint),
