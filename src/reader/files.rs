@@ -198,15 +198,13 @@ fn fill_listing_gaps(
     let mut segments: Vec<SegmentInfo> = Vec::with_capacity(listed.len());
     for seg in listed {
         if let Some(prev) = segments.last() {
-            let mut expected = prev.header.start.0.checked_add(size);
-            let mut probes = 0;
-            while let Some(start) = expected.filter(|&e| e < seg.header.start.0) {
-                if probes == GAP_PROBES {
+            let mut expected = prev.header.start.checked_add(size);
+            for _ in 0..GAP_PROBES {
+                let Some(start) = expected.filter(|&e| e < seg.header.start) else {
                     break;
-                }
-                probes += 1;
-                let path = dir.join(format::segment_file_name(Lsn(start)));
-                match read_segment_header(storage, &path, Lsn(start)) {
+                };
+                let path = dir.join(format::segment_file_name(start));
+                match read_segment_header(storage, &path, start) {
                     Ok(header) => segments.push(SegmentInfo { path, header }),
                     Err(_) => break,
                 }
@@ -558,11 +556,10 @@ impl LogFiles {
                     let next = self
                         .geo
                         .segment_start(page)
-                        .0
-                        .checked_add(self.geo.segment_size)
-                        .map(Lsn);
+                        .checked_add(self.geo.segment_size);
                     match next.filter(|&next| self.segment(next).is_some()) {
                         Some(next) => {
+                            debug_assert!(next > page, "the look for hints goes forward");
                             page = next;
                             went_on = true;
                             continue;

@@ -469,10 +469,7 @@ fn run(mode: Mode, sync: SyncMode, page: u64, seed: u64, sample: u64, ops: usize
                     // removals, renames and control file never poison it; a directory sync
                     // cannot be told apart by its name (a new segment's is one too), so it is
                     // accepted only when there was something to sync.
-                    Err(e) if wal.poison_cause().is_some() => {
-                        let cause = wal
-                            .poison_cause()
-                            .unwrap_or_else(|| panic!("{}: no poison cause", sweep.what()));
+                    Err(e) if let Some(cause) = wal.poison_cause() => {
                         let write_out = [
                             "write segment",
                             "write page",

@@ -236,9 +236,9 @@ mod peer_stores {
     }
 }
 
-fn open(spec: &PeerSpec, system: System) -> Result<Box<dyn Store>, BoxError> {
+fn open(spec: &PeerSpec) -> Result<Box<dyn Store>, BoxError> {
     let (dir, keys, durable) = (spec.dir, spec.keys, spec.durable);
-    match system {
+    match spec.system {
         System::Walcrypt(mode) => {
             let sync = if durable {
                 SyncMode::Durable
@@ -258,7 +258,7 @@ fn open(spec: &PeerSpec, system: System) -> Result<Box<dyn Store>, BoxError> {
         #[cfg(not(feature = "peers"))]
         System::Okaywal | System::RaftEngine => Err(format!(
             "{} is compiled in only with walbench's `peers` feature",
-            system.name()
+            spec.system.name()
         )
         .into()),
     }
@@ -292,7 +292,7 @@ pub fn run_peer_cell(spec: &PeerSpec) -> Result<Option<PeerCell>, BoxError> {
     if !spec.system.supports(spec.durable) {
         return Ok(None);
     }
-    let store = open(spec, spec.system)?;
+    let store = open(spec)?;
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(spec.threads + 1);
     let (elapsed, outcomes) = std::thread::scope(|s| {
