@@ -126,6 +126,10 @@ fn segment_hint(files: &LogFiles, i: usize, from_page: Lsn, to_page: Lsn) -> Res
 /// segment from the one holding `synced_before` (before which the log is proven durable) to the
 /// end: whatever the previous writer left in the page cache becomes durable before new pages
 /// claim, through their durable hint, that the log is durable up to `end`.
+///
+/// The later segments are removed newest first, the directory synced before the first removal
+/// and after each: a crash meanwhile (or an earlier open that failed halfway) leaves them
+/// without a gap, and a gap, even after the end of the log, would keep the log from opening.
 pub(crate) fn truncate_after(files: &LogFiles, end: Lsn, synced_before: Lsn) -> Result<()> {
     let geo = files.geo;
     let tail_segment = if end.0.is_multiple_of(geo.segment_size) {
@@ -134,12 +138,23 @@ pub(crate) fn truncate_after(files: &LogFiles, end: Lsn, synced_before: Lsn) -> 
         geo.segment_start(end)
     };
     let storage = files.storage.as_ref();
+    let sync_dir = |op| {
+        storage
+            .sync_dir(&files.dir)
+            .map_err(|e| Error::io(op, &files.dir, e))
+    };
+    let mut removing = false;
     for seg in files.segments.iter().rev() {
         let start = seg.header.start;
         if start > tail_segment {
+            if !removing {
+                sync_dir("sync directory before removing segments")?;
+                removing = true;
+            }
             storage
                 .remove(&seg.path)
                 .map_err(|e| Error::io("remove segment after the end of the log", &seg.path, e))?;
+            sync_dir("sync directory")?;
         } else {
             let file = storage
                 .open(&seg.path, true)
@@ -154,9 +169,7 @@ pub(crate) fn truncate_after(files: &LogFiles, end: Lsn, synced_before: Lsn) -> 
             }
         }
     }
-    storage
-        .sync_dir(&files.dir)
-        .map_err(|e| Error::io("sync directory", &files.dir, e))
+    sync_dir("sync directory")
 }
 
 /// The file-system block: zeros are written over whole blocks, but for the one holding the

@@ -281,12 +281,13 @@ impl Wal {
     /// as free files: the newest that fit the segment the log makes next, as many as the pool
     /// ([`crate::Config::recycle_segments`]) has room for. Free files already in the pool that
     /// no longer fit (the key was rotated since, another window) are removed here, before the
-    /// purge retires any key. Returns the starts to keep and whether a free file was removed.
-    pub(super) fn keep_for_reuse(&self, doomed: &[Lsn]) -> Result<(Vec<Lsn>, bool)> {
+    /// purge retires any key (the purge syncs the directory after this). Returns the starts
+    /// to keep.
+    pub(super) fn keep_for_reuse(&self, doomed: &[Lsn]) -> Result<Vec<Lsn>> {
         let storage = self.storage.as_ref();
         let free = list_free(storage, &self.dir)?;
         if self.recycle == 0 && free.is_empty() {
-            return Ok((Vec::new(), false));
+            return Ok(Vec::new());
         }
         let end = self.reservations.end();
         let Some(next) = self
@@ -294,11 +295,10 @@ impl Wal {
             .segment_start(end)
             .checked_add(self.geo.segment_size)
         else {
-            return Ok((Vec::new(), false));
+            return Ok(Vec::new());
         };
         let want = self.segment_header(next);
         let mut pooled = 0;
-        let mut removed = false;
         for old in free {
             if pooled < self.recycle
                 && free_header(storage, &self.dir, old).is_some_and(|h| fits(&h, &want))
@@ -306,7 +306,6 @@ impl Wal {
                 pooled += 1;
             } else {
                 remove_free(storage, &self.dir, old)?;
-                removed = true;
             }
         }
         let mut keep = Vec::new();
@@ -321,7 +320,7 @@ impl Wal {
                 keep.push(start);
             }
         }
-        Ok((keep, removed))
+        Ok(keep)
     }
 
     /// The key ids the free files of the log's directory list. A free file whose header does

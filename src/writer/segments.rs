@@ -86,8 +86,9 @@ impl Wal {
     ///
     /// The write lock is held only to drop the writer's handles of those segments; listing,
     /// unlinking and the directory syncs happen outside it, so commits do not wait for them.
-    /// The directory is synced after each segment removed, oldest first, so that a crash
-    /// during a purge leaves the log's segments without a gap.
+    /// The directory is synced before the first removal and after each segment removed, oldest
+    /// first, and purges run one at a time, so that a crash during a purge leaves the log's
+    /// segments without a gap, also after an earlier purge failed in its directory sync.
     /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
     /// every decrypt-only data key that no remaining segment lists is retired from the store;
     /// an error there (after the files are gone) is returned, and the next purge retries.
@@ -107,6 +108,9 @@ impl Wal {
         if self.positions.synced() < wanted {
             self.sync_all()?;
         }
+        // One purge at a time: two running at once could each remove a segment with the
+        // other's removal not yet durable, and a crash could keep the newer removal only.
+        let _one = self.retention.one_purge.lock();
         let flushed = self.positions.flushed();
         let limit = lsn.min(self.positions.synced());
         let holding = self.segment_holding_end(flushed);
@@ -134,7 +138,14 @@ impl Wal {
             }
             w.files.retain(|(s, _)| !doomed.contains(s));
         }
-        let (keep, unpooled) = self.keep_for_reuse(&doomed)?;
+        let keep = self.keep_for_reuse(&doomed)?;
+        // Whatever an earlier purge removed is made durable before this one removes more: a
+        // purge whose directory sync failed (or whose process ended before it) may have left
+        // its last removal unsynced, and a crash could keep a newer removal without it, a
+        // log with a segment missing in the middle, which does not open.
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| Error::io("sync directory before removing segments", &self.dir, e))?;
         let mut removed = 0;
         for start in doomed {
             let path = self.dir.join(format::segment_file_name(start));
@@ -156,11 +167,6 @@ impl Wal {
             // Each removal is durable before the next: a crash never brings back an older
             // segment without the newer ones (a log missing a segment in the middle does
             // not open).
-            self.storage
-                .sync_dir(&self.dir)
-                .map_err(|e| Error::io("sync directory", &self.dir, e))?;
-        }
-        if removed == 0 && unpooled {
             self.storage
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;
