@@ -243,6 +243,28 @@ pub(crate) fn changed_under_reader(e: &Error) -> bool {
 }
 
 impl LogFiles {
+    /// `error`, or [`Error::Purged`] when it is a segment file not found and the segments
+    /// listed now start after the one holding `needed`: a purge removed it after these files
+    /// were listed (a reader or follower opened at the oldest segment while a purge ran).
+    pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
+        let not_found = matches!(
+            &error,
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound
+        );
+        if !not_found {
+            return error;
+        }
+        match list_segments(self.storage.as_ref(), &self.dir) {
+            Ok(starts) => match starts.first() {
+                Some(&oldest) if self.geo.segment_start(needed) < oldest => {
+                    Error::Purged { needed, oldest }
+                }
+                _ => error,
+            },
+            Err(_) => error,
+        }
+    }
+
     /// Opens the segments of `dir` and checks that they form one log and that every key in
     /// `ring` matches the check values recorded for its id.
     pub(crate) fn open(

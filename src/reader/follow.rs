@@ -349,9 +349,28 @@ impl Follower {
         if self.shared_keys.is_some() {
             files.share_keys(self.shared_keys.clone())?;
         }
-        self.pos = super::record_start(&files, self.from)?;
-        // `durable_lsn` is true from the start, not only once a record needed it.
-        let frontier = durable_frontier(&files, self.wal.as_ref(), self.pos)?;
+        // A purge may remove the oldest segment between the listing and these reads: from
+        // the start of the log, the follower looks again at the next poll; from a position
+        // the purge removed, that is `Purged`.
+        let started = super::record_start(&files, self.from).and_then(|pos| {
+            // `durable_lsn` is true from the start, not only once a record needed it.
+            Ok((pos, durable_frontier(&files, self.wal.as_ref(), pos)?))
+        });
+        let (pos, frontier) = match started {
+            Ok(started) => started,
+            Err(e) if is_not_found(&e) => {
+                let oldest = files.segments.first().map(|s| s.header.start);
+                if self.from == Lsn(0) || Some(self.from) == oldest {
+                    return Ok(false);
+                }
+                return match files.purged_instead(self.from, e) {
+                    e if is_not_found(&e) => Ok(false),
+                    e => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        self.pos = pos;
         self.durable = self.durable.max(frontier);
         self.files = Some(files);
         Ok(true)

@@ -169,7 +169,17 @@ impl Reader {
 
     /// The first record boundary of the oldest segment.
     pub fn first_lsn(&self) -> Result<Lsn> {
-        record_start(&self.files, Lsn(0))
+        record_start(&self.files, Lsn(0)).map_err(|e| self.purged_instead(Lsn(0), e))
+    }
+
+    /// `error`, or [`Error::Purged`] when a purge removed the segment holding `lsn` (the
+    /// oldest segment for `Lsn(0)`) after this reader listed the files.
+    fn purged_instead(&self, lsn: Lsn, error: Error) -> Error {
+        let needed = match (lsn, self.files.segments.first()) {
+            (Lsn(0), Some(oldest)) => oldest.header.start,
+            _ => lsn,
+        };
+        self.files.purged_instead(needed, error)
     }
 
     /// Records from `lsn` (a record boundary, or `Lsn::default()` for the start of the log) to
@@ -191,7 +201,7 @@ impl Reader {
     fn walk(&self, lsn: Lsn) -> Walk<'_> {
         let (cursor, pending) = match record_start(&self.files, lsn) {
             Ok(pos) => (Some(Cursor::new(&self.files, pos)), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(self.purged_instead(lsn, e))),
         };
         Walk {
             files: &self.files,
@@ -217,7 +227,9 @@ impl Walk<'_> {
             self.cursor = None;
             return Some(Err(e));
         }
-        let step = self.cursor.as_mut()?.next();
+        let cursor = self.cursor.as_mut()?;
+        let at = cursor.position();
+        let step = cursor.next();
         match step {
             Ok(Step::Record(stored)) => Some(Ok(stored)),
             Ok(Step::End(invalid)) => {
@@ -236,7 +248,8 @@ impl Walk<'_> {
             }
             Err(e) => {
                 self.cursor = None;
-                Some(Err(e))
+                // The segment the cursor went on to was purged after the reader listed it.
+                Some(Err(self.files.purged_instead(at, e)))
             }
         }
     }
