@@ -381,12 +381,23 @@ impl Follower {
         &mut self,
         convert: impl Fn(Stored, Option<&Keys>) -> Result<T>,
     ) -> Result<Option<T>> {
-        let polled = match self.poll_files(&convert) {
-            Err(Error::MissingKey(key_id)) if self.pick_up_key(key_id)? => {
-                self.poll_files(&convert)
+        // A key picked up, the record is read again. That read may pass segments made by
+        // later rotations (each holds only switch records, sealed under its own key in
+        // perrecord-gcm) and meet a key newer still: it is picked up too, as long as each is
+        // another key. The same key missing again after it was taken is the error.
+        let mut polled = self.poll_files(&convert);
+        let mut picked = None;
+        for _ in 0..MAX_KEY_PICKUPS {
+            match polled {
+                Err(Error::MissingKey(key_id))
+                    if picked != Some(key_id) && self.pick_up_key(key_id)? =>
+                {
+                    picked = Some(key_id);
+                    polled = self.poll_files(&convert);
+                }
+                _ => break,
             }
-            other => other,
-        };
+        }
         match polled {
             Err(e) if is_not_found(&e) => self.after_vanished(e),
             Err(e) if is_unlisted_key(&e) => self.after_replaced(e),
@@ -608,6 +619,10 @@ fn is_unlisted_key(error: &Error) -> bool {
         }
     )
 }
+
+/// How many keys one poll takes from the attached `Wal` or the key store before a key still
+/// missing is reported: bounds the work of a poll racing a writer that rotates without pause.
+const MAX_KEY_PICKUPS: usize = 64;
 
 fn is_not_found(error: &Error) -> bool {
     matches!(error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)

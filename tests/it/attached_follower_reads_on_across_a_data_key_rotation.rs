@@ -3,10 +3,19 @@
 //! the Wal's current keys. It used to stop with `MissingKey(2)` at the first record after the
 //! rotation. perrecord, pagelevel and perrecord-gcm.
 
-use std::sync::Arc;
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use support::hooked::{Hooked, Hooks};
 use walcrypt::{Config, Follower, Kek, KeyProvider, KeyStore, Lsn, Mode, SyncMode, Wal};
+
+/// Which open of the second segment by the follower's thread runs the two rotations: the
+/// follower's poll opens it to read its header, to read its switch record, and again to read
+/// it once more with the keys it took.
+const OPENS_BEFORE_ROTATING: u32 = 3;
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -42,5 +51,101 @@ fn attached_follower_reads_on_across_a_data_key_rotation() {
             got.push(record.payload);
         }
         assert_eq!(got, expected, "{mode}");
+    }
+}
+
+
+/// Rotates the data key of the `Wal` twice (once) when the armed thread opens the file `path`
+/// for the `nth` time.
+#[derive(Default)]
+struct RotateOnOpen {
+    armed: Mutex<Option<(std::thread::ThreadId, PathBuf, u32, Weak<Wal>)>>,
+}
+
+impl Hooks for RotateOnOpen {
+    fn opened(&self, path: &Path) {
+        let wal = {
+            let mut armed = self.armed.lock().unwrap();
+            match armed.as_mut() {
+                Some((thread, p, nth, wal))
+                    if *thread == std::thread::current().id() && p == path =>
+                {
+                    *nth -= 1;
+                    if *nth > 0 {
+                        return;
+                    }
+                    let wal = wal.upgrade();
+                    *armed = None;
+                    wal
+                }
+                _ => return,
+            }
+        };
+        if let Some(wal) = wal {
+            wal.rotate_data_key().unwrap();
+            wal.rotate_data_key().unwrap();
+        }
+    }
+}
+
+/// An attached follower meets a key it lacks in a segment switch record (perrecord-gcm seals
+/// them), takes the `Wal`'s keys and reads again; while it reads again, two more rotations
+/// (run by a storage hook as the follower opens a segment) add a segment sealed under a key
+/// newer than the ones it took. It takes the keys again, rather than reporting `MissingKey`
+/// for a key the `Wal` has, and yields the next record. perrecord-gcm: the one mode whose
+/// switch records are sealed, so a follower meets keys in segments that hold no record.
+#[test]
+fn attached_follower_takes_keys_again_when_rotations_come_while_it_reads() {
+    {
+        let mode = Mode::PerRecordGcm;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
+        let store = Arc::new(KeyStore::create(dir.path().join("keys.store"), kek).unwrap());
+        let hooks = Arc::new(RotateOnOpen::default());
+        let config = Config::new(mode)
+            .key_store(store)
+            .storage(Arc::new(Hooked(hooks.clone())))
+            .sync(SyncMode::Durable)
+            .page_size(512)
+            .segment_size(4 * 512)
+            .prepare_segments(false);
+        let wal = Arc::new(Wal::open(&log, config).unwrap());
+        let first = wal.append(1, b"before the rotations").unwrap();
+        wal.flush(first).unwrap();
+        let mut follower = Follower::attach(&wal, Lsn::default()).unwrap();
+        let r = follower.next_timeout(PATIENCE).unwrap().unwrap();
+        assert_eq!(r.payload, b"before the rotations", "{mode}");
+        assert!(follower.poll().unwrap().is_none(), "{mode}");
+        // Keys 2 and 3: the follower has key 1 only.
+        wal.rotate_data_key().unwrap();
+        wal.rotate_data_key().unwrap();
+        // The log ends at the end of the second segment: its switch record is sealed under
+        // key 2, and the third segment is made by the next write.
+        assert_eq!(wal.end_lsn(), Lsn(2 * 4 * 512), "{mode}");
+        let second = log.join(format!("{:016X}.wal", 4 * 512));
+        *hooks.armed.lock().unwrap() = Some((
+            std::thread::current().id(),
+            second,
+            OPENS_BEFORE_ROTATING,
+            Arc::downgrade(&wal),
+        ));
+        // The poll lists the second segment and meets key 2 in its switch record, takes keys 1
+        // to 3 and reads again; as it opens the second segment again, two rotations add the
+        // third segment (its switch record sealed under key 3) and the fourth (under key 4).
+        if let Err(e) = follower.poll() {
+            panic!("{mode}: a poll while the writer rotated: {e}");
+        }
+        assert!(
+            hooks.armed.lock().unwrap().is_none(),
+            "{mode}: the rotations while the follower read did not run"
+        );
+        let lsn = wal.append(1, b"after the rotations").unwrap();
+        wal.flush(lsn).unwrap();
+        let r = follower
+            .next_timeout(PATIENCE)
+            .unwrap_or_else(|e| panic!("{mode}: after the rotations: {e}"))
+            .unwrap_or_else(|| panic!("{mode}: no record after the rotations"));
+        assert_eq!(r.payload, b"after the rotations", "{mode}");
     }
 }
