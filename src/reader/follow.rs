@@ -117,7 +117,7 @@ pub struct Follower {
     durable: Lsn,
     visibility: Visibility,
     poll_interval: Duration,
-    /// The invalid record last checked for damage, and when.
+    /// The record last checked for damage (invalid, or not yet proven durable), and when.
     checked: Option<(Lsn, Instant)>,
     /// Where a re-read of the segment headers first failed, and when.
     reread_failed: Option<(Lsn, Instant)>,
@@ -565,6 +565,18 @@ impl Follower {
                         self.durable = frontier;
                         continue;
                     }
+                    // The quick look for hints stops at the first page without a valid header
+                    // in the last segment: damage there hides the pages after it, which may be
+                    // all that vouch for this record. Stopped here a while, the follower reads
+                    // every later page header (what the torn-tail rule reads), so it reaches the
+                    // damage and reports it instead of waiting for good.
+                    if self.wal.is_none() && stalled(&mut self.checked, stored.lsn) {
+                        let full = every_later_hint(files, stored.lsn)?;
+                        if full > self.durable {
+                            self.durable = full;
+                            continue;
+                        }
+                    }
                     // The page vouching for it may lie in a segment not seen yet.
                     match refresh(files, self.ring.as_ref())? {
                         Some(newer) => {
@@ -661,8 +673,20 @@ fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Res
     files.latest_hint(files.geo.page_start(from))
 }
 
-/// Whether the follower has been stopped at the invalid record at `lsn` for
-/// [`DAMAGE_CHECK_EVERY`] since it arrived there or last checked.
+/// The largest durable hint among every valid page header from the page holding `lsn` to the
+/// end of the files, past pages without a valid header too.
+fn every_later_hint(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
+    Ok(files
+        .page_headers_from(files.geo.page_start(lsn))?
+        .iter()
+        .filter_map(|p| p.header.as_ref())
+        .map(|h| h.durable_hint)
+        .max()
+        .unwrap_or_default())
+}
+
+/// Whether the follower has been stopped at the record at `lsn` (invalid, or not yet proven
+/// durable) for [`DAMAGE_CHECK_EVERY`] since it arrived there or last checked.
 fn stalled(checked: &mut Option<(Lsn, Instant)>, lsn: Lsn) -> bool {
     match checked {
         Some((at, when)) if *at == lsn => {

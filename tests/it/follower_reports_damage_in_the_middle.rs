@@ -60,3 +60,85 @@ fn follower_reports_damage_in_the_middle() {
         }
     }
 }
+
+/// A page header damaged in the middle of a segment: the pages vouching for the records before
+/// it lie after it, in the same segment. A follower of the files yields what the Reader yields
+/// before the damage and then the Reader's error, instead of waiting forever for those records
+/// to be proven durable (the quick look for durable hints stops at the first page without a
+/// valid header; a follower stopped at one record for a while reads every later header).
+#[test]
+fn follower_reports_a_damaged_page_header_in_the_middle_of_a_segment() {
+    const PAGE: u64 = 1024;
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = Config::new(mode)
+            .keys(keys.clone())
+            .page_size(PAGE)
+            .segment_size(64 * PAGE);
+        let wal = Wal::open(dir.path(), config).unwrap();
+        // One flush for all: only the last page's header vouches for the records (the
+        // close refreshes its durable hint).
+        for i in 0..200u32 {
+            wal.append(1, &i.to_le_bytes().repeat(30)).unwrap();
+        }
+        wal.flush(wal.end_lsn()).unwrap();
+        wal.close().unwrap();
+        // The header of the 10th page, in the first segment, which the log fills past its
+        // 20th page.
+        let path = dir.path().join(segment_file_name(Lsn(0)));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(10 * PAGE + 2) as usize] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+        let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let mut before = Vec::new();
+        let mut expected_error = None;
+        for r in reader.records_from(Lsn::default()) {
+            match r {
+                Ok(r) => before.push(r.payload),
+                Err(e) => {
+                    expected_error = Some(e);
+                    break;
+                }
+            }
+        }
+        let Some(Error::Corrupt { at: damage, .. }) = expected_error else {
+            panic!("{mode}: the reader does not report the damage: {expected_error:?}");
+        };
+        assert!(
+            damage.lsn < Lsn(11 * PAGE) && !before.is_empty(),
+            "{mode}: the reader's error at {} after {} records",
+            damage.lsn,
+            before.len()
+        );
+
+        for visibility in [Visibility::Durable, Visibility::Written] {
+            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
+                .unwrap()
+                .visibility(visibility);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut seen = 0;
+            let err = loop {
+                assert!(
+                    Instant::now() < deadline,
+                    "{mode} {visibility:?}: damage never reported, {seen} records yielded"
+                );
+                match follower.next_timeout(Duration::from_millis(100)) {
+                    Ok(Some(r)) => {
+                        assert_eq!(r.payload, before[seen], "{mode} {visibility:?}");
+                        seen += 1;
+                    }
+                    Ok(None) => {}
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(seen, before.len(), "{mode} {visibility:?}");
+            match err {
+                Error::Corrupt { at, .. } => {
+                    assert_eq!(at.lsn, damage.lsn, "{mode} {visibility:?}")
+                }
+                other => panic!("{mode} {visibility:?}: {other}"),
+            }
+        }
+    }
+}
