@@ -243,20 +243,25 @@ pub(crate) fn changed_under_reader(e: &Error) -> bool {
 }
 
 impl LogFiles {
-    /// `error`, or [`Error::Purged`] when it is a segment file not found and the segments
-    /// listed now start after the one holding `needed`: a purge removed it after these files
-    /// were listed (a reader or follower opened at the oldest segment while a purge ran).
+    /// `error`, or [`Error::Purged`] when it is a segment file not found, and that segment
+    /// and the one holding `needed` lie before the segments listed now: a purge removed them
+    /// after these files were listed (a reader or follower opened at the oldest segment while
+    /// a purge ran).
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
-        let not_found = matches!(
-            &error,
-            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound
-        );
-        if !not_found {
+        let missing = match &error {
+            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(format::parse_segment_file_name)
+            }
+            _ => None,
+        };
+        let Some(missing) = missing else {
             return error;
-        }
+        };
         match list_segments(self.storage.as_ref(), &self.dir) {
             Ok(starts) => match starts.first() {
-                Some(&oldest) if self.geo.segment_start(needed) < oldest => {
+                Some(&oldest) if missing < oldest && self.geo.segment_start(needed) < oldest => {
                     Error::Purged { needed, oldest }
                 }
                 _ => error,

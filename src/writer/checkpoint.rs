@@ -38,11 +38,6 @@ pub(super) struct Retention {
     /// no hold and no checkpoint is accepted in it meanwhile (`check_not_purging`). Taken
     /// under the control lock or with no lock held; nothing is taken under it.
     purging: Mutex<(u32, Lsn)>,
-    /// Held by a purge from its listing of the segments to its last removal: purges remove
-    /// files one at a time, each removal durable before the next, also when two are called at
-    /// once (`Wal::purge_before`). Taken with no lock of the log held; the sync turn, the write
-    /// lock and the control lock are taken under it.
-    pub(super) one_purge: Mutex<()>,
     /// How far a hold may fall behind the end before a purge gives it up.
     max_hold_bytes: u64,
 }
@@ -52,7 +47,6 @@ impl Retention {
         Retention {
             control: Mutex::new(Control::default()),
             purging: Mutex::new((0, Lsn(0))),
-            one_purge: Mutex::new(()),
             max_hold_bytes,
         }
     }

@@ -87,8 +87,9 @@ impl Wal {
     /// The write lock is held only to drop the writer's handles of those segments; listing,
     /// unlinking and the directory syncs happen outside it, so commits do not wait for them.
     /// The directory is synced before the first removal and after each segment removed, oldest
-    /// first, and purges run one at a time, so that a crash during a purge leaves the log's
-    /// segments without a gap, also after an earlier purge failed in its directory sync.
+    /// first (also after one another purge removed first), so that a crash during a purge
+    /// leaves the log's segments without a gap, also after an earlier purge failed in its
+    /// directory sync.
     /// With a key store ([`crate::Config::key_store`]), the removals are made durable first, then
     /// every decrypt-only data key that no remaining segment lists is retired from the store;
     /// an error there (after the files are gone) is returned, and the next purge retries.
@@ -108,9 +109,6 @@ impl Wal {
         if self.positions.synced() < wanted {
             self.sync_all()?;
         }
-        // One purge at a time: two running at once could each remove a segment with the
-        // other's removal not yet durable, and a crash could keep the newer removal only.
-        let _one = self.retention.one_purge.lock();
         let flushed = self.positions.flushed();
         let limit = lsn.min(self.positions.synced());
         let holding = self.segment_holding_end(flushed);
@@ -160,13 +158,14 @@ impl Wal {
             };
             match done {
                 Ok(()) => removed += 1,
-                // A purge running beside this one removed it first.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // A purge running beside this one removed it first, perhaps not durably yet:
+                // the sync below makes it durable before this purge removes the next.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(op, &path, e)),
             }
-            // Each removal is durable before the next: a crash never brings back an older
-            // segment without the newer ones (a log missing a segment in the middle does
-            // not open).
+            // Each removal is durable before the next, whichever purge made it: a crash never
+            // brings back an older segment without the newer ones (a log missing a segment in
+            // the middle does not open).
             self.storage
                 .sync_dir(&self.dir)
                 .map_err(|e| Error::io("sync directory", &self.dir, e))?;

@@ -11,8 +11,12 @@
 
 use crate::support;
 
+use std::sync::{Arc, Mutex};
+
 use support::faults::{Effect, FaultStorage, Op, Tear};
+use support::stepping::{Step, Stepping};
 use support::{Rng, payload_for};
+use walcrypt::storage::Storage;
 use walcrypt::{Checkpoint, Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const PAGE: u64 = 512;
@@ -132,4 +136,109 @@ fn purges_after_a_failed_directory_sync_leave_no_gap() {
             );
         }
     }
+}
+
+/// Another purge, played by a storage hook: just before the purge under test removes the oldest
+/// segment, the other one removes it and has not synced the directory yet. The purge under
+/// test finds it gone and goes on to the next segment; at the directory sync after that
+/// removal, crash images are taken.
+struct OtherPurge {
+    fault: FaultStorage,
+    dir: std::path::PathBuf,
+    /// 0: waiting for the removal of the oldest segment; 1: waiting for the next directory
+    /// sync after the purge's next removal; 2: done.
+    phase: Mutex<u32>,
+    removed_next: Mutex<bool>,
+    images: Mutex<Vec<std::path::PathBuf>>,
+    scratch: std::path::PathBuf,
+}
+
+impl Step for OtherPurge {
+    fn before(&self, step: &str) {
+        let mut phase = self.phase.lock().unwrap();
+        match *phase {
+            0 if step == format!("remove {}", segment_name(0)) => {
+                self.fault.remove(&self.dir.join(segment_name(0))).unwrap();
+                *phase = 1;
+            }
+            1 if step == format!("remove {}", segment_name(SEGMENT)) => {
+                *self.removed_next.lock().unwrap() = true;
+            }
+            1 if step == "directory sync" && *self.removed_next.lock().unwrap() => {
+                let mut images = self.images.lock().unwrap();
+                for image in 0..IMAGES {
+                    let out = self.scratch.join(format!("beside-{image}"));
+                    let mut rng = Rng::new(0x0be5_1de ^ image);
+                    self.fault
+                        .crash_image_with_names(&self.dir, &out, &mut rng, Tear::AnySectors);
+                    images.push(out);
+                }
+                *phase = 2;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_purge_syncs_a_removal_another_purge_made_before_it_removes_the_next_segment() {
+    for mode in [Mode::Plaintext, Mode::PerRecordGcm] {
+        let keys = KeyRing::generate().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        let fault = FaultStorage::new();
+        let other = Arc::new(OtherPurge {
+            fault: fault.clone(),
+            dir: dir.clone(),
+            phase: Mutex::new(u32::MAX),
+            removed_next: Mutex::new(false),
+            images: Mutex::new(Vec::new()),
+            scratch: tmp.path().to_path_buf(),
+        });
+        let storage: Arc<dyn Storage> = Arc::new(Stepping(fault.clone(), other.clone()));
+        let wal = Wal::open(&dir, config(mode, &keys, 0).storage(storage)).unwrap();
+        let mut appended = Vec::new();
+        let mut id = 1;
+        while u64::from(wal.end_lsn()) < 4 * SEGMENT {
+            let (kind, payload) = payload_for(id);
+            appended.push((wal.append(kind, &payload).unwrap(), id));
+            id += 1;
+        }
+        wal.flush(wal.end_lsn()).unwrap();
+        *other.phase.lock().unwrap() = 0;
+        assert_eq!(wal.purge_before(Lsn(2 * SEGMENT)).unwrap(), 1, "{mode}");
+        assert_eq!(*other.phase.lock().unwrap(), 2, "{mode}: the other purge never ran");
+        drop(wal);
+        for out in other.images.lock().unwrap().iter() {
+            let what = format!("{mode}, {}", out.display());
+            let names = segment_names(out);
+            Wal::open(out, config(mode, &keys, 0))
+                .unwrap_or_else(|e| panic!("{what} (files {names:?}): reopen: {e}"))
+                .close()
+                .unwrap();
+            let read: Vec<(Lsn, u64)> = Reader::open(out, Some(keys.clone()))
+                .unwrap()
+                .records_from(Lsn::default())
+                .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
+                .map(|r| (r.lsn, id_of(r.kind, &r.payload, &what)))
+                .collect();
+            let from = read.first().map_or(Lsn(u64::MAX), |r| r.0);
+            let expected: Vec<(Lsn, u64)> = appended
+                .iter()
+                .copied()
+                .filter(|(l, _)| *l >= from)
+                .collect();
+            assert_eq!(read, expected, "{what} (files {names:?})");
+        }
+    }
+}
+
+fn segment_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    names.sort();
+    names
 }
