@@ -249,11 +249,10 @@ impl LogFiles {
     /// a purge ran).
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
         let missing = match &error {
-            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(format::parse_segment_file_name)
-            }
+            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(format::parse_segment_file_name),
             _ => None,
         };
         let Some(missing) = missing else {

@@ -54,12 +54,15 @@ fn attached_follower_reads_on_across_a_data_key_rotation() {
     }
 }
 
+/// The thread whose opens count, the file, how many opens are left before the rotations, and
+/// the log to rotate.
+type Armed = (std::thread::ThreadId, PathBuf, u32, Weak<Wal>);
 
 /// Rotates the data key of the `Wal` twice (once) when the armed thread opens the file `path`
 /// for the `nth` time.
 #[derive(Default)]
 struct RotateOnOpen {
-    armed: Mutex<Option<(std::thread::ThreadId, PathBuf, u32, Weak<Wal>)>>,
+    armed: Mutex<Option<Armed>>,
 }
 
 impl Hooks for RotateOnOpen {

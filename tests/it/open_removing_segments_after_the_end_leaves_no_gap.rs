@@ -92,7 +92,9 @@ fn log_with_segments_after_its_end(
         fault.crash_image_with_names(&dir, &image, &mut Rng::new(seed), Tear::Whole);
         let files = segment_files(&image);
         let read = records(&image, keys, &format!("{mode}: crash image {seed}"));
-        let end_segment = read.last().map_or(0, |r| u64::from(r.0) / SEGMENT * SEGMENT);
+        let end_segment = read
+            .last()
+            .map_or(0, |r| u64::from(r.0) / SEGMENT * SEGMENT);
         if files.iter().filter(|&&s| s > end_segment).count() >= 2 {
             return (image, appended);
         }
@@ -111,7 +113,11 @@ fn scenario(mode: Mode, first: u64, second: u64) {
     let fault = FaultStorage::new();
     let mut failed = 0;
     for n in [first, second] {
-        fault.fail_nth(Op::SyncDir, fault.count(Op::SyncDir) + n, Effect::Errno(EIO));
+        fault.fail_nth(
+            Op::SyncDir,
+            fault.count(Op::SyncDir) + n,
+            Effect::Errno(EIO),
+        );
         match Wal::open(&dir, config(mode, &keys).storage(fault.arc())) {
             Ok(wal) => drop(wal),
             Err(_) => failed += 1,

@@ -67,9 +67,16 @@ fn scenario(mode: Mode, recycle: usize, first: u64, second: u64) -> u64 {
     }
     wal.flush(wal.end_lsn()).unwrap();
     for (n, limit) in [(first, 2 * SEGMENT), (second, 3 * SEGMENT)] {
-        fault.fail_nth(Op::SyncDir, fault.count(Op::SyncDir) + n, Effect::Errno(EIO));
+        fault.fail_nth(
+            Op::SyncDir,
+            fault.count(Op::SyncDir) + n,
+            Effect::Errno(EIO),
+        );
         let purged = wal.purge_before(Lsn(limit));
-        assert!(purged.is_err(), "{what}: the purge to {limit} was meant to fail");
+        assert!(
+            purged.is_err(),
+            "{what}: the purge to {limit} was meant to fail"
+        );
         fault.heal();
     }
     let mut brought_back = 0;
@@ -168,7 +175,7 @@ impl Step for OtherPurge {
                 let mut images = self.images.lock().unwrap();
                 for image in 0..IMAGES {
                     let out = self.scratch.join(format!("beside-{image}"));
-                    let mut rng = Rng::new(0x0be5_1de ^ image);
+                    let mut rng = Rng::new(0x00be_51de ^ image);
                     self.fault
                         .crash_image_with_names(&self.dir, &out, &mut rng, Tear::AnySectors);
                     images.push(out);
@@ -207,7 +214,11 @@ fn a_purge_syncs_a_removal_another_purge_made_before_it_removes_the_next_segment
         wal.flush(wal.end_lsn()).unwrap();
         *other.phase.lock().unwrap() = 0;
         assert_eq!(wal.purge_before(Lsn(2 * SEGMENT)).unwrap(), 1, "{mode}");
-        assert_eq!(*other.phase.lock().unwrap(), 2, "{mode}: the other purge never ran");
+        assert_eq!(
+            *other.phase.lock().unwrap(),
+            2,
+            "{mode}: the other purge never ran"
+        );
         drop(wal);
         for out in other.images.lock().unwrap().iter() {
             let what = format!("{mode}, {}", out.display());

@@ -15,11 +15,13 @@ use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Reader, Wal};
 
 const SEGMENT: u64 = 8 * 512;
 
+type Purge = Box<dyn FnOnce() + Send>;
+
 /// Runs a purge (once) when the handle of `path` is dropped: after a listing's header read of
 /// the newest segment, before the reads that follow it.
 #[derive(Default)]
 struct PurgeOnClose {
-    armed: Mutex<Option<(PathBuf, Box<dyn FnOnce() + Send>)>>,
+    armed: Mutex<Option<(PathBuf, Purge)>>,
 }
 
 impl PurgeOnClose {
@@ -61,7 +63,9 @@ fn expect_purged(what: &str, got: Result<impl std::fmt::Debug, Error>, needed: L
         }) => {
             assert_eq!((n, o), (needed, oldest), "{what}: what Purged names");
         }
-        other => panic!("{what}: expected Purged {{ needed: {needed}, oldest: {oldest} }}, got {other:?}"),
+        other => panic!(
+            "{what}: expected Purged {{ needed: {needed}, oldest: {oldest} }}, got {other:?}"
+        ),
     }
 }
 
@@ -100,7 +104,11 @@ fn scenario(mode: Mode) {
     let reader = Reader::open(dir, Some(keys.clone())).unwrap();
     let mut records = reader.records_from(Lsn::default());
     let r = records.next().unwrap().unwrap();
-    assert_eq!(r.lsn, first_in(2 * SEGMENT), "{mode}: the first record left");
+    assert_eq!(
+        r.lsn,
+        first_in(2 * SEGMENT),
+        "{mode}: the first record left"
+    );
     assert_eq!(wal.purge_before(Lsn(4 * SEGMENT)).unwrap(), 2);
     let oldest = Lsn(4 * SEGMENT);
     let mut next = lsns.iter().skip_while(|l| **l <= r.lsn);
@@ -131,13 +139,9 @@ fn scenario(mode: Mode) {
         assert_eq!(purging.purge_before(Lsn(5 * SEGMENT)).unwrap(), 1);
     });
     // From the start: it goes on from the oldest segment left.
-    let mut follower = Follower::open_with_storage(
-        dir,
-        Some(keys.clone()),
-        storage.clone(),
-        Lsn::default(),
-    )
-    .unwrap_or_else(|e| panic!("{mode}: a follower from the start: {e}"));
+    let mut follower =
+        Follower::open_with_storage(dir, Some(keys.clone()), storage.clone(), Lsn::default())
+            .unwrap_or_else(|e| panic!("{mode}: a follower from the start: {e}"));
     assert!(
         hooks.armed.lock().unwrap().is_none(),
         "{mode}: the purge ran"
