@@ -58,8 +58,31 @@ fn attached_follower_reads_on_across_a_data_key_rotation() {
 /// the log to rotate.
 type Armed = (std::thread::ThreadId, PathBuf, u32, Weak<Wal>);
 
-/// Rotates the data key of the `Wal` twice (once) when the armed thread opens the file `path`
-/// for the `nth` time.
+/// Counts an event on `path` in `armed`'s thread; at the armed count, rotates the data key of
+/// the `Wal` twice (once).
+fn count_and_rotate(armed: &Mutex<Option<Armed>>, path: &Path) {
+    let wal = {
+        let mut armed = armed.lock().unwrap();
+        match armed.as_mut() {
+            Some((thread, p, nth, wal)) if *thread == std::thread::current().id() && p == path => {
+                *nth -= 1;
+                if *nth > 0 {
+                    return;
+                }
+                let wal = wal.upgrade();
+                *armed = None;
+                wal
+            }
+            _ => return,
+        }
+    };
+    if let Some(wal) = wal {
+        wal.rotate_data_key().unwrap();
+        wal.rotate_data_key().unwrap();
+    }
+}
+
+/// Rotates when the armed thread opens the armed file for the armed time.
 #[derive(Default)]
 struct RotateOnOpen {
     armed: Mutex<Option<Armed>>,
@@ -67,27 +90,19 @@ struct RotateOnOpen {
 
 impl Hooks for RotateOnOpen {
     fn opened(&self, path: &Path) {
-        let wal = {
-            let mut armed = self.armed.lock().unwrap();
-            match armed.as_mut() {
-                Some((thread, p, nth, wal))
-                    if *thread == std::thread::current().id() && p == path =>
-                {
-                    *nth -= 1;
-                    if *nth > 0 {
-                        return;
-                    }
-                    let wal = wal.upgrade();
-                    *armed = None;
-                    wal
-                }
-                _ => return,
-            }
-        };
-        if let Some(wal) = wal {
-            wal.rotate_data_key().unwrap();
-            wal.rotate_data_key().unwrap();
-        }
+        count_and_rotate(&self.armed, path);
+    }
+}
+
+/// Rotates when the armed thread drops a handle of the armed file for the armed time.
+#[derive(Default)]
+struct RotateOnClose {
+    armed: Mutex<Option<Armed>>,
+}
+
+impl Hooks for RotateOnClose {
+    fn closed(&self, path: &Path) {
+        count_and_rotate(&self.armed, path);
     }
 }
 
@@ -151,4 +166,60 @@ fn attached_follower_takes_keys_again_when_rotations_come_while_it_reads() {
             .unwrap_or_else(|| panic!("{mode}: no record after the rotations"));
         assert_eq!(r.payload, b"after the rotations", "{mode}");
     }
+}
+
+/// The same with a follower that has its own handle of the key store (another process's): it
+/// meets key 2 in a switch record, reads the store file again (keys 1 to 3), and as it drops
+/// the file's handle two rotations (through the writer's handle) add keys 4 and 5 and the
+/// segments sealed under them. Reading on, it reads the store again for key 4 rather than
+/// reporting `MissingKey`.
+#[test]
+fn key_store_follower_reads_the_store_again_when_rotations_come_while_it_reads() {
+    let mode = Mode::PerRecordGcm;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let store_path = dir.path().join("keys.store");
+    let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
+    let store = Arc::new(KeyStore::create(&store_path, kek.clone()).unwrap());
+    let config = Config::new(mode)
+        .key_store(store)
+        .sync(SyncMode::Durable)
+        .page_size(512)
+        .segment_size(4 * 512)
+        .prepare_segments(false);
+    let wal = Arc::new(Wal::open(&log, config).unwrap());
+    let first = wal.append(1, b"before the rotations").unwrap();
+    wal.flush(first).unwrap();
+    let hooks = Arc::new(RotateOnClose::default());
+    let followers_store =
+        Arc::new(KeyStore::open_in(Arc::new(Hooked(hooks.clone())), &store_path, kek).unwrap());
+    let mut follower =
+        Follower::open_with_key_store(&log, followers_store, Lsn::default()).unwrap();
+    let r = follower.next_timeout(PATIENCE).unwrap().unwrap();
+    assert_eq!(r.payload, b"before the rotations");
+    assert!(follower.poll().unwrap().is_none());
+    wal.rotate_data_key().unwrap();
+    wal.rotate_data_key().unwrap();
+    assert_eq!(wal.end_lsn(), Lsn(2 * 4 * 512));
+    // The first handle of the store file the follower drops is the one it read key 2 with.
+    *hooks.armed.lock().unwrap() = Some((
+        std::thread::current().id(),
+        store_path.clone(),
+        1,
+        Arc::downgrade(&wal),
+    ));
+    if let Err(e) = follower.poll() {
+        panic!("a poll while the writer rotated: {e}");
+    }
+    assert!(
+        hooks.armed.lock().unwrap().is_none(),
+        "the rotations while the follower read did not run"
+    );
+    let lsn = wal.append(1, b"after the rotations").unwrap();
+    wal.flush(lsn).unwrap();
+    let r = follower
+        .next_timeout(PATIENCE)
+        .unwrap_or_else(|e| panic!("after the rotations: {e}"))
+        .unwrap_or_else(|| panic!("no record after the rotations"));
+    assert_eq!(r.payload, b"after the rotations");
 }
