@@ -11,6 +11,7 @@
 
 use crate::support;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use support::faults::{Effect, FaultStorage, Op, Tear};
@@ -44,6 +45,56 @@ fn id_of(kind: u8, payload: &[u8], what: &str) -> u64 {
     id
 }
 
+/// Appends records until the log reaches `segments` segments, and flushes them. Returns
+/// (LSN, id) of each.
+fn fill(wal: &Wal, segments: u64) -> Vec<(Lsn, u64)> {
+    let mut appended = Vec::new();
+    let mut id = 1;
+    while u64::from(wal.end_lsn()) < segments * SEGMENT {
+        let (kind, payload) = payload_for(id);
+        appended.push((wal.append(kind, &payload).unwrap(), id));
+        id += 1;
+    }
+    wal.flush(wal.end_lsn()).unwrap();
+    appended
+}
+
+/// Opens the crash image `out` (its checkpoint, then the log), appends and flushes one record,
+/// and checks that it holds every record of `appended` from its oldest on, and nothing else.
+/// Returns where it starts.
+fn check_image(
+    out: &Path,
+    config: Config,
+    keys: &KeyRing,
+    appended: &[(Lsn, u64)],
+    what: &str,
+) -> Lsn {
+    let what = format!("{what} (files {:?})", segment_names(out));
+    Checkpoint::read(out, &config).unwrap_or_else(|e| panic!("{what}: checkpoint: {e}"));
+    let wal = Wal::open(out, config).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    let lsn = wal
+        .append(7, b"after the power cut")
+        .unwrap_or_else(|e| panic!("{what}: append after reopen: {e}"));
+    wal.flush(lsn)
+        .unwrap_or_else(|e| panic!("{what}: flush after reopen: {e}"));
+    wal.close().unwrap();
+    let read: Vec<(Lsn, u64)> = Reader::open(out, Some(keys.clone()))
+        .unwrap()
+        .records_from(Lsn::default())
+        .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
+        .filter(|r| r.lsn != lsn)
+        .map(|r| (r.lsn, id_of(r.kind, &r.payload, &what)))
+        .collect();
+    let from = read.first().map_or(Lsn(u64::MAX), |r| r.0);
+    let expected: Vec<(Lsn, u64)> = appended
+        .iter()
+        .copied()
+        .filter(|(l, _)| *l >= from)
+        .collect();
+    assert_eq!(read, expected, "{what}: records lost or altered");
+    from
+}
+
 /// The name of the segment file starting at `start`.
 fn segment_name(start: u64) -> String {
     format!("{start:016X}.wal")
@@ -58,14 +109,7 @@ fn scenario(mode: Mode, recycle: usize, first: u64, second: u64) -> u64 {
     let dir = tmp.path().join("wal");
     let fault = FaultStorage::new();
     let wal = Wal::open(&dir, config(mode, &keys, recycle).storage(fault.arc())).unwrap();
-    let mut appended = Vec::new();
-    let mut id = 1;
-    while u64::from(wal.end_lsn()) < 6 * SEGMENT {
-        let (kind, payload) = payload_for(id);
-        appended.push((wal.append(kind, &payload).unwrap(), id));
-        id += 1;
-    }
-    wal.flush(wal.end_lsn()).unwrap();
+    let appended = fill(&wal, 6);
     for (n, limit) in [(first, 2 * SEGMENT), (second, 3 * SEGMENT)] {
         fault.fail_nth(
             Op::SyncDir,
@@ -85,43 +129,15 @@ fn scenario(mode: Mode, recycle: usize, first: u64, second: u64) -> u64 {
         let out = tmp.path().join(format!("image-{image}"));
         let mut rng = Rng::new(0x9e37_79b9 ^ (first << 8) ^ (second << 16) ^ image);
         fault.crash_image_with_names(&dir, &out, &mut rng, Tear::AnySectors);
-        let names: Vec<String> = std::fs::read_dir(&out)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".wal"))
-            .collect();
+        let names = segment_names(&out);
         if names.contains(&segment_name(0)) || names.contains(&segment_name(SEGMENT)) {
             brought_back += 1;
         }
-        let reopened = config(mode, &keys, recycle);
-        Checkpoint::read(&out, &reopened)
-            .unwrap_or_else(|e| panic!("{what} (files {names:?}): checkpoint: {e}"));
-        let wal = Wal::open(&out, reopened)
-            .unwrap_or_else(|e| panic!("{what} (files {names:?}): reopen: {e}"));
-        let lsn = wal
-            .append(7, b"after the power cut")
-            .unwrap_or_else(|e| panic!("{what}: append after reopen: {e}"));
-        wal.flush(lsn)
-            .unwrap_or_else(|e| panic!("{what}: flush after reopen: {e}"));
-        wal.close().unwrap();
-        let read: Vec<(Lsn, u64)> = Reader::open(&out, Some(keys.clone()))
-            .unwrap()
-            .records_from(Lsn::default())
-            .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
-            .filter(|r| r.lsn != lsn)
-            .map(|r| (r.lsn, id_of(r.kind, &r.payload, &what)))
-            .collect();
-        let from = read.first().map_or(Lsn(u64::MAX), |r| r.0);
+        let from = check_image(&out, config(mode, &keys, recycle), &keys, &appended, &what);
         assert!(
             from < Lsn(3 * SEGMENT),
             "{what}: the log starts at {from}, past what the purges may have removed"
         );
-        let expected: Vec<(Lsn, u64)> = appended
-            .iter()
-            .copied()
-            .filter(|(l, _)| *l >= from)
-            .collect();
-        assert_eq!(read, expected, "{what}: records lost or altered");
     }
     brought_back
 }
@@ -204,14 +220,7 @@ fn a_purge_syncs_a_removal_another_purge_made_before_it_removes_the_next_segment
         });
         let storage: Arc<dyn Storage> = Arc::new(Stepping(fault.clone(), other.clone()));
         let wal = Wal::open(&dir, config(mode, &keys, 0).storage(storage)).unwrap();
-        let mut appended = Vec::new();
-        let mut id = 1;
-        while u64::from(wal.end_lsn()) < 4 * SEGMENT {
-            let (kind, payload) = payload_for(id);
-            appended.push((wal.append(kind, &payload).unwrap(), id));
-            id += 1;
-        }
-        wal.flush(wal.end_lsn()).unwrap();
+        let appended = fill(&wal, 4);
         *other.phase.lock().unwrap() = 0;
         assert_eq!(wal.purge_before(Lsn(2 * SEGMENT)).unwrap(), 1, "{mode}");
         assert_eq!(
@@ -222,29 +231,13 @@ fn a_purge_syncs_a_removal_another_purge_made_before_it_removes_the_next_segment
         drop(wal);
         for out in other.images.lock().unwrap().iter() {
             let what = format!("{mode}, {}", out.display());
-            let names = segment_names(out);
-            Wal::open(out, config(mode, &keys, 0))
-                .unwrap_or_else(|e| panic!("{what} (files {names:?}): reopen: {e}"))
-                .close()
-                .unwrap();
-            let read: Vec<(Lsn, u64)> = Reader::open(out, Some(keys.clone()))
-                .unwrap()
-                .records_from(Lsn::default())
-                .map(|r| r.unwrap_or_else(|e| panic!("{what}: read: {e}")))
-                .map(|r| (r.lsn, id_of(r.kind, &r.payload, &what)))
-                .collect();
-            let from = read.first().map_or(Lsn(u64::MAX), |r| r.0);
-            let expected: Vec<(Lsn, u64)> = appended
-                .iter()
-                .copied()
-                .filter(|(l, _)| *l >= from)
-                .collect();
-            assert_eq!(read, expected, "{what} (files {names:?})");
+            check_image(out, config(mode, &keys, 0), &keys, &appended, &what);
         }
     }
 }
 
-fn segment_names(dir: &std::path::Path) -> Vec<String> {
+/// The segment files of `dir`, sorted.
+fn segment_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
