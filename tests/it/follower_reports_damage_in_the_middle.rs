@@ -35,29 +35,8 @@ fn follower_reports_damage_in_the_middle() {
         bytes[(victim.end_lsn.0 - 1 - seg) as usize] ^= 0x10;
         std::fs::write(&path, &bytes).unwrap();
 
-        for visibility in [Visibility::Durable, Visibility::Written] {
-            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
-                .unwrap()
-                .visibility(visibility);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mut seen = 0;
-            let err = loop {
-                assert!(Instant::now() < deadline, "{mode}: damage never reported");
-                match follower.next_timeout(Duration::from_millis(100)) {
-                    Ok(Some(r)) => {
-                        assert_eq!(r.payload, records[seen].payload);
-                        seen += 1;
-                    }
-                    Ok(None) => {}
-                    Err(e) => break e,
-                }
-            };
-            assert_eq!(seen, 40, "{mode} {visibility:?}");
-            match err {
-                Error::Corrupt { at, .. } => assert_eq!(at.lsn, victim.lsn, "{mode}"),
-                other => panic!("{mode}: {other}"),
-            }
-        }
+        let before: Vec<Vec<u8>> = records[..40].iter().map(|r| r.payload.clone()).collect();
+        follow_to_the_damage(dir.path(), &keys, &before, victim.lsn, &mode.to_string());
     }
 }
 
@@ -112,33 +91,43 @@ fn follower_reports_a_damaged_page_header_in_the_middle_of_a_segment() {
             before.len()
         );
 
-        for visibility in [Visibility::Durable, Visibility::Written] {
-            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
-                .unwrap()
-                .visibility(visibility);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            let mut seen = 0;
-            let err = loop {
-                assert!(
-                    Instant::now() < deadline,
-                    "{mode} {visibility:?}: damage never reported, {seen} records yielded"
-                );
-                match follower.next_timeout(Duration::from_millis(100)) {
-                    Ok(Some(r)) => {
-                        assert_eq!(r.payload, before[seen], "{mode} {visibility:?}");
-                        seen += 1;
-                    }
-                    Ok(None) => {}
-                    Err(e) => break e,
+        follow_to_the_damage(dir.path(), &keys, &before, damage.lsn, &mode.to_string());
+    }
+}
+
+/// Follows the log in `dir` from its start, durable and written: it must yield `before`, in
+/// order, then `Corrupt` at `damage`, within ten seconds.
+fn follow_to_the_damage(
+    dir: &std::path::Path,
+    keys: &KeyRing,
+    before: &[Vec<u8>],
+    damage: Lsn,
+    what: &str,
+) {
+    for visibility in [Visibility::Durable, Visibility::Written] {
+        let mut follower = Follower::open(dir, Some(keys.clone()), Lsn::default())
+            .unwrap()
+            .visibility(visibility);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = 0;
+        let err = loop {
+            assert!(
+                Instant::now() < deadline,
+                "{what} {visibility:?}: damage never reported, {seen} records yielded"
+            );
+            match follower.next_timeout(Duration::from_millis(100)) {
+                Ok(Some(r)) => {
+                    assert_eq!(r.payload, before[seen], "{what} {visibility:?}");
+                    seen += 1;
                 }
-            };
-            assert_eq!(seen, before.len(), "{mode} {visibility:?}");
-            match err {
-                Error::Corrupt { at, .. } => {
-                    assert_eq!(at.lsn, damage.lsn, "{mode} {visibility:?}")
-                }
-                other => panic!("{mode} {visibility:?}: {other}"),
+                Ok(None) => {}
+                Err(e) => break e,
             }
+        };
+        assert_eq!(seen, before.len(), "{what} {visibility:?}");
+        match err {
+            Error::Corrupt { at, .. } => assert_eq!(at.lsn, damage, "{what} {visibility:?}"),
+            other => panic!("{what} {visibility:?}: {other}"),
         }
     }
 }
