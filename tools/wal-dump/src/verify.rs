@@ -371,6 +371,9 @@ impl Verify<'_> {
         let mut progress = crate::progress::Progress::new("verify: records", first, last);
         let mut begin = self.disk.boundary_before(self.from)?;
         let mut prev_end: Option<Lsn> = None;
+        // Key ids records use that the key file lacks: their payloads (and perrecord-gcm tags)
+        // could not be checked, so the log cannot be judged clean.
+        let mut lacking = std::collections::BTreeSet::new();
         loop {
             let mut records = reader.raw_records_from(begin);
             let mut damage_at = None;
@@ -384,6 +387,13 @@ impl Verify<'_> {
                         }
                         if lsn >= self.from {
                             self.check_record(&rec, prev_end);
+                            if usable.is_some()
+                                && rec.payload.is_none()
+                                && let Some((id, _)) = rec.header.encryption
+                                && lacking.insert(id)
+                            {
+                                self.found.keys.push(lacks_key(rec.lsn, id, mode, args));
+                            }
                         }
                         prev_end = Some(rec.end_lsn);
                     }
@@ -700,4 +710,24 @@ struct CheckedKey {
     fingerprint: String,
     /// `match` or `wrong_key`.
     result: &'static str,
+}
+
+/// The `key:` finding for the first record at `lsn` under key id `id`, which the key file
+/// lacks.
+fn lacks_key(lsn: Lsn, id: u32, mode: Mode, args: &Args) -> String {
+    let file = args
+        .key_file
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let tags = if mode.is_authenticated() {
+        " and their authentication tags"
+    } else {
+        ""
+    };
+    format!(
+        "record at {} uses key id {id}, which key file {file} lacks: the payloads under it{tags} \
+         were not checked; give the key file or store that holds it",
+        fmt_lsn(lsn)
+    )
 }

@@ -181,6 +181,39 @@ fn missing_key_id() {
     }
 }
 
+/// `--verify` with a key file that lacks the key id the records use (here the right key bytes
+/// under another id) is a key problem, never "clean": the payloads and, in perrecord-gcm, the
+/// tags under that key were not checked.
+#[test]
+fn verify_with_a_key_file_lacking_the_records_key_id_is_a_key_problem() {
+    for mode in [Mode::PerRecord, Mode::PerRecordGcm, Mode::PageLevel] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, _, keys, _) = make_log(tmp.path(), mode, 40);
+        let under_another_id = {
+            let mut r = KeyRing::empty();
+            r.add(2, keys.get(1).unwrap().clone()).unwrap();
+            r
+        };
+        let key_file = tmp.path().join("keys-id-2");
+        under_another_id.save(&key_file).unwrap();
+        let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {text}{}", stderr(&o));
+        assert!(!text.contains("clean"), "{mode}: {text}");
+        assert!(text.contains("key id 1"), "{mode}: {text}");
+        let o = wal_dump(&[
+            &"--verify",
+            &"--format",
+            &"json",
+            &"--key-file",
+            &key_file,
+            &log,
+        ]);
+        let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
+        assert_eq!(report["result"], "key_problem", "{mode}: {report}");
+    }
+}
+
 #[test]
 fn unreadable_files() {
     let tmp = tempfile::tempdir().unwrap();
