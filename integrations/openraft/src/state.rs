@@ -198,6 +198,23 @@ impl<C: RaftTypeConfig> State<C> {
         }
     }
 
+    /// After the replay: once entries were purged, the first entry left must be the one right
+    /// after the purge point. One further on means the log lost records after that point (a
+    /// segment file removed by hand looks like a purge to walcrypt): refused as a hole, never
+    /// served as a log with a gap. (Before any purge a log may start at any index, so a lost
+    /// oldest segment cannot be told there.) `Err` with the first entry's index and the index
+    /// expected.
+    pub(crate) fn check_start(&self) -> Result<(), (u64, u64)> {
+        let Some(purged) = &self.last_purged else {
+            return Ok(());
+        };
+        let expected = purged.index + 1;
+        if !self.is_empty() && self.first != expected {
+            return Err((self.first, expected));
+        }
+        Ok(())
+    }
+
     /// Applies one replayed record, by the same rules as the live store. Every replayed
     /// record is durable.
     pub(crate) fn replay(

@@ -178,6 +178,13 @@ where
             (_, Some(e)) => return Err(e),
             (result, None) => Arc::new(result?),
         };
+        if let Err((index, expected)) = state.check_start() {
+            return Err(Error::Hole {
+                lsn: state.first_lsn().unwrap_or_default(),
+                index,
+                expected,
+            });
+        }
         let flusher = Flusher::start(wal.clone()).map_err(Error::Thread)?;
         let store = WalLogStore {
             inner: Arc::new(Inner {
