@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::Lsn;
 use crate::error::{Error, Result};
-use crate::reader::LogFiles;
+use crate::reader::{LogFiles, max_hint};
 use crate::storage::{StorageFile, read_full};
 
 /// A record boundary from which reading surely passes every record that reaches into the last
@@ -114,12 +114,7 @@ fn whole_segment_hint(
 fn segment_hint(files: &LogFiles, i: usize, from_page: Lsn, to_page: Lsn) -> Result<Lsn> {
     let mut pages = Vec::new();
     files.segment_page_headers(&files.segments[i], from_page, to_page, &mut pages)?;
-    Ok(pages
-        .iter()
-        .filter_map(|p| p.header.as_ref())
-        .map(|h| h.durable_hint)
-        .max()
-        .unwrap_or_default())
+    Ok(max_hint(&pages))
 }
 
 /// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every

@@ -242,6 +242,16 @@ pub(crate) fn changed_under_reader(e: &Error) -> bool {
     }
 }
 
+/// The largest durable hint among the valid headers of `pages` (0 when there is none).
+pub(crate) fn max_hint(pages: &[PageInfo]) -> Lsn {
+    pages
+        .iter()
+        .filter_map(|p| p.header.as_ref())
+        .map(|h| h.durable_hint)
+        .max()
+        .unwrap_or_default()
+}
+
 impl LogFiles {
     /// `error`, or [`Error::Purged`] when it is a segment file not found, and that segment
     /// and the one holding `needed` lie before the segments listed now: a purge removed them
@@ -483,6 +493,12 @@ impl LogFiles {
         let n = read_full(file.as_ref(), &mut buf, page - seg_start)
             .map_err(|e| Error::io("read page header", &seg.path, e))?;
         Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == page))
+    }
+
+    /// The largest durable hint among every valid page header from `from_page` to the end of
+    /// the files, past pages without a valid header too (0 when there is none).
+    pub(crate) fn max_hint_from(&self, from_page: Lsn) -> Result<Lsn> {
+        Ok(max_hint(&self.page_headers_from(from_page)?))
     }
 
     /// Every page header from `from_page` to the end of the files, in order.

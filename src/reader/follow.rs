@@ -571,7 +571,7 @@ impl Follower {
                     // every later page header (what the torn-tail rule reads), so it reaches the
                     // damage and reports it instead of waiting for good.
                     if self.wal.is_none() && stalled(&mut self.checked, stored.lsn) {
-                        let full = every_later_hint(files, stored.lsn)?;
+                        let full = files.max_hint_from(files.geo.page_start(stored.lsn))?;
                         if full > self.durable {
                             self.durable = full;
                             continue;
@@ -671,18 +671,6 @@ fn durable_frontier(files: &LogFiles, wal: Option<&Weak<Wal>>, from: Lsn) -> Res
         return Ok(wal.synced_lsn());
     }
     files.latest_hint(files.geo.page_start(from))
-}
-
-/// The largest durable hint among every valid page header from the page holding `lsn` to the
-/// end of the files, past pages without a valid header too.
-fn every_later_hint(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
-    Ok(files
-        .page_headers_from(files.geo.page_start(lsn))?
-        .iter()
-        .filter_map(|p| p.header.as_ref())
-        .map(|h| h.durable_hint)
-        .max()
-        .unwrap_or_default())
 }
 
 /// Whether the follower has been stopped at the record at `lsn` (invalid, or not yet proven

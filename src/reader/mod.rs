@@ -22,7 +22,9 @@ mod made;
 mod prefetched;
 
 pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
-pub(crate) use files::{LogFiles, changed_under_reader, list_segments, read_segment_header};
+pub(crate) use files::{
+    LogFiles, changed_under_reader, list_segments, max_hint, read_segment_header,
+};
 pub use files::{PageInfo, SegmentInfo, check_page_header};
 pub use follow::{Follower, Visibility};
 /// One record as the embedder appended it.
@@ -287,17 +289,12 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
 /// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
-    let start_page = files.geo.page_start(invalid.lsn);
-    for page in files.page_headers_from(start_page)? {
-        if let Some(h) = page.header
-            && h.durable_hint > invalid.lsn
-        {
-            return Ok(Some(files.position_error(
-                invalid.at,
-                invalid.lsn,
-                invalid.kind,
-            )));
-        }
+    if files.max_hint_from(files.geo.page_start(invalid.lsn))? > invalid.lsn {
+        return Ok(Some(files.position_error(
+            invalid.at,
+            invalid.lsn,
+            invalid.kind,
+        )));
     }
     Ok(None)
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use support::faults::{FaultStorage, Tear};
-use support::{Rng, check_payload, payload_for, seed_from_env};
+use support::{Rng, check_payload, crash_config, payload_for, seed_from_env};
 use walcrypt::storage::{Storage, StorageFile};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
@@ -134,13 +134,7 @@ fn check_image(image: &Path, mode: Mode, keys: &KeyRing, expect: &Expect, what: 
 }
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Durable)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .buffer_size(4 * PAGE as usize)
-        .prepare_segments(false)
+    crash_config(mode, keys, SyncMode::Durable, PAGE)
 }
 
 /// The fault storage, with a crash image taken before each write, fdatasync, rename and

@@ -13,7 +13,7 @@
 use crate::support;
 
 use support::faults::{Effect, FaultStorage, Op, Tear};
-use support::{Rng, payload_for, seed_from_env};
+use support::{Rng, crash_config, payload_for, seed_from_env};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const PAGE: u64 = 512;
@@ -21,14 +21,7 @@ const SEGMENT: u64 = 8 * PAGE;
 const EIO: i32 = 5;
 
 fn config(mode: Mode, keys: &KeyRing, recycle: usize) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Buffered)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .buffer_size(4 * PAGE as usize)
-        .prepare_segments(false)
-        .recycle_segments(recycle)
+    crash_config(mode, keys, SyncMode::Buffered, PAGE).recycle_segments(recycle)
 }
 
 /// Small records, so every segment holds several and some span pages.

@@ -14,7 +14,7 @@ use crate::support;
 use std::path::Path;
 
 use support::faults::{Effect, FaultStorage, Op, Tear};
-use support::{Rng, payload_for};
+use support::{Rng, crash_config, payload_for};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const PAGE: u64 = 512;
@@ -22,14 +22,7 @@ const SEGMENT: u64 = 8 * PAGE;
 const EIO: i32 = 5;
 
 fn config(mode: Mode, keys: &KeyRing) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Buffered)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .buffer_size(4 * PAGE as usize)
-        .prepare_segments(false)
-        .recycle_segments(0)
+    crash_config(mode, keys, SyncMode::Buffered, PAGE).recycle_segments(0)
 }
 
 fn segment_files(dir: &Path) -> Vec<u64> {

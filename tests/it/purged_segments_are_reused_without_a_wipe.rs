@@ -14,20 +14,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use support::faults::{FaultStorage, Op};
-use support::{check_payload, payload_for};
+use support::{check_payload, crash_config, payload_for};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
 const PAGE: u64 = 4096;
 const SEGMENT: u64 = 8 * PAGE;
 
 fn config(mode: Mode, keys: &KeyRing, storage: &FaultStorage, recycle: usize) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Durable)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .buffer_size(4 * PAGE as usize)
-        .prepare_segments(false)
+    crash_config(mode, keys, SyncMode::Durable, PAGE)
         .recycle_segments(recycle)
         .storage(storage.arc())
 }

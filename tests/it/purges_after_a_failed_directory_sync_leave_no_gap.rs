@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use support::faults::{Effect, FaultStorage, Op, Tear};
 use support::stepping::{Step, Stepping};
-use support::{Rng, payload_for};
+use support::{Rng, crash_config, payload_for};
 use walcrypt::storage::Storage;
 use walcrypt::{Checkpoint, Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
@@ -26,14 +26,7 @@ const EIO: i32 = 5;
 const IMAGES: u64 = 12;
 
 fn config(mode: Mode, keys: &KeyRing, recycle: usize) -> Config {
-    Config::new(mode)
-        .keys(keys.clone())
-        .sync(SyncMode::Durable)
-        .page_size(PAGE)
-        .segment_size(SEGMENT)
-        .buffer_size(4 * PAGE as usize)
-        .prepare_segments(false)
-        .recycle_segments(recycle)
+    crash_config(mode, keys, SyncMode::Durable, PAGE).recycle_segments(recycle)
 }
 
 fn id_of(kind: u8, payload: &[u8], what: &str) -> u64 {

@@ -165,6 +165,19 @@ pub fn small_config(mode: Mode, keys: &KeyRing) -> Config {
         .sync(SyncMode::Durable)
 }
 
+/// The crash scenarios' log: pages of `page` bytes, 8-page segments, a 4-page write buffer and
+/// no segment prepared ahead, so a few hundred records span many pages, segments and
+/// write-outs, and segments are made where the test appends.
+pub fn crash_config(mode: Mode, keys: &KeyRing, sync: SyncMode, page: u64) -> Config {
+    Config::new(mode)
+        .keys(keys.clone())
+        .sync(sync)
+        .page_size(page)
+        .segment_size(8 * page)
+        .buffer_size(4 * page as usize)
+        .prepare_segments(false)
+}
+
 /// A Durable log of [`small_config`] that keeps up to four purged segment files for reuse
 /// (preparation off, so reuse happens where the test appends), and every payload appended to
 /// it by LSN: 150-byte payloads, one seed each.
