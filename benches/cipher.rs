@@ -1,7 +1,9 @@
 //! AES-256-CTR throughput by record size: the key schedule shared (what the log does), the same
 //! through `cipher`'s `StreamCipherCoreWrapper` (what it did before), expanded per record (the
 //! pitfall), and the whole perrecord seal path (IV, copy, keystream, CRC32C), beside the perrecord-gcm seal path
-//! (AES-256-GCM instead of CTR).
+//! (AES-256-GCM instead of CTR, AWS-LC's as the log uses it). `gcm_open` puts the check and
+//! decryption of a record (what a perrecord-gcm replay does per record) by AWS-LC beside
+//! RustCrypto's `aes-gcm`, which the log used before: the reason for the switch.
 //!
 //! After the criterion groups, a side-by-side table puts the keystream and the seal beside
 //! `openssl speed -evp aes-256-ctr -bytes N` at the same sizes, measured in the same run, one
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use aes::Aes256;
 use aes_gcm::aead::AeadInOut;
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use cipher::{InnerIvInit, KeyInit, StreamCipher, StreamCipherCore};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use walcrypt::inspect::{
@@ -40,6 +43,21 @@ fn shared(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
 fn wrapped(aes: &Aes256, iv: &[u8; IV_LEN], data: &mut [u8]) {
     let core = CtrCore::inner_iv_init(aes, iv.into());
     cipher::StreamCipherCoreWrapper::from_core(core).apply_keystream(data);
+}
+
+/// The log's AES-256-GCM state for `key` (AWS-LC's, as `src/aead.rs` builds it).
+fn aws_lc_gcm(key: &[u8; 32]) -> LessSafeKey {
+    match UnboundKey::new(&AES_256_GCM, key) {
+        Ok(k) => LessSafeKey::new(k),
+        Err(_) => panic!("AWS-LC could not set up an AES-256-GCM key"),
+    }
+}
+
+/// A record's GCM nonce: the first 12 bytes of its IV.
+fn nonce(n: u64) -> Nonce {
+    let mut nonce = [0u8; 12];
+    nonce.copy_from_slice(&iv(n)[..12]);
+    Nonce::assume_unique_for_key(nonce)
 }
 
 fn iv(n: u64) -> [u8; IV_LEN] {
@@ -65,7 +83,7 @@ fn cipher(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
     let key = Key::from_bytes(*bytes);
-    let gcm = aes_gcm::Aes256Gcm::from(aes.clone());
+    let gcm = aws_lc_gcm(&*bytes);
     let mut group = c.benchmark_group("aes256ctr");
     group
         .sample_size(20)
@@ -106,8 +124,7 @@ fn cipher(c: &mut Criterion) {
             })
         });
         // The same for perrecord-gcm: AES-256-GCM over the payload with 32 B of associated
-        // data, the tag appended, the CRC32C over all of it. (The LSN is bound into the tag
-        // inside the insert lock: one GHASH block, measured by walbench's lock hold times.)
+        // data (the LSN in it), the tag appended, the CRC32C over all of it.
         let aad = [7u8; 32];
         group.bench_with_input(
             BenchmarkId::new("perrecord_gcm_seal", size),
@@ -117,10 +134,9 @@ fn cipher(c: &mut Criterion) {
                     n += 1;
                     let mut sealed = vec![0u8; HLEN + size + 16];
                     sealed[HLEN..HLEN + size].copy_from_slice(black_box(&payload));
-                    let nonce: [u8; 12] = iv(n)[..12].try_into().unwrap_or_default();
                     let (body, tag) = sealed[HLEN..].split_at_mut(size);
-                    if let Ok(t) = gcm.encrypt_inout_detached(&nonce.into(), &aad, body.into()) {
-                        tag.copy_from_slice(&t);
+                    if let Ok(t) = gcm.seal_in_place_separate_tag(nonce(n), Aad::from(aad), body) {
+                        tag.copy_from_slice(t.as_ref());
                     }
                     let crc = crc32c::crc32c(&sealed);
                     black_box((sealed, crc))
@@ -130,35 +146,48 @@ fn cipher(c: &mut Criterion) {
     }
     group.finish();
 
-    // What perrecord-gcm adds inside the insert lock per record: one GHASH block (the LSN's
-    // share of the tag, with GHASH keyed by H^(c+2) before the lock), the CRC32C over the
-    // 16 tag bytes and then over the LSN's 4 low bytes (format version 3). The clone stands in
-    // for the move of the pre-keyed hasher.
-    let mut h = ghash::Key::default();
-    h[0] = 0x5a;
-    let keyed = ghash::GHash::new(&h);
-    let mut group = c.benchmark_group("gcm_lsn_bind");
+    // What a perrecord-gcm replay does per record: check the tag over 32 B of associated
+    // data and the ciphertext, and decrypt it. AWS-LC (the log's) beside RustCrypto's
+    // `aes-gcm` 0.11 (what the log used before). The ciphertext is copied back in each time
+    // (both sides pay the copy).
+    let rustcrypto = aes_gcm::Aes256Gcm::from(aes.clone());
+    let mut group = c.benchmark_group("gcm_open");
     group
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    let mut lsn = 0u64;
-    let mut tag = [0u8; 16];
-    group.bench_function("in_insert_lock", |b| {
-        b.iter(|| {
-            use ghash::universal_hash::UniversalHash;
-            lsn += 4096;
-            let mut block = ghash::Block::default();
-            block[8..].copy_from_slice(&lsn.to_le_bytes());
-            let mut hash = keyed.clone();
-            hash.update(&[block]);
-            for (t, s) in tag.iter_mut().zip(hash.finalize().iter()) {
-                *t ^= *s;
-            }
-            let crc = crc32c::crc32c_append(7, &tag);
-            black_box(bind_crc_to_lsn(FORMAT_VERSION, crc, Lsn(lsn)))
-        })
-    });
+    let aad = [7u8; 32];
+    for size in [100, 1024, 8192] {
+        group.throughput(Throughput::Bytes(size as u64));
+        let mut sealed = common::payload(size);
+        let tag = gcm
+            .seal_in_place_separate_tag(nonce(1), Aad::from(aad), &mut sealed)
+            .map(|t| <[u8; 16]>::try_from(t.as_ref()).unwrap_or_default())
+            .unwrap_or_default();
+        let mut buf = sealed.clone();
+        group.bench_with_input(BenchmarkId::new("aws_lc", size), &size, |b, _| {
+            b.iter(|| {
+                buf.copy_from_slice(&sealed);
+                let ok = gcm.open_in_place_separate_tag(nonce(1), Aad::from(aad), &tag, &mut buf);
+                assert!(ok.is_ok(), "a record sealed by AWS-LC opens");
+                black_box(&buf);
+            })
+        });
+        let n1: [u8; 12] = iv(1)[..12].try_into().unwrap_or_default();
+        group.bench_with_input(BenchmarkId::new("rustcrypto", size), &size, |b, _| {
+            b.iter(|| {
+                buf.copy_from_slice(&sealed);
+                let ok = rustcrypto.decrypt_inout_detached(
+                    &n1.into(),
+                    &aad,
+                    buf.as_mut_slice().into(),
+                    &tag.into(),
+                );
+                assert!(ok.is_ok(), "the same record opens with aes-gcm");
+                black_box(&buf);
+            })
+        });
+    }
     group.finish();
 
     // What every other record gets inside the insert lock (format version 3): the checksum
@@ -169,6 +198,7 @@ fn cipher(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
     let mut header = [0u8; HLEN];
+    let mut lsn = 0u64;
     group.bench_function("in_insert_lock", |b| {
         b.iter(|| {
             lsn += 4096;
@@ -186,7 +216,7 @@ fn cipher(c: &mut Criterion) {
 fn compress_then_seal(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
-    let gcm = aes_gcm::Aes256Gcm::from(aes.clone());
+    let gcm = aws_lc_gcm(&*bytes);
     let page = common::page_like(0x5eed);
     let packed_len = lz4_flex::block::compress(&page).len();
     let mut group = c.benchmark_group("seal_page_image");
@@ -217,11 +247,10 @@ fn compress_then_seal(c: &mut Criterion) {
                     sealed[HLEN..HLEN + body.len()].copy_from_slice(&body);
                     let (payload, tag) = sealed[HLEN..].split_at_mut(body.len());
                     if gcm_mode {
-                        let nonce: [u8; 12] = iv(n)[..12].try_into().unwrap_or_default();
                         if let Ok(t) =
-                            gcm.encrypt_inout_detached(&nonce.into(), &[0; 32], payload.into())
+                            gcm.seal_in_place_separate_tag(nonce(n), Aad::from([0; 32]), payload)
                         {
-                            tag.copy_from_slice(&t);
+                            tag.copy_from_slice(t.as_ref());
                         }
                     } else {
                         shared(&aes, &iv(n), payload);

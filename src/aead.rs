@@ -1,59 +1,84 @@
-//! Authenticated record encryption (mode `perrecord-gcm`): AES-256-GCM from the `aes-gcm`
-//! crate.
+//! AES-256-GCM (NIST SP 800-38D), every use of it in walcrypt: perrecord-gcm records, the
+//! sealed segment switch, checkpoint metadata, the key store's wraps and authentication, and
+//! sealed files. The AEAD is AWS-LC's (`aws-lc-rs`); this file only adapts its calls.
 //!
-//! The tag covers the ciphertext and, as associated data, [`crate::format::auth_aad`]: log id, key
-//! id, length, kind, flags, mode code and the record's LSN. An appender learns its record's LSN
-//! when it reserves the record's bytes, before it seals, so the tag is plain AES-GCM over the
-//! full associated data, sealed ([`GcmKey::seal`]) and checked ([`GcmKey::open`]) by the crate.
+//! Why AWS-LC and not RustCrypto's `aes-gcm`, which walcrypt used before: on this project's
+//! machines (AMD EPYC, AES-NI, VAES, PCLMULQDQ) AWS-LC's fused AES-GCM opens a 100-byte
+//! oltp payload (32 bytes of associated data) in about 67 ns against 162 ns for `aes-gcm`
+//! 0.11, and 8 KiB in 577 ns against 2086 ns (docs/BENCHMARKS.md, "Cipher"). A perrecord-gcm
+//! replay is the AEAD's open per record, so that is the mode's recovery time. The key schedule
+//! and GHASH table live in memory AWS-LC allocated, which it wipes when it frees it
+//! (`OPENSSL_free` cleanses every allocation), so a dropped [`GcmKey`] leaves no key behind,
+//! as the `zeroize` feature of the RustCrypto crates does for CTR.
+//!
+//! For records, the tag covers the ciphertext and, as associated data,
+//! [`crate::format::auth_aad`]: log id, key id, length, kind, flags, mode code and the
+//! record's LSN. An appender learns its record's LSN when it reserves the record's bytes,
+//! before it seals, so the tag is plain AES-GCM over the full associated data.
 
-use aes::Aes256;
-use aes_gcm::aead::AeadInOut;
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 
-use crate::format::{AAD_LEN, TAG_LEN};
+use crate::error::{Error, Result};
+use crate::format::KEY_LEN;
 
-/// Length of a GCM nonce: the first 12 bytes of the record's IV.
+/// Length of a GCM nonce: for records, the first 12 bytes of the record's IV.
 pub(crate) const NONCE_LEN: usize = 12;
 
-/// One key's AES-256-GCM state, over the key schedule the log expanded once.
+/// Length of a GCM tag.
+pub(crate) const GCM_TAG_LEN: usize = 16;
+
+/// One key's AES-256-GCM state: the expanded key schedule and GHASH key, built once and
+/// shared by every thread.
 pub(crate) struct GcmKey {
-    aead: Aes256Gcm,
+    key: LessSafeKey,
 }
 
 impl GcmKey {
-    /// Builds the GCM state over an already expanded key schedule.
-    pub(crate) fn new(aes: &Aes256) -> GcmKey {
-        GcmKey {
-            aead: Aes256Gcm::from(aes.clone()),
-        }
+    /// Expands `key`. `what` names the key in the error AWS-LC's refusal becomes (it refuses
+    /// only when it cannot allocate the state).
+    pub(crate) fn new(key: &[u8; KEY_LEN], what: &'static str) -> Result<GcmKey> {
+        let unbound =
+            UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::CipherSetup { what })?;
+        Ok(GcmKey {
+            key: LessSafeKey::new(unbound),
+        })
     }
 
-    /// Encrypts `data` in place under `nonce` and returns the tag over `aad` (the record's LSN
-    /// in it) and the ciphertext. `None` only for data beyond GCM's limit (about 64 GiB).
+    /// Encrypts `data` in place under `nonce` and returns the tag over `aad` and the
+    /// ciphertext. `None` only for data beyond GCM's limit (about 64 GiB).
     pub(crate) fn seal(
         &self,
         nonce: &[u8; NONCE_LEN],
-        aad: &[u8; AAD_LEN],
+        aad: &[u8],
         data: &mut [u8],
-    ) -> Option<[u8; TAG_LEN]> {
+    ) -> Option<[u8; GCM_TAG_LEN]> {
         let tag = self
-            .aead
-            .encrypt_inout_detached(&Nonce::from(*nonce), aad, data.into())
+            .key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(*nonce), Aad::from(aad), data)
             .ok()?;
-        Some(tag.into())
+        let mut out = [0u8; GCM_TAG_LEN];
+        out.copy_from_slice(tag.as_ref());
+        Some(out)
     }
 
     /// Checks `tag` over `aad` and the ciphertext, then decrypts `data` in place. On failure
-    /// `data` is left as ciphertext and `false` returned.
+    /// `false` is returned and `data` holds neither the ciphertext nor anything decrypted:
+    /// AWS-LC zeroes it, so unauthenticated plaintext is never handed on. A caller that needs
+    /// the ciphertext again reads it again.
     pub(crate) fn open(
         &self,
         nonce: &[u8; NONCE_LEN],
-        aad: &[u8; AAD_LEN],
+        aad: &[u8],
         data: &mut [u8],
-        tag: &[u8; TAG_LEN],
+        tag: &[u8; GCM_TAG_LEN],
     ) -> bool {
-        self.aead
-            .decrypt_inout_detached(&Nonce::from(*nonce), aad, data.into(), &Tag::from(*tag))
+        self.key
+            .open_in_place_separate_tag(
+                Nonce::assume_unique_for_key(*nonce),
+                Aad::from(aad),
+                tag,
+                data,
+            )
             .is_ok()
     }
 }
@@ -61,22 +86,55 @@ impl GcmKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::AAD_LSN_AT;
-    use cipher::KeyInit;
+    use crate::format::{AAD_LEN, AAD_LSN_AT};
 
     #[test]
     fn a_tag_sealed_at_one_lsn_fails_at_another() {
-        let gcm = GcmKey::new(&Aes256::new(&[7u8; 32].into()));
+        let gcm = GcmKey::new(&[7u8; 32], "a test key").unwrap();
         let mut aad = [0u8; AAD_LEN];
         aad[AAD_LSN_AT..].copy_from_slice(&4096u64.to_le_bytes());
         let mut data = vec![5u8; 64];
         let tag = gcm.seal(&[1; NONCE_LEN], &aad, &mut data).unwrap();
-        aad[AAD_LSN_AT..].copy_from_slice(&8192u64.to_le_bytes());
         let sealed = data.clone();
+        aad[AAD_LSN_AT..].copy_from_slice(&8192u64.to_le_bytes());
         assert!(!gcm.open(&[1; NONCE_LEN], &aad, &mut data, &tag));
-        assert_eq!(data, sealed, "a failed check leaves the ciphertext alone");
+        assert_eq!(data, vec![0u8; 64], "a failed check hands out no plaintext");
+        data.copy_from_slice(&sealed);
         aad[AAD_LSN_AT..].copy_from_slice(&4096u64.to_le_bytes());
         assert!(gcm.open(&[1; NONCE_LEN], &aad, &mut data, &tag));
         assert_eq!(data, vec![5u8; 64]);
+    }
+
+    /// The test vector of NIST SP 800-38D's specification ("The Galois/Counter Mode of
+    /// Operation", McGrew and Viega, test case 16): AES-256, 96-bit IV, 60 bytes of plaintext,
+    /// 20 bytes of associated data.
+    #[test]
+    fn matches_the_gcm_specification_test_case_16() {
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let key: [u8; 32] = hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308")
+            .try_into()
+            .unwrap();
+        let nonce: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
+        let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+        let plain = hex(
+            "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72\
+             1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+        );
+        let cipher = hex(
+            "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa\
+             8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662",
+        );
+        let gcm = GcmKey::new(&key, "a test key").unwrap();
+        let mut data = plain.clone();
+        let tag = gcm.seal(&nonce, &aad, &mut data).unwrap();
+        assert_eq!(data, cipher);
+        assert_eq!(tag.to_vec(), hex("76fc6ece0f4e1768cddf8853bb2d551b"));
+        assert!(gcm.open(&nonce, &aad, &mut data, &tag));
+        assert_eq!(data, plain);
     }
 }

@@ -11,11 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use aes_gcm::aead::{AeadInOut, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use zeroize::Zeroizing;
 
 use crate::Lsn;
+use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 use crate::keys::{Key, KeyRing};
 use crate::storage::Storage;
@@ -107,12 +106,12 @@ pub(crate) fn check_hold_name(name: &str) -> Result<()> {
     }
 }
 
-fn control_cipher(key: &Key, log_id: u64, key_id: u32) -> Aes256Gcm {
+fn control_cipher(key: &Key, log_id: u64, key_id: u32) -> Result<GcmKey> {
     let mut info = [0u8; 12];
     info[..8].copy_from_slice(&log_id.to_le_bytes());
     info[8..].copy_from_slice(&key_id.to_le_bytes());
     let okm = crate::crypto::derive_key(CONTROL_KEY_SALT, key, &info);
-    Aes256Gcm::new((&*okm).into())
+    GcmKey::new(&okm, "a checkpoint's metadata key")
 }
 
 /// Associated data of a checkpoint's sealed metadata: it binds the metadata to its log, its
@@ -268,9 +267,9 @@ fn seal_meta(
     })?;
     let aad = meta_aad(log_id, cp.lsn, key_id);
     let mut sealed = Zeroizing::new(cp.meta.to_vec());
-    let tag = control_cipher(key, log_id, key_id)
-        .encrypt_inout_detached(&Nonce::from(nonce), &aad, sealed.as_mut_slice().into())
-        .map_err(|_| Error::Config("checkpoint metadata could not be sealed".into()))?;
+    let tag = control_cipher(key, log_id, key_id)?
+        .seal(&nonce, &aad, sealed.as_mut_slice())
+        .ok_or_else(|| Error::Config("checkpoint metadata could not be sealed".into()))?;
     let mut sealed = std::mem::take(&mut *sealed);
     sealed.extend_from_slice(&tag);
     Ok((key_id, nonce, sealed))
@@ -305,11 +304,11 @@ fn open_meta(
         return Err(failed());
     };
     let (body, tag) = stored.split_at(split);
-    let tag = Tag::try_from(tag).map_err(|_| failed())?;
+    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| failed())?;
     let mut meta = Zeroizing::new(body.to_vec());
-    control_cipher(key, log_id, key_id)
-        .decrypt_inout_detached(&Nonce::from(*nonce), &aad, meta.as_mut_slice().into(), &tag)
-        .map_err(|_| failed())?;
+    if !control_cipher(key, log_id, key_id)?.open(nonce, &aad, meta.as_mut_slice(), &tag) {
+        return Err(failed());
+    }
     Ok(meta)
 }
 

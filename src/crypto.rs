@@ -118,31 +118,29 @@ pub(crate) fn derive_key(salt: &[u8], key: &Key, info: &[u8]) -> Zeroizing<[u8; 
 /// data keys.
 pub(crate) struct Keys {
     expanded: Vec<(u32, Aes256, [u8; KCV_LEN])>,
-    /// The AES-256-GCM state of each key (perrecord-gcm), over the same key schedule.
+    /// The AES-256-GCM state of each working key (perrecord-gcm), expanded once.
     gcm: Vec<(u32, GcmKey)>,
     active: Option<u32>,
 }
 
 impl Keys {
-    pub(crate) fn new(ring: &KeyRing, log_id: u64) -> Keys {
-        let expanded = ring
-            .entries()
-            .map(|(id, key)| {
-                let working = working_key(key, log_id, id);
-                let aes = Aes256::new((&*working).into());
-                let kcv = check_value(&aes);
-                (id, aes, kcv)
-            })
-            .collect::<Vec<_>>();
-        let gcm = expanded
-            .iter()
-            .map(|(id, aes, _)| (*id, GcmKey::new(aes)))
-            .collect();
-        Keys {
+    /// Expands the working key of every key in `ring` for log `log_id`: its AES-256 schedule
+    /// (CTR) and its AES-256-GCM state. Fails only if the GCM state cannot be set up.
+    pub(crate) fn new(ring: &KeyRing, log_id: u64) -> Result<Keys> {
+        let mut expanded = Vec::new();
+        let mut gcm = Vec::new();
+        for (id, key) in ring.entries() {
+            let working = working_key(key, log_id, id);
+            let aes = Aes256::new((&*working).into());
+            let kcv = check_value(&aes);
+            gcm.push((id, GcmKey::new(&working, "a log's working key")?));
+            expanded.push((id, aes, kcv));
+        }
+        Ok(Keys {
             expanded,
             gcm,
             active: ring.active_id(),
-        }
+        })
     }
 
     /// The AES-256-GCM state of key `key_id`.
@@ -307,10 +305,13 @@ mod tests {
     #[test]
     fn working_keys_differ_per_log_and_so_do_check_values() {
         let ring = KeyRing::generate().unwrap();
-        let a = Keys::new(&ring, 1);
-        let b = Keys::new(&ring, 2);
+        let a = Keys::new(&ring, 1).unwrap();
+        let b = Keys::new(&ring, 2).unwrap();
         assert_ne!(a.check_value(1), b.check_value(1));
-        assert_eq!(a.check_value(1), Keys::new(&ring, 1).check_value(1));
+        assert_eq!(
+            a.check_value(1),
+            Keys::new(&ring, 1).unwrap().check_value(1)
+        );
         let raw = ring.get(1).unwrap().check_value();
         assert_ne!(a.check_value(1), Some(raw));
     }

@@ -325,6 +325,12 @@ pub enum Error {
         /// The random source's own description of the failure.
         reason: String,
     },
+    /// The cipher library could not set up a key's state (AWS-LC refuses only when it cannot
+    /// allocate it). Nothing was sealed or opened with that key.
+    CipherSetup {
+        /// Which key (`"a log's record key"`, `"a checkpoint's metadata key"`, ...).
+        what: &'static str,
+    },
     /// The record is larger than the format allows.
     RecordTooLarge {
         /// Payload length asked for.
@@ -456,6 +462,9 @@ impl fmt::Display for Error {
                 f,
                 "the operating system's random source failed while drawing {what}: {reason}"
             ),
+            Self::CipherSetup { what } => {
+                write!(f, "the AES-GCM state of {what} could not be set up")
+            }
             Self::RecordTooLarge { len, max } => {
                 write!(
                     f,

@@ -12,11 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aes_gcm::aead::{AeadInOut, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use zeroize::Zeroizing;
 
 use super::ring::{Key, fingerprint, hex_string};
+use crate::aead::GcmKey;
 use crate::crypto::KEY_LEN;
 use crate::error::{Error, Result};
 
@@ -79,8 +78,8 @@ impl Kek {
         )
     }
 
-    fn cipher(&self) -> Aes256Gcm {
-        Aes256Gcm::new(self.key.bytes().into())
+    fn cipher(&self) -> Result<GcmKey> {
+        GcmKey::new(self.key.bytes(), "a local KEK")
     }
 
     fn error(&self, reason: &str) -> Error {
@@ -105,9 +104,9 @@ impl KeyProvider for Kek {
         getrandom::fill(&mut nonce).map_err(|_| self.error("the OS random source failed"))?;
         let mut body = Zeroizing::new(*key.bytes());
         let tag = self
-            .cipher()
-            .encrypt_inout_detached(&Nonce::from(nonce), aad, body.as_mut_slice().into())
-            .map_err(|_| self.error("AES-GCM refused to wrap"))?;
+            .cipher()?
+            .seal(&nonce, aad, body.as_mut_slice())
+            .ok_or_else(|| self.error("AES-GCM refused to wrap"))?;
         let mut out = Vec::with_capacity(LOCAL_WRAP_LEN);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(body.as_ref());
@@ -130,16 +129,14 @@ impl KeyProvider for Kek {
         nonce_bytes.copy_from_slice(nonce);
         let mut tag_bytes = [0u8; 16];
         tag_bytes.copy_from_slice(tag);
-        self.cipher()
-            .decrypt_inout_detached(
-                &Nonce::from(nonce_bytes),
-                aad,
-                plain.as_mut_slice().into(),
-                &Tag::from(tag_bytes),
-            )
-            .map_err(|_| {
+        if !self
+            .cipher()?
+            .open(&nonce_bytes, aad, plain.as_mut_slice(), &tag_bytes)
+        {
+            return Err(
                 self.error("unwrap failed: wrong KEK, or the wrapped key or its entry was altered")
-            })?;
+            );
+        }
         Ok(Key::from_mut_bytes(&mut plain))
     }
 }

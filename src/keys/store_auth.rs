@@ -5,13 +5,11 @@
 
 use std::path::Path;
 
-use aes_gcm::aead::{AeadInOut, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
-
 use super::layout::{AUTH_NONCE_LEN, AUTH_TAG_LEN, Decoded, MAX_WRAPPED_LEN};
 use super::provider::KeyProvider;
 use super::ring::Key;
 use super::store_error;
+use crate::aead::GcmKey;
 use crate::error::{Error, Result};
 
 /// The store's authentication key: random, made with the store (and again at a KEK rotation),
@@ -33,22 +31,14 @@ pub(super) fn check_authentication(
         return Ok(None);
     };
     let key = provider.unwrap(&auth.wrapped_key, &auth_aad(&parsed.kek_id))?;
-    let cipher = Aes256Gcm::new(key.bytes().into());
-    let mut nothing: [u8; 0] = [];
-    cipher
-        .decrypt_inout_detached(
-            &Nonce::from(auth.nonce),
-            &auth.covered,
-            nothing.as_mut_slice().into(),
-            &Tag::from(auth.tag),
-        )
-        .map_err(|_| {
-            store_error(
-                path,
-                "authentication failed: its key states, generation or entries were altered, or \
-                 it was assembled from pieces of other stores or generations",
-            )
-        })?;
+    let cipher = GcmKey::new(key.bytes(), "a key store's authentication key")?;
+    if !cipher.open(&auth.nonce, &auth.covered, &mut [], &auth.tag) {
+        return Err(store_error(
+            path,
+            "authentication failed: its key states, generation or entries were altered, or \
+             it was assembled from pieces of other stores or generations",
+        ));
+    }
     Ok(Some(AuthKey {
         key,
         wrapped: auth.wrapped_key.clone(),
@@ -61,14 +51,9 @@ pub(super) fn store_tag(
     nonce: &[u8; AUTH_NONCE_LEN],
     body: &[u8],
 ) -> Option<[u8; AUTH_TAG_LEN]> {
-    let cipher = Aes256Gcm::new(key.bytes().into());
-    let mut nothing: [u8; 0] = [];
-    let tag = cipher
-        .encrypt_inout_detached(&Nonce::from(*nonce), body, nothing.as_mut_slice().into())
-        .ok()?;
-    let mut out = [0u8; AUTH_TAG_LEN];
-    out.copy_from_slice(&tag);
-    Some(out)
+    GcmKey::new(key.bytes(), "a key store's authentication key")
+        .ok()?
+        .seal(nonce, body, &mut [])
 }
 
 /// A fresh authentication key, wrapped under the provider's KEK.

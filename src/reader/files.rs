@@ -353,7 +353,10 @@ impl LogFiles {
                 ));
             }
         }
-        let keys = ring.map(|r| Arc::new(Keys::new(r, first.log_id)));
+        let keys = match ring {
+            Some(r) => Some(Arc::new(Keys::new(r, first.log_id)?)),
+            None => None,
+        };
         if let Some(keys) = &keys {
             check_keys(keys, &segments)?;
         }

@@ -432,7 +432,7 @@ impl Follower {
         }
         let ring = store.ring();
         if let Some(files) = self.files.as_mut() {
-            files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id))))?;
+            files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id)?)))?;
         }
         self.ring = Some(ring);
         self.parked = Parked::default();

@@ -120,7 +120,7 @@ impl Reader {
             store.reload()?;
         }
         let ring = store.ring();
-        files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id))))?;
+        files.share_keys(Some(Arc::new(Keys::new(&ring, files.log_id)?)))?;
         Ok(Reader { files })
     }
 

@@ -1,7 +1,7 @@
 //! AES-256-GCM sealing of a perrecord-gcm record: the stored payload is the ciphertext
 //! followed by a [`TAG_LEN`]-byte tag, the nonce is the IV's first 12 bytes and the associated
 //! data is [`format::auth_aad`] (log id, key id, stored length, kind, flags, mode code, LSN).
-//! The GCM arithmetic is in `crate::aead`.
+//! The GCM itself is `crate::aead`'s.
 
 use crate::aead::NONCE_LEN;
 use crate::crypto::{IV_LEN, Keys};
@@ -37,8 +37,8 @@ pub(super) fn seal(
 
 /// Checks the tag at the end of `stored` over `aad` and the ciphertext, then decrypts the
 /// ciphertext before it in place, returning its length; the tag's bytes stay where they were.
-/// `Ok(None)`, with `stored` left as it was, when the tag does not match (or there is no room
-/// for one).
+/// `Ok(None)` when the tag does not match (the ciphertext is then zeroed, not decrypted) or
+/// there is no room for one (`stored` left as it was).
 pub(super) fn open_in_place(
     keys: &Keys,
     (key_id, iv): (u32, &[u8; IV_LEN]),

@@ -395,8 +395,8 @@ pub(crate) fn open_record(
 /// Checks the tag of an authenticated record's stored payload (`stored`, wholly read, its
 /// checksum matched) and decrypts the ciphertext in place, as [`open_record`] would: for the
 /// read-ahead. Returns the plaintext's length (the tag's bytes after it stay as they were), or
-/// `None`, with `stored` unchanged, when the tag does not match: the cursor then reads the
-/// record itself and reports the failure where it finds it.
+/// `None` when the tag does not match (the ciphertext zeroed, nothing decrypted handed on):
+/// the cursor then reads the record itself and reports the failure where it finds it.
 pub(crate) fn open_authenticated(
     keys: &Keys,
     found: Found,

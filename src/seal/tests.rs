@@ -7,7 +7,7 @@ use crate::keys::{Key, KeyRing};
 fn keys() -> Keys {
     let mut ring = KeyRing::empty();
     ring.add(1, Key::from_bytes([7; 32])).unwrap();
-    Keys::new(&ring, 0x1234)
+    Keys::new(&ring, 0x1234).unwrap()
 }
 
 /// An IV as `IvSource` makes them: the block counter (last 4 bytes) zero.

@@ -63,7 +63,7 @@ impl SealedReader {
             .keys
             .for_opening(key_id)?
             .ok_or_else(|| sealed_error(path, SealedFileProblem::MissingKey { key_id }))?;
-        let cipher = FileCipher::new(&key, key_id, &header.file_id, header.nonce_prefix);
+        let cipher = FileCipher::new(&key, key_id, &header.file_id, header.nonce_prefix)?;
         if cipher.check_value() != header.kcv {
             return Err(sealed_error(path, SealedFileProblem::WrongKey { key_id }));
         }
@@ -160,6 +160,9 @@ impl SealedReader {
         self.buf.truncate(stored - CHUNK_TAG_LEN);
         // Chunk indices fit: `start` refused files of more than 2^32 chunks.
         let at = u32::try_from(index).unwrap_or(u32::MAX);
+        // A failed open zeroes what it was given, so the final chunk's ciphertext (no secret)
+        // is kept for the second look below: one copy of one chunk per file.
+        let kept = last.then(|| self.buf.clone());
         if self
             .cipher
             .open(&self.header_bytes, at, last, &mut self.buf, &tag)
@@ -168,10 +171,10 @@ impl SealedReader {
             return Ok(());
         }
         // Authentic as a chunk that is not the final one: chunks after it were cut away.
-        let cut = last
-            && self
-                .cipher
-                .open(&self.header_bytes, at, false, &mut self.buf, &tag);
+        let cut = kept.is_some_and(|mut kept| {
+            self.cipher
+                .open(&self.header_bytes, at, false, &mut kept, &tag)
+        });
         self.buf.zeroize();
         let problem = if cut {
             let chunks = index + 1;

@@ -1,18 +1,19 @@
 //! The per-file key and the STREAM construction over AES-256-GCM.
 //!
-//! `aead` 0.6 (under `aes-gcm` 0.11) no longer ships the `stream` module, so this file frames
-//! STREAM (Hoang, Reyhanitabar, Rogaway, Vizár, "Online Authenticated-Encryption and its
-//! Nonce-Reuse Misuse-Resistance", 2015) on top of the `aes-gcm` crate's `Aes256Gcm`: chunk
-//! `i` is sealed with plain AES-256-GCM under the nonce `prefix (7) || i (u32 BE) || last
-//! (1)`. This is framing, not a cipher: every AES and GHASH operation is the crate's.
+//! This file frames STREAM (Hoang, Reyhanitabar, Rogaway, Vizár, "Online
+//! Authenticated-Encryption and its Nonce-Reuse Misuse-Resistance", 2015) on top of
+//! AES-256-GCM (`crate::aead`, AWS-LC's): chunk `i` is sealed with plain AES-256-GCM under the
+//! nonce `prefix (7) || i (u32 BE) || last (1)`. This is framing, not a cipher: every AES and
+//! GHASH operation is the library's.
 //! The associated data of every chunk is the whole file header, so a chunk is bound to its
 //! file, its position and to whether it ends the file.
 
 use aes::Aes256;
-use aes_gcm::aead::AeadInOut;
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use cipher::KeyInit;
 use zeroize::Zeroizing;
+
+use crate::aead::GcmKey;
+use crate::error::Result;
 
 use super::layout::{CHUNK_TAG_LEN, FILE_ID_LEN, NONCE_PREFIX_LEN, chunk_nonce};
 use crate::crypto::{KCV_LEN, KEY_LEN, Key};
@@ -38,7 +39,7 @@ fn file_key(key: &Key, key_id: u32, file_id: &[u8; FILE_ID_LEN]) -> Zeroizing<[u
 /// One file's sealing state: its AES-256-GCM key (zeroized on drop by the crates' `zeroize`
 /// features), nonce prefix and header (the associated data).
 pub(crate) struct FileCipher {
-    aead: Aes256Gcm,
+    aead: GcmKey,
     prefix: [u8; NONCE_PREFIX_LEN],
     kcv: [u8; KCV_LEN],
 }
@@ -49,14 +50,13 @@ impl FileCipher {
         key_id: u32,
         file_id: &[u8; FILE_ID_LEN],
         prefix: [u8; NONCE_PREFIX_LEN],
-    ) -> FileCipher {
+    ) -> Result<FileCipher> {
         let okm = file_key(key, key_id, file_id);
-        let aes = Aes256::new((&*okm).into());
-        FileCipher {
-            kcv: crate::crypto::check_value(&aes),
-            aead: Aes256Gcm::from(aes),
+        Ok(FileCipher {
+            kcv: crate::crypto::check_value(&Aes256::new((&*okm).into())),
+            aead: GcmKey::new(&okm, "a sealed file's key")?,
             prefix,
-        }
+        })
     }
 
     /// Check value of the file key: AES over the fixed block `"walcrypt key kcv"`, whose
@@ -73,15 +73,12 @@ impl FileCipher {
         last: bool,
         data: &mut [u8],
     ) -> Option<[u8; CHUNK_TAG_LEN]> {
-        let nonce = Nonce::from(chunk_nonce(&self.prefix, index, last));
-        self.aead
-            .encrypt_inout_detached(&nonce, header, data.into())
-            .ok()
-            .map(Into::into)
+        let nonce = chunk_nonce(&self.prefix, index, last);
+        self.aead.seal(&nonce, header, data)
     }
 
-    /// Checks chunk `index`'s tag and decrypts `data` in place; on failure `data` stays
-    /// ciphertext (the crate checks the tag before it decrypts).
+    /// Checks chunk `index`'s tag and decrypts `data` in place; on failure `data` is zeroed
+    /// (`GcmKey::open`), neither ciphertext nor plaintext.
     pub(crate) fn open(
         &self,
         header: &[u8],
@@ -90,10 +87,8 @@ impl FileCipher {
         data: &mut [u8],
         tag: &[u8; CHUNK_TAG_LEN],
     ) -> bool {
-        let nonce = Nonce::from(chunk_nonce(&self.prefix, index, last));
-        self.aead
-            .decrypt_inout_detached(&nonce, header, data.into(), &Tag::from(*tag))
-            .is_ok()
+        let nonce = chunk_nonce(&self.prefix, index, last);
+        self.aead.open(&nonce, header, data, tag)
     }
 }
 
@@ -115,14 +110,20 @@ mod tests {
 
     #[test]
     fn a_chunk_opens_only_at_its_index_with_its_flag_and_header() {
-        let cipher = FileCipher::new(&Key::from_bytes([1; KEY_LEN]), 1, &[2; 16], [3; 7]);
+        let cipher = FileCipher::new(&Key::from_bytes([1; KEY_LEN]), 1, &[2; 16], [3; 7]).unwrap();
         let mut data = b"chunk".to_vec();
         let tag = cipher.seal(b"header", 4, false, &mut data).unwrap();
         let sealed = data.clone();
-        assert!(!cipher.open(b"header", 5, false, &mut data, &tag));
-        assert!(!cipher.open(b"header", 4, true, &mut data, &tag));
-        assert!(!cipher.open(b"Header", 4, false, &mut data, &tag));
-        assert_eq!(data, sealed, "failed checks leave the ciphertext alone");
+        for (header, index, last) in [
+            (&b"header"[..], 5, false),
+            (b"header", 4, true),
+            (b"Header", 4, false),
+        ] {
+            data.copy_from_slice(&sealed);
+            assert!(!cipher.open(header, index, last, &mut data, &tag));
+            assert_eq!(data, [0; 5], "a failed check hands out nothing decrypted");
+        }
+        data.copy_from_slice(&sealed);
         assert!(cipher.open(b"header", 4, false, &mut data, &tag));
         assert_eq!(data, b"chunk");
     }

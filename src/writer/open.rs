@@ -124,7 +124,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             segment_size: config.segment_size,
         };
         let log_id = random_u64("a log id")?;
-        let keys = Arc::new(Keys::new(&config.keys, log_id));
+        let keys = Arc::new(Keys::new(&config.keys, log_id)?);
         let header = new_segment_header(config.mode, geo, log_id, Lsn(0), &keys);
         create_segment(storage.as_ref(), dir, &header)?;
         let end = geo.skip_headers(Lsn(0));
@@ -152,7 +152,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     config.check_existing(files.mode, files.geo)?;
     refuse_rolled_back_store(&files, &config)?;
     check_every_listed_key(&files, &config)?;
-    let keys = Arc::new(Keys::new(&config.keys, files.log_id));
+    let keys = Arc::new(Keys::new(&config.keys, files.log_id)?);
     let Recovered {
         scanned_from,
         end,

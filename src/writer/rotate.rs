@@ -156,7 +156,7 @@ impl Wal {
     /// locks, and put in place after it (`stage_for_rotation`, `swap_in`), so no segment is
     /// created under those locks.
     fn install(&self, ring: KeyRing) -> Result<()> {
-        let keys = Arc::new(Keys::new(&ring, self.log_id));
+        let keys = Arc::new(Keys::new(&ring, self.log_id)?);
         let staged = self.stage_for_rotation(&keys);
         let switched = self.switch_segment_installing(Some(keys), staged.is_some());
         match (staged, &switched) {
@@ -262,7 +262,7 @@ impl Wal {
         for id in retired {
             ring.remove(id);
         }
-        self.keys.store(Arc::new(Keys::new(&ring, self.log_id)));
+        self.keys.store(Arc::new(Keys::new(&ring, self.log_id)?));
         Ok(())
     }
 }
