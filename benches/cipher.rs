@@ -83,7 +83,7 @@ fn cipher(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
     let key = Key::from_bytes(*bytes);
-    let gcm = aws_lc_gcm(&*bytes);
+    let gcm = aws_lc_gcm(&bytes);
     let mut group = c.benchmark_group("aes256ctr");
     group
         .sample_size(20)
@@ -216,7 +216,7 @@ fn cipher(c: &mut Criterion) {
 fn compress_then_seal(c: &mut Criterion) {
     let bytes = common::random_key_bytes();
     let aes = Aes256::new((&*bytes).into());
-    let gcm = aws_lc_gcm(&*bytes);
+    let gcm = aws_lc_gcm(&bytes);
     let page = common::page_like(0x5eed);
     let packed_len = lz4_flex::block::compress(&page).len();
     let mut group = c.benchmark_group("seal_page_image");

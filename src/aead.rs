@@ -4,12 +4,12 @@
 //!
 //! Why AWS-LC and not RustCrypto's `aes-gcm`, which walcrypt used before: on this project's
 //! machines (AMD EPYC, AES-NI, VAES, PCLMULQDQ) AWS-LC's fused AES-GCM opens a 100-byte
-//! oltp payload (32 bytes of associated data) in about 67 ns against 162 ns for `aes-gcm`
-//! 0.11, and 8 KiB in 577 ns against 2086 ns (docs/BENCHMARKS.md, "Cipher"). A perrecord-gcm
-//! replay is the AEAD's open per record, so that is the mode's recovery time. The key schedule
-//! and GHASH table live in memory AWS-LC allocated, which it wipes when it frees it
-//! (`OPENSSL_free` cleanses every allocation), so a dropped [`GcmKey`] leaves no key behind,
-//! as the `zeroize` feature of the RustCrypto crates does for CTR.
+//! oltp payload (32 bytes of associated data) in about 67 ns against 165 ns for `aes-gcm`
+//! 0.11, and 8 KiB in 577 ns against 2089 ns (docs/BENCHMARKS.md, "perrecord-gcm on AWS-LC").
+//! A perrecord-gcm replay is the AEAD's open per record, so that is the mode's recovery time.
+//! The key schedule and GHASH key live in memory AWS-LC allocated, which it wipes when it
+//! frees it (`OPENSSL_free` cleanses every allocation), so a dropped [`GcmKey`] leaves no key
+//! behind, as the `zeroize` feature of the RustCrypto crates does for CTR.
 //!
 //! For records, the tag covers the ciphertext and, as associated data,
 //! [`crate::format::auth_aad`]: log id, key id, length, kind, flags, mode code and the
