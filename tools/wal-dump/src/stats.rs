@@ -56,7 +56,14 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         write_overview(&reader, &target, out)?;
     }
     if reader.mode() == Mode::PageLevel && keys.is_none() {
+        // No record can be counted, but the page headers are plaintext: damage to them is
+        // reported as `--verify` reports it (the first problem; `--verify` lists them all).
         let ids = page_key_ids(&reader, from, to)?;
+        let problems = crate::verify::page_damage(reader, (from, to))?;
+        let damage = problems.first().map(|first| match problems.len() {
+            1 => first.clone(),
+            n => format!("{first} (and {} more; --verify lists them)", n - 1),
+        });
         if json {
             doc.insert("records".into(), Value::Null);
             doc.insert(
@@ -64,14 +71,18 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
                 "pagelevel pages are encrypted; pass --key-file to count records".into(),
             );
             doc.insert("key_ids_in_pages".into(), json!(ids));
-            return finish_json(doc, None, out);
+            return finish_json(doc, damage, out);
         }
         writeln!(
             out,
             "records:            pagelevel pages are encrypted; pass --key-file to count records"
         )?;
         writeln!(out, "key ids in pages:   {}", join(&ids))?;
-        return Ok(EXIT_OK);
+        if let Some(d) = &damage {
+            writeln!(out)?;
+            writeln!(out, "damage: {d}")?;
+        }
+        return damage_exit(damage.as_deref());
     }
     let counted = count(&reader, &mut disk, args, &selection, (from, to))?;
     let Some(first) = counted.first else {

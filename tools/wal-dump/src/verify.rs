@@ -131,6 +131,25 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     v.report(out, args.format)
 }
 
+/// What `--verify` finds wrong in the page headers of the segments holding `[from, to)`, as
+/// its damage lines (no key needed): for `--stats` on a pagelevel log it has no key for, whose
+/// records it cannot count, so that damage there is not passed over.
+pub fn page_damage(reader: Reader, (from, to): (Lsn, Lsn)) -> Result<Vec<String>, Fail> {
+    let mut v = Verify {
+        disk: Disk::new(&reader),
+        reader,
+        ring: None,
+        from,
+        to,
+        found: Findings::default(),
+        ivs: Vec::new(),
+        written_pages: Vec::new(),
+        earlier_life_pages: 0,
+    };
+    v.check_pages()?;
+    Ok(v.found.damage)
+}
+
 impl Verify<'_> {
     fn geo(&self) -> inspect::Geometry {
         self.reader.geometry()

@@ -1,6 +1,6 @@
 //! `--stats` summarizes a log in each mode (run with --nocapture to see the output), as text or
-//! JSON, and on a damaged log counts what lies before the damage and says where it is; with
-//! --kinds its table names the kinds.
+//! JSON, and on a damaged log counts what lies before the damage and says where it is (without
+//! the key, a pagelevel log's damaged page headers); with --kinds its table names the kinds.
 
 use crate::support;
 
@@ -156,6 +156,60 @@ fn stats_on_a_damaged_log_counts_what_lies_before_the_damage_and_names_where_it_
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let stats: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
     assert_eq!(stats["records"], victim, "{stats}");
+    assert!(
+        stats["damage"].as_str().unwrap().contains(segment),
+        "{stats}"
+    );
+}
+
+/// Without the key a pagelevel log's records cannot be counted, but its page headers are
+/// plaintext: a damaged one in the middle of the log is damage (exit 1, named where it is), as
+/// `--verify` reports it, not a clean summary.
+#[test]
+fn stats_without_the_key_report_a_damaged_page_header_of_a_pagelevel_log() {
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _, appended) = make_log(tmp.path(), Mode::PageLevel, 300);
+    let o = wal_dump(&[&"--stats", &log]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!stdout(&o).contains("damage"), "{}", stdout(&o));
+
+    // The header of the page holding record 150: later pages of the segment were written.
+    let lsn = u64::from(appended[150].lsn);
+    let page = walcrypt::Lsn(lsn - lsn % PAGE);
+    let (path, offset) = locate(&log, page);
+    assert!(
+        offset >= 2 * PAGE,
+        "a page after the segment's first: {offset}"
+    );
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, offset + 8).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x40], offset + 8).unwrap();
+    drop(file);
+
+    let o = wal_dump(&[&"--stats", &log]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    let segment = path.file_name().unwrap().to_str().unwrap();
+    let damage = text
+        .lines()
+        .find(|l| l.starts_with("damage: "))
+        .expect(&text);
+    assert!(
+        damage.contains(segment) && damage.contains(&format!("offset {offset}")),
+        "{damage}"
+    );
+    assert!(text.contains("pass --key-file to count records"), "{text}");
+
+    let o = wal_dump(&[&"--stats", &"--format", &"json", &log]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let stats: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
+    assert!(stats["records"].is_null(), "{stats}");
     assert!(
         stats["damage"].as_str().unwrap().contains(segment),
         "{stats}"
