@@ -111,18 +111,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         }
         Err(fail) => return Err(fail),
     };
-    let (from, to) = target.range(&reader, args.start, args.end);
-    let mut v = Verify {
-        disk: Disk::new(&reader),
-        reader,
-        ring: ring.as_ref(),
-        from,
-        to,
-        found: Findings::default(),
-        ivs: Vec::new(),
-        written_pages: Vec::new(),
-        earlier_life_pages: 0,
-    };
+    let range = target.range(&reader, args.start, args.end);
+    let mut v = Verify::new(reader, ring.as_ref(), range);
     let keys_match = v.check_key_values(args);
     v.check_segments()?;
     v.check_pages()?;
@@ -134,20 +124,26 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 /// What `--verify` finds wrong in the page headers of the segments holding `[from, to)`, as
 /// its damage lines (no key needed): for `--stats` on a pagelevel log it has no key for, whose
 /// records it cannot count, so that damage there is not passed over.
-pub fn page_damage(reader: Reader, (from, to): (Lsn, Lsn)) -> Result<Vec<String>, Fail> {
-    let mut v = Verify {
-        disk: Disk::new(&reader),
-        reader,
-        ring: None,
-        from,
-        to,
-        found: Findings::default(),
-        ivs: Vec::new(),
-        written_pages: Vec::new(),
-        earlier_life_pages: 0,
-    };
+pub fn page_damage(reader: Reader, range: (Lsn, Lsn)) -> Result<Vec<String>, Fail> {
+    let mut v = Verify::new(reader, None, range);
     v.check_pages()?;
     Ok(v.found.damage)
+}
+
+impl<'a> Verify<'a> {
+    fn new(reader: Reader, ring: Option<&'a KeyRing>, (from, to): (Lsn, Lsn)) -> Verify<'a> {
+        Verify {
+            disk: Disk::new(&reader),
+            reader,
+            ring,
+            from,
+            to,
+            found: Findings::default(),
+            ivs: Vec::new(),
+            written_pages: Vec::new(),
+            earlier_life_pages: 0,
+        }
+    }
 }
 
 impl Verify<'_> {

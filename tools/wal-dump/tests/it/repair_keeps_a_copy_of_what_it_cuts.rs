@@ -7,8 +7,6 @@
 
 use crate::support;
 
-use std::os::unix::fs::FileExt;
-
 use support::*;
 use walcrypt::{Error, Lsn, Mode};
 
@@ -59,16 +57,7 @@ fn damaged_log(tmp: &std::path::Path, mode: Mode) -> Damaged {
         .end_lsn;
     drop(reader);
     let (path, offset) = locate(&log, appended[victim].lsn);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset + hlen).unwrap();
-    byte[0] ^= 0x10;
-    file.write_all_at(&byte, offset + hlen).unwrap();
-    drop(file);
+    flip_bits(&path, offset + hlen, 0x10);
     let damaged = std::fs::read(&path).unwrap();
     assert!(matches!(
         open_retrying(&log, config(mode, &keys)),
@@ -549,15 +538,7 @@ fn repair_names_written_pages_after_an_end_that_reads_as_a_torn_tail() {
     drop(wal);
     let victim = (100..300).find(|&i| !payload(i).is_empty()).unwrap();
     let (path, offset) = locate(&log, lsns[victim]);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset + 32).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x10], offset + 32).unwrap();
-    drop(file);
+    flip_bits(&path, offset + 32, 0x10);
 
     let o = wal_dump(&[&"--repair", &"--dry-run", &log]);
     let text = stdout(&o);

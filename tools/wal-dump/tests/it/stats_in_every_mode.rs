@@ -109,9 +109,21 @@ fn stats_as_json_in_every_mode_with_and_without_the_key() {
     }
 }
 
+/// `--stats` of a damaged log, which must exit 1: its text and its `damage:` line.
+fn stats_of_a_damaged_log(log: &std::path::Path) -> (String, String) {
+    let o = wal_dump(&[&"--stats", &log]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    let damage = text
+        .lines()
+        .find(|l| l.starts_with("damage: "))
+        .expect(&text)
+        .to_string();
+    (text, damage)
+}
+
 #[test]
 fn stats_on_a_damaged_log_counts_what_lies_before_the_damage_and_names_where_it_is() {
-    use std::os::unix::fs::FileExt;
     let tmp = tempfile::tempdir().unwrap();
     let (log, _, _, appended) = make_log(tmp.path(), Mode::Plaintext, 300);
     let victim = (150..300)
@@ -121,28 +133,14 @@ fn stats_on_a_damaged_log_counts_what_lies_before_the_damage_and_names_where_it_
         })
         .unwrap();
     let (path, offset) = locate(&log, appended[victim].lsn);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset + 12).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x10], offset + 12).unwrap();
-    drop(file);
+    flip_bits(&path, offset + 12, 0x10);
 
-    let o = wal_dump(&[&"--stats", &log]);
-    let text = stdout(&o);
-    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    let (text, damage) = stats_of_a_damaged_log(&log);
     assert!(
         text.contains(&format!("records:            {victim}\n")),
         "{text}"
     );
     let segment = path.file_name().unwrap().to_str().unwrap();
-    let damage = text
-        .lines()
-        .find(|l| l.starts_with("damage: "))
-        .expect(&text);
     assert!(
         damage.contains(segment) && damage.contains(&appended[victim].lsn.to_string()),
         "{damage}"
@@ -167,7 +165,6 @@ fn stats_on_a_damaged_log_counts_what_lies_before_the_damage_and_names_where_it_
 /// `--verify` reports it, not a clean summary.
 #[test]
 fn stats_without_the_key_report_a_damaged_page_header_of_a_pagelevel_log() {
-    use std::os::unix::fs::FileExt;
     let tmp = tempfile::tempdir().unwrap();
     let (log, _, _, appended) = make_log(tmp.path(), Mode::PageLevel, 300);
     let o = wal_dump(&[&"--stats", &log]);
@@ -182,24 +179,10 @@ fn stats_without_the_key_report_a_damaged_page_header_of_a_pagelevel_log() {
         offset >= 2 * PAGE,
         "a page after the segment's first: {offset}"
     );
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut byte = [0u8];
-    file.read_exact_at(&mut byte, offset + 8).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x40], offset + 8).unwrap();
-    drop(file);
+    flip_bits(&path, offset + 8, 0x40);
 
-    let o = wal_dump(&[&"--stats", &log]);
-    let text = stdout(&o);
-    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    let (text, damage) = stats_of_a_damaged_log(&log);
     let segment = path.file_name().unwrap().to_str().unwrap();
-    let damage = text
-        .lines()
-        .find(|l| l.starts_with("damage: "))
-        .expect(&text);
     assert!(
         damage.contains(segment) && damage.contains(&format!("offset {offset}")),
         "{damage}"

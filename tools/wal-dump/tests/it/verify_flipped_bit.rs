@@ -3,8 +3,6 @@
 
 use crate::support;
 
-use std::os::unix::fs::FileExt;
-
 use support::*;
 use walcrypt::Mode;
 
@@ -22,16 +20,7 @@ fn verify_flags_a_flipped_bit() {
             })
             .unwrap();
         let (path, offset) = locate(&log, victim.lsn);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let mut byte = [0u8];
-        file.read_exact_at(&mut byte, offset + hlen).unwrap();
-        byte[0] ^= 0x10;
-        file.write_all_at(&byte, offset + hlen).unwrap();
-        drop(file);
+        flip_bits(&path, offset + hlen, 0x10);
 
         let o = wal_dump(&[&"--verify", &"--key-file", &key_file, &log]);
         let text = stdout(&o);

@@ -141,6 +141,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Flips the bits of `mask` in the byte at `offset` of the file at `path` (damage by hand).
+pub fn flip_bits(path: &Path, offset: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, offset).unwrap();
+    file.write_all_at(&[byte[0] ^ mask], offset).unwrap();
+}
+
 /// Path of the segment file holding `lsn`, and the offset of `lsn` in it.
 pub fn locate(log: &Path, lsn: Lsn) -> (PathBuf, u64) {
     let lsn = u64::from(lsn);
