@@ -3,13 +3,16 @@
 //! sealed files. The AEAD is AWS-LC's (`aws-lc-rs`); this file only adapts its calls.
 //!
 //! Why AWS-LC and not RustCrypto's `aes-gcm`, which walcrypt used before: on this project's
-//! machines (AMD EPYC, AES-NI, VAES, PCLMULQDQ) AWS-LC's fused AES-GCM opens a 100-byte
-//! oltp payload (32 bytes of associated data) in about 67 ns against 165 ns for `aes-gcm`
-//! 0.11, and 8 KiB in 577 ns against 2089 ns (docs/BENCHMARKS.md, "perrecord-gcm on AWS-LC").
+//! machines (x86-64 with AES-NI, VAES, VPCLMULQDQ, AVX-512) AWS-LC's fused AES-GCM opens a
+//! 100-byte oltp payload (32 bytes of associated data) in 67–74 ns against 165 ns for
+//! `aes-gcm` 0.11, and 8 KiB in 577 ns against 2089 ns (docs/BENCHMARKS.md, "perrecord-gcm on AWS-LC").
 //! A perrecord-gcm replay is the AEAD's open per record, so that is the mode's recovery time.
-//! The key schedule and GHASH key live in memory AWS-LC allocated, which it wipes when it
+//! The key schedule and GHASH key table live in memory AWS-LC allocated, which it wipes when it
 //! frees it (`OPENSSL_free` cleanses every allocation), so a dropped [`GcmKey`] leaves no key
-//! behind, as the `zeroize` feature of the RustCrypto crates does for CTR.
+//! schedule behind, as the `zeroize` feature of the RustCrypto crates does for CTR. Not wiped:
+//! each seal and open leaves a copy of the GHASH key table on the calling thread's stack
+//! (AWS-LC's `GCM128_CONTEXT`), until later calls overwrite it; docs/SECURITY.md ("Key bytes
+//! in memory") weighs it.
 //!
 //! For records, the tag covers the ciphertext and, as associated data,
 //! [`crate::format::auth_aad`]: log id, key id, length, kind, flags, mode code and the
@@ -34,11 +37,11 @@ pub(crate) struct GcmKey {
 }
 
 impl GcmKey {
-    /// Expands `key`. `what` names the key in the error AWS-LC's refusal becomes (it refuses
-    /// only when it cannot allocate the state).
-    pub(crate) fn new(key: &[u8; KEY_LEN], what: &'static str) -> Result<GcmKey> {
+    /// Expands `key`. `what` names the key (which one, of what) in the error AWS-LC's refusal
+    /// becomes (it refuses only when it cannot allocate the state).
+    pub(crate) fn new(key: &[u8; KEY_LEN], what: impl FnOnce() -> String) -> Result<GcmKey> {
         let unbound =
-            UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::CipherSetup { what })?;
+            UnboundKey::new(&AES_256_GCM, key).map_err(|_| Error::CipherSetup { what: what() })?;
         Ok(GcmKey {
             key: LessSafeKey::new(unbound),
         })
@@ -90,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_tag_sealed_at_one_lsn_fails_at_another() {
-        let gcm = GcmKey::new(&[7u8; 32], "a test key").unwrap();
+        let gcm = GcmKey::new(&[7u8; 32], || "a test key".into()).unwrap();
         let mut aad = [0u8; AAD_LEN];
         aad[AAD_LSN_AT..].copy_from_slice(&4096u64.to_le_bytes());
         let mut data = vec![5u8; 64];
@@ -129,7 +132,7 @@ mod tests {
             "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa\
              8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662",
         );
-        let gcm = GcmKey::new(&key, "a test key").unwrap();
+        let gcm = GcmKey::new(&key, || "a test key".into()).unwrap();
         let mut data = plain.clone();
         let tag = gcm.seal(&nonce, &aad, &mut data).unwrap();
         assert_eq!(data, cipher);

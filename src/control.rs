@@ -111,7 +111,9 @@ fn control_cipher(key: &Key, log_id: u64, key_id: u32) -> Result<GcmKey> {
     info[..8].copy_from_slice(&log_id.to_le_bytes());
     info[8..].copy_from_slice(&key_id.to_le_bytes());
     let okm = crate::crypto::derive_key(CONTROL_KEY_SALT, key, &info);
-    GcmKey::new(&okm, "a checkpoint's metadata key")
+    GcmKey::new(&okm, || {
+        format!("the checkpoint metadata key of log {log_id:016x} under key id {key_id}")
+    })
 }
 
 /// Associated data of a checkpoint's sealed metadata: it binds the metadata to its log, its

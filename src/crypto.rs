@@ -133,7 +133,8 @@ impl Keys {
             let working = working_key(key, log_id, id);
             let aes = Aes256::new((&*working).into());
             let kcv = check_value(&aes);
-            gcm.push((id, GcmKey::new(&working, "a log's working key")?));
+            let what = || format!("working key {id} of log {log_id:016x}");
+            gcm.push((id, GcmKey::new(&working, what)?));
             expanded.push((id, aes, kcv));
         }
         Ok(Keys {

@@ -328,8 +328,9 @@ pub enum Error {
     /// The cipher library could not set up a key's state (AWS-LC refuses only when it cannot
     /// allocate it). Nothing was sealed or opened with that key.
     CipherSetup {
-        /// Which key (`"a log's record key"`, `"a checkpoint's metadata key"`, ...).
-        what: &'static str,
+        /// Which key, of what (`"working key 2 of log 5f3a…"`, `"the key of sealed file
+        /// /data/x.sealed (key id 1)"`, ...).
+        what: String,
     },
     /// The record is larger than the format allows.
     RecordTooLarge {

@@ -79,7 +79,9 @@ impl Kek {
     }
 
     fn cipher(&self) -> Result<GcmKey> {
-        GcmKey::new(self.key.bytes(), "a local KEK")
+        GcmKey::new(self.key.bytes(), || {
+            format!("the KEK of key provider {}", self.name)
+        })
     }
 
     fn error(&self, reason: &str) -> Error {

@@ -31,7 +31,9 @@ pub(super) fn check_authentication(
         return Ok(None);
     };
     let key = provider.unwrap(&auth.wrapped_key, &auth_aad(&parsed.kek_id))?;
-    let cipher = GcmKey::new(key.bytes(), "a key store's authentication key")?;
+    let cipher = GcmKey::new(key.bytes(), || {
+        format!("the authentication key of key store {}", path.display())
+    })?;
     if !cipher.open(&auth.nonce, &auth.covered, &mut [], &auth.tag) {
         return Err(store_error(
             path,
@@ -51,7 +53,7 @@ pub(super) fn store_tag(
     nonce: &[u8; AUTH_NONCE_LEN],
     body: &[u8],
 ) -> Option<[u8; AUTH_TAG_LEN]> {
-    GcmKey::new(key.bytes(), "a key store's authentication key")
+    GcmKey::new(key.bytes(), String::new)
         .ok()?
         .seal(nonce, body, &mut [])
 }

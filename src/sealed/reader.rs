@@ -63,7 +63,7 @@ impl SealedReader {
             .keys
             .for_opening(key_id)?
             .ok_or_else(|| sealed_error(path, SealedFileProblem::MissingKey { key_id }))?;
-        let cipher = FileCipher::new(&key, key_id, &header.file_id, header.nonce_prefix)?;
+        let cipher = FileCipher::new(&key, key_id, &header.file_id, header.nonce_prefix, path)?;
         if cipher.check_value() != header.kcv {
             return Err(sealed_error(path, SealedFileProblem::WrongKey { key_id }));
         }
@@ -160,9 +160,6 @@ impl SealedReader {
         self.buf.truncate(stored - CHUNK_TAG_LEN);
         // Chunk indices fit: `start` refused files of more than 2^32 chunks.
         let at = u32::try_from(index).unwrap_or(u32::MAX);
-        // A failed open zeroes what it was given, so the final chunk's ciphertext (no secret)
-        // is kept for the second look below: one copy of one chunk per file.
-        let kept = last.then(|| self.buf.clone());
         if self
             .cipher
             .open(&self.header_bytes, at, last, &mut self.buf, &tag)
@@ -170,11 +167,9 @@ impl SealedReader {
             self.next = index + 1;
             return Ok(());
         }
-        // Authentic as a chunk that is not the final one: chunks after it were cut away.
-        let cut = kept.is_some_and(|mut kept| {
-            self.cipher
-                .open(&self.header_bytes, at, false, &mut kept, &tag)
-        });
+        // Authentic as a chunk that is not the final one: chunks after it were cut away. A
+        // failed open zeroes what it was given, so the ciphertext is read again for this look.
+        let cut = last && self.authentic_as_inner(index, offset, &tag)?;
         self.buf.zeroize();
         let problem = if cut {
             let chunks = index + 1;
@@ -189,6 +184,25 @@ impl SealedReader {
             }
         };
         Err(sealed_error(&self.path, problem))
+    }
+
+    /// Whether the final chunk `index` at `offset`, whose tag is `tag`, is authentic as a chunk
+    /// that is not the final one: read again (its bytes were zeroed by the failed open) into
+    /// `buf`, which is left holding either its plaintext or zeros.
+    fn authentic_as_inner(
+        &mut self,
+        index: u64,
+        offset: u64,
+        tag: &[u8; CHUNK_TAG_LEN],
+    ) -> Result<bool> {
+        let len = self.buf.len();
+        let got = read_full_at(self.file.as_ref(), &mut self.buf, offset)
+            .map_err(|e| Error::io("read sealed file", &self.path, e))?;
+        let at = u32::try_from(index).unwrap_or(u32::MAX);
+        Ok(got == len
+            && self
+                .cipher
+                .open(&self.header_bytes, at, false, &mut self.buf, tag))
     }
 
     /// Reads the rest of the file into a buffer sized once (never reallocated, so no copy of

@@ -36,8 +36,8 @@ fn file_key(key: &Key, key_id: u32, file_id: &[u8; FILE_ID_LEN]) -> Zeroizing<[u
     crate::crypto::derive_key(FILE_KEY_SALT, key, &info)
 }
 
-/// One file's sealing state: its AES-256-GCM key (zeroized on drop by the crates' `zeroize`
-/// features), nonce prefix and header (the associated data).
+/// One file's sealing state: its AES-256-GCM key (`GcmKey`: AWS-LC's state, wiped when
+/// freed), nonce prefix and check value.
 pub(crate) struct FileCipher {
     aead: GcmKey,
     prefix: [u8; NONCE_PREFIX_LEN],
@@ -50,11 +50,17 @@ impl FileCipher {
         key_id: u32,
         file_id: &[u8; FILE_ID_LEN],
         prefix: [u8; NONCE_PREFIX_LEN],
+        path: &std::path::Path,
     ) -> Result<FileCipher> {
         let okm = file_key(key, key_id, file_id);
         Ok(FileCipher {
             kcv: crate::crypto::check_value(&Aes256::new((&*okm).into())),
-            aead: GcmKey::new(&okm, "a sealed file's key")?,
+            aead: GcmKey::new(&okm, || {
+                format!(
+                    "the key of sealed file {} (key id {key_id})",
+                    path.display()
+                )
+            })?,
             prefix,
         })
     }
@@ -110,7 +116,14 @@ mod tests {
 
     #[test]
     fn a_chunk_opens_only_at_its_index_with_its_flag_and_header() {
-        let cipher = FileCipher::new(&Key::from_bytes([1; KEY_LEN]), 1, &[2; 16], [3; 7]).unwrap();
+        let cipher = FileCipher::new(
+            &Key::from_bytes([1; KEY_LEN]),
+            1,
+            &[2; 16],
+            [3; 7],
+            "t".as_ref(),
+        )
+        .unwrap();
         let mut data = b"chunk".to_vec();
         let tag = cipher.seal(b"header", 4, false, &mut data).unwrap();
         let sealed = data.clone();

@@ -96,7 +96,7 @@ impl SealedWriter {
         file_id.copy_from_slice(&random[..FILE_ID_LEN]);
         let mut nonce_prefix = [0u8; NONCE_PREFIX_LEN];
         nonce_prefix.copy_from_slice(&random[FILE_ID_LEN..]);
-        let cipher = FileCipher::new(&key, key_id, &file_id, nonce_prefix)?;
+        let cipher = FileCipher::new(&key, key_id, &file_id, nonce_prefix, path)?;
         let header = Header {
             key_id,
             chunk_size: chunk_size as u32,
