@@ -62,6 +62,7 @@ mod gcm_forged_segment_switch_fails_authentication;
 mod gcm_record_spliced_from_another_log_fails_authentication;
 mod gcm_swapped_records_fail_authentication;
 mod gcm_truncated_tag_fails_authentication;
+mod golden_key_store_and_checkpoint_open;
 mod golden_logs_read_byte_for_byte;
 mod hand_made_segment_files_are_refused;
 mod holds_and_checkpoints_made_during_a_purge_keep_their_log;
