@@ -588,7 +588,9 @@ impl Follower {
                 }
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
-                    if files.geo.segment_start(invalid.at) >= files.end_of_files() {
+                    if files.geo.segment_start(invalid.at) >= files.end_of_files()
+                        || resumes_in_an_unlisted_segment(files, invalid.at)
+                    {
                         match refresh(files, self.ring.as_ref())? {
                             Some(newer) => {
                                 self.files = Some(newer);
@@ -642,6 +644,19 @@ fn is_not_found(error: &Error) -> bool {
 
 /// The files with the segments that have appeared since, if any. A segment removed while
 /// the directory is read (the writer purging old ones) means: look again later.
+/// Whether a pagelevel log ending at `at` would go on in a segment the follower has not
+/// listed: a writer that reopens a log whose last page is partly filled leaves the rest of it
+/// unwritten and resumes at the next page's body, which for the last page of a segment is the
+/// first body page of the next segment, with no switch record to point there
+/// ([`crate::format::RECORD_FLAG_RESUME`]). The cursor looks for that resume record
+/// (`Cursor::resumed_after`) only in the segments it was given.
+fn resumes_in_an_unlisted_segment(files: &LogFiles, at: Lsn) -> bool {
+    let geo = files.geo;
+    files.mode == Mode::PageLevel
+        && geo.segment_start(geo.skip_headers(geo.page_start(at) + geo.page_size))
+            >= files.end_of_files()
+}
+
 fn refresh(files: &LogFiles, ring: Option<&KeyRing>) -> Result<Option<LogFiles>> {
     match files.refreshed(ring) {
         Err(e) if is_not_found(&e) => Ok(None),
