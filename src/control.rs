@@ -165,12 +165,16 @@ impl Control {
     }
 
     /// Decodes a control file of log `log_id`; `keys` opens the checkpoint's metadata (without
-    /// them a sealed checkpoint is an error naming its key id).
+    /// them a sealed checkpoint is an error naming its key id). In an `encrypted` log (every
+    /// mode but plaintext) a checkpoint's metadata is always sealed, so one stored in the clear
+    /// (key id 0) is refused: only someone who wrote the file without the key makes one, and it
+    /// would choose where replay starts and what the engine restores.
     pub(crate) fn decode(
         path: &Path,
         bytes: &[u8],
         log_id: u64,
         keys: Option<&KeyRing>,
+        encrypted: bool,
     ) -> Result<Control> {
         let bad = |why: &str| control_error(path, why);
         if bytes.len() < 4 {
@@ -216,6 +220,12 @@ impl Control {
                     return Err(bad("checkpoint metadata longer than the format allows"));
                 }
                 let stored = r.take(len).ok_or_else(|| bad("truncated"))?;
+                if encrypted && key_id == 0 {
+                    return Err(bad(&format!(
+                        "checkpoint at lsn {lsn} stored in the clear (key id 0) in an encrypted \
+                         log, whose writers always seal it: written without the key"
+                    )));
+                }
                 let meta = open_meta(path, keys, log_id, lsn, key_id, &nonce, stored)?;
                 control.checkpoint = Some(Checkpoint { lsn, meta });
                 control.checkpoint_key = key_id;
@@ -342,12 +352,14 @@ pub(crate) fn control_path(dir: &Path) -> PathBuf {
     dir.join(CONTROL_FILE)
 }
 
-/// Reads the control file of log `log_id` in `dir`; `None` when there is none.
+/// Reads the control file of log `log_id` in `dir`; `None` when there is none. `encrypted`:
+/// the log's mode is not plaintext ([`Control::decode`]).
 pub(crate) fn read(
     storage: &dyn Storage,
     dir: &Path,
     log_id: u64,
     keys: Option<&KeyRing>,
+    encrypted: bool,
 ) -> Result<Option<Control>> {
     let path = control_path(dir);
     let file = match storage.open(&path, false) {
@@ -366,7 +378,7 @@ pub(crate) fn read(
     let n = crate::storage::read_full(file.as_ref(), &mut bytes, 0)
         .map_err(|e| Error::io("read control file", &path, e))?;
     bytes.truncate(n);
-    Control::decode(&path, &bytes, log_id, keys).map(Some)
+    Control::decode(&path, &bytes, log_id, keys, encrypted).map(Some)
 }
 
 /// Replaces the control file in `dir` with `bytes`: temp file, fdatasync, rename, directory
@@ -421,7 +433,7 @@ mod tests {
         for keys in [None, Some(&ring)] {
             let mut control = sample();
             let bytes = control.encode(42, keys).unwrap();
-            let back = Control::decode(Path::new("c"), &bytes, 42, keys).unwrap();
+            let back = Control::decode(Path::new("c"), &bytes, 42, keys, keys.is_some()).unwrap();
             assert_eq!(back.generation, 7);
             assert_eq!(back.checkpoint, control.checkpoint);
             assert_eq!(back.holds, control.holds);
@@ -439,13 +451,13 @@ mod tests {
         let ring = KeyRing::generate().unwrap();
         let bytes = sample().encode(42, Some(&ring)).unwrap();
         for len in 0..bytes.len() {
-            assert!(Control::decode(Path::new("c"), &bytes[..len], 42, Some(&ring)).is_err());
+            assert!(Control::decode(Path::new("c"), &bytes[..len], 42, Some(&ring), true).is_err());
         }
         for i in 0..bytes.len() {
             let mut b = bytes.clone();
             b[i] ^= 0x40;
             assert!(
-                Control::decode(Path::new("c"), &b, 42, Some(&ring)).is_err(),
+                Control::decode(Path::new("c"), &b, 42, Some(&ring), true).is_err(),
                 "byte {i} flipped"
             );
         }
@@ -460,14 +472,14 @@ mod tests {
         let n = bytes.len() - 4;
         let crc = crc32c::crc32c(&bytes[..n]);
         bytes[n..].copy_from_slice(&crc.to_le_bytes());
-        let err = Control::decode(Path::new("c"), &bytes, 42, Some(&ring)).unwrap_err();
+        let err = Control::decode(Path::new("c"), &bytes, 42, Some(&ring), true).unwrap_err();
         assert!(err.to_string().contains("authentication"), "{err}");
     }
 
     #[test]
     fn a_control_file_of_another_log_is_refused() {
         let bytes = sample().encode(42, None).unwrap();
-        let err = Control::decode(Path::new("c"), &bytes, 43, None).unwrap_err();
+        let err = Control::decode(Path::new("c"), &bytes, 43, None, false).unwrap_err();
         assert!(err.to_string().contains("belongs to log"), "{err}");
     }
 }

@@ -298,9 +298,14 @@ impl Wal {
     /// Reads the control file at open (before the `Wal` is shared).
     pub(super) fn load_control(&self) -> Result<()> {
         let ring = self.data_keys();
-        let mut loaded =
-            control::read(self.storage.as_ref(), &self.dir, self.log_id, ring.as_ref())?
-                .unwrap_or_default();
+        let mut loaded = control::read(
+            self.storage.as_ref(),
+            &self.dir,
+            self.log_id,
+            ring.as_ref(),
+            self.mode != Mode::Plaintext,
+        )?
+        .unwrap_or_default();
         loaded.purge_floor = loaded.checkpoint.as_ref().map(|c| c.lsn);
         // A hold whose position was purged (its creation failed after the file reached the
         // disk, or the log was cut by hand) keeps nothing: it is lost.
@@ -375,9 +380,13 @@ impl Checkpoint {
             Err(e) => return Err(e),
         };
         let keys = (files.mode != Mode::Plaintext).then_some(&ring);
-        Ok(
-            control::read(config.storage.as_ref(), dir, files.log_id, keys)?
-                .and_then(|c| c.checkpoint),
-        )
+        Ok(control::read(
+            config.storage.as_ref(),
+            dir,
+            files.log_id,
+            keys,
+            keys.is_some(),
+        )?
+        .and_then(|c| c.checkpoint))
     }
 }

@@ -1,0 +1,75 @@
+//! A checkpoint's metadata is sealed with AES-256-GCM in every encrypted mode, its LSN and log
+//! in the associated data. Someone who can write the files but lacks the key could otherwise
+//! rewrite the control file with key id 0 ("stored in the clear", which only a plaintext log
+//! without keys writes), a position and metadata of their choosing, and a correct CRC32C: the
+//! engine would restore the snapshot they name and replay from where they say. Refused in the
+//! encrypted modes, by `Checkpoint::read` and by `Wal::open`; a plaintext log keeps its clear
+//! checkpoints.
+
+use walcrypt::{Checkpoint, Config, Error, KeyRing, Lsn, Mode, Wal};
+
+/// The control file with its checkpoint replaced by `meta` at `lsn` in the clear, its CRC32C
+/// made right (layout in docs/FORMAT.md, "Control file").
+fn in_the_clear(genuine: &[u8], lsn: Lsn, meta: &[u8]) -> Vec<u8> {
+    let stored = u32::from_le_bytes(genuine[53..57].try_into().unwrap()) as usize;
+    let holds = &genuine[57 + stored..genuine.len() - 4];
+    let mut out = genuine[..29].to_vec();
+    out.extend_from_slice(&lsn.0.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&[0u8; 12]);
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(meta);
+    out.extend_from_slice(holds);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_checkpoint_rewritten_in_the_clear_is_refused_in_an_encrypted_log() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = || match mode {
+            Mode::Plaintext => Config::new(mode),
+            _ => Config::new(mode).keys(keys.clone()),
+        };
+        let lsns: Vec<Lsn> = {
+            let wal = Wal::open(tmp.path(), config()).unwrap();
+            let lsns: Vec<Lsn> = (0..50u8)
+                .map(|i| wal.append(1, &[i; 64]).unwrap())
+                .collect();
+            wal.flush(lsns[49]).unwrap();
+            wal.checkpoint(lsns[49], b"snapshot-000050").unwrap();
+            wal.close().unwrap();
+            lsns
+        };
+        let control = tmp.path().join("walcrypt.control");
+        let genuine = std::fs::read(&control).unwrap();
+        std::fs::write(
+            &control,
+            in_the_clear(&genuine, lsns[10], b"snapshot-000011"),
+        )
+        .unwrap();
+
+        let read = Checkpoint::read(tmp.path(), &config());
+        let opened = Wal::open(tmp.path(), config()).map(|_| ());
+        if mode == Mode::Plaintext {
+            let cp = read.unwrap().expect("a checkpoint");
+            assert_eq!((cp.lsn, &cp.meta[..]), (lsns[10], &b"snapshot-000011"[..]));
+            opened.unwrap();
+            continue;
+        }
+        for (what, result) in [
+            ("Checkpoint::read", read.map(|_| ())),
+            ("Wal::open", opened),
+        ] {
+            match result {
+                Err(e @ Error::Control { .. }) => {
+                    assert!(e.to_string().contains("in the clear"), "{mode} {what}: {e}")
+                }
+                other => panic!("{mode} {what}: a checkpoint forged in the clear: {other:?}"),
+            }
+        }
+    }
+}
