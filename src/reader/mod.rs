@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::Lsn;
 use crate::config::Mode;
 use crate::crypto::{KeyRing, Keys};
-use crate::error::{Error, Result};
+use crate::error::{CorruptionKind, Error, Result};
 use crate::format::{Geometry, RecordHeader};
 use crate::keys::KeyStore;
 use crate::storage::{FsStorage, Storage};
@@ -250,6 +250,20 @@ impl Walk<'_> {
             }
             Err(e) => {
                 self.cursor = None;
+                // A record under a key its segment's header (as listed) does not name, in a
+                // segment whose header has changed since: a key rotation replaced the segment
+                // prepared ahead under the old key after the reader listed it. The writer moved
+                // on; these files end before that segment, as `settle` ends them before a
+                // segment remade by an open. In a segment nobody replaced it is damage.
+                if let Error::Corrupt {
+                    at: pos,
+                    kind: CorruptionKind::UnlistedKey { .. },
+                } = &e
+                    && self.files.segment_remade(pos.lsn).unwrap_or(false)
+                {
+                    self.end = Some(pos.lsn);
+                    return None;
+                }
                 // The segment the cursor went on to was purged after the reader listed it.
                 Some(Err(self.files.purged_instead(at, e)))
             }

@@ -131,3 +131,45 @@ fn a_key_id_its_unchanged_segment_does_not_list_is_still_damage() {
         "{err}"
     );
 }
+
+/// A `Reader` that listed the segment prepared under the old key, opened before the rotation
+/// replaced it, meets the new records under a key that header does not list. The writer moved
+/// on; nothing is damaged: the reader's log ends before that segment (a reader opened after
+/// the rotation reads on). It used to fail with `UnlistedKey`.
+#[test]
+fn a_reader_that_listed_the_replaced_segment_ends_before_it_instead_of_reporting_damage() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys, false)).unwrap();
+        append(&wal, b"under key 1");
+        assert!(wal.prepare_next_segment().unwrap(), "{mode}");
+        keys.add(2, Key::generate().unwrap()).unwrap();
+        let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        assert!(
+            reader.segments().len() >= 2,
+            "{mode}: the prepared segment is listed"
+        );
+
+        wal.activate_key(2, keys.get(2).unwrap().clone()).unwrap();
+        append(&wal, b"under key 2");
+        let read: Vec<_> = reader
+            .records_from(Lsn::default())
+            .map(|r| r.map(|r| r.payload))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{mode}: the writer moved on, nothing is damaged: {e}"));
+        assert_eq!(read, vec![b"under key 1".to_vec()], "{mode}");
+
+        let after = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let read: Vec<_> = after
+            .records_from(Lsn::default())
+            .map(|r| r.unwrap().payload)
+            .collect();
+        assert_eq!(
+            read,
+            vec![b"under key 1".to_vec(), b"under key 2".to_vec()],
+            "{mode}"
+        );
+        wal.close().unwrap();
+    }
+}
