@@ -207,7 +207,9 @@ impl KeyStore {
                 Ok(None)
             }
             Err(e) => Err(e),
-            Ok(()) => Ok(Some(store)),
+            // A store is created without looking for a generation on disk.
+            Ok(Saved::Changed { .. }) => Ok(None),
+            Ok(Saved::Written) => Ok(Some(store)),
         }
     }
 
@@ -237,6 +239,17 @@ impl KeyStore {
     pub fn reload(&self) -> Result<()> {
         let mut inner = self.inner.lock();
         *inner = read_inner(self.storage.as_ref(), &self.path, inner.provider.clone())?;
+        Ok(())
+    }
+
+    /// [`KeyStore::reload`] under another provider: for the handle of a live log whose store
+    /// was re-wrapped under a new KEK by someone else (`wal-key rotate-kek`, another process).
+    /// The log goes on writing meanwhile; its next rotation or key retirement fails, naming
+    /// the KEK mismatch, until this is called with the new KEK's provider. On an error nothing
+    /// changes, the provider included.
+    pub fn reload_with(&self, provider: Arc<dyn KeyProvider>) -> Result<()> {
+        let mut inner = self.inner.lock();
+        *inner = read_inner(self.storage.as_ref(), &self.path, provider)?;
         Ok(())
     }
 
@@ -301,31 +314,37 @@ impl KeyStore {
     ///
     /// To rotate the key of a live log, call [`crate::Wal::rotate_data_key`], which calls this
     /// and then switches the log to the new key.
+    ///
+    /// If someone else wrote the store since this handle read it (another handle, `wal-key
+    /// rotate`), the newer generation is read and the key is added on top of it, so neither
+    /// change is lost ([`KeyStore::retire_unused`] does the same).
     pub fn rotate_data_key(&self) -> Result<(u32, KeyRing)> {
         let mut inner = self.inner.lock();
-        let id = inner
-            .entries
-            .iter()
-            .map(|e| e.info.id)
-            .max()
-            .unwrap_or(0)
-            .checked_add(1)
-            .ok_or_else(|| store_error(&self.path, "key ids exhausted"))?;
-        let entry = wrap_entry(
-            inner.provider.as_ref(),
-            &inner.kek_id,
-            id,
-            KeyState::Active,
-            now_secs(),
-            Key::generate()?,
-        )?;
-        let mut entries = clone_entries(&inner.entries);
-        for e in &mut entries {
-            e.info.state = KeyState::DecryptOnly;
-        }
-        entries.push(entry);
-        self.commit(&mut inner, entries)?;
-        Ok((id, ring_of(&inner.entries)))
+        let id = self.update(&mut inner, |inner| {
+            let id = inner
+                .entries
+                .iter()
+                .map(|e| e.info.id)
+                .max()
+                .unwrap_or(0)
+                .checked_add(1)
+                .ok_or_else(|| store_error(&self.path, "key ids exhausted"))?;
+            let entry = wrap_entry(
+                inner.provider.as_ref(),
+                &inner.kek_id,
+                id,
+                KeyState::Active,
+                now_secs(),
+                Key::generate()?,
+            )?;
+            let mut entries = clone_entries(&inner.entries);
+            for e in &mut entries {
+                e.info.state = KeyState::DecryptOnly;
+            }
+            entries.push(entry);
+            Ok(Some((entries, id)))
+        })?;
+        Ok((id.unwrap_or_default(), ring_of(&inner.entries)))
     }
 
     /// Re-wraps every data key under `provider`'s KEK and writes the store; the log is not
@@ -350,7 +369,9 @@ impl KeyStore {
         );
         inner.provider = provider;
         let before = inner.generation;
-        let committed = self.commit(&mut inner, entries);
+        let committed = self
+            .commit(&mut inner, entries)
+            .and_then(|saved| saved.or_refuse(&self.path, before));
         if committed.is_err() && inner.generation == before {
             (inner.provider, inner.kek_id, inner.auth) = old;
         }
@@ -361,33 +382,105 @@ impl KeyStore {
     /// anything was removed. Returns the removed ids. The active key always stays.
     pub fn retire_unused(&self, in_use: &[u32]) -> Result<Vec<u32>> {
         let mut inner = self.inner.lock();
-        let retired: Vec<u32> = inner
-            .entries
-            .iter()
-            .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
-            .map(|e| e.info.id)
-            .collect();
-        if retired.is_empty() {
-            return Ok(retired);
+        let retired = self.update(&mut inner, |inner| {
+            let retired: Vec<u32> = inner
+                .entries
+                .iter()
+                .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
+                .map(|e| e.info.id)
+                .collect();
+            if retired.is_empty() {
+                return Ok(None);
+            }
+            let entries = clone_entries(&inner.entries)
+                .into_iter()
+                .filter(|e| !retired.contains(&e.info.id))
+                .collect();
+            Ok(Some((entries, retired)))
+        })?;
+        Ok(retired.unwrap_or_default())
+    }
+
+    /// Writes the entries `change` makes from the store in memory (nothing when it makes
+    /// none). When someone else wrote the store since this handle read it, the newer
+    /// generation is read (`take_newer`) and `change` made again from it, a few times at most:
+    /// a change is always made from the generation it replaces, so nobody's is undone.
+    fn update<T>(
+        &self,
+        inner: &mut Inner,
+        mut change: impl FnMut(&Inner) -> Result<Option<(Vec<Entry>, T)>>,
+    ) -> Result<Option<T>> {
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 1;
+        loop {
+            let Some((entries, out)) = change(inner)? else {
+                return Ok(None);
+            };
+            let before = inner.generation;
+            match self.commit(inner, entries)? {
+                Saved::Written => return Ok(Some(out)),
+                Saved::Changed { found } if attempt < ATTEMPTS => {
+                    self.take_newer(inner, found)?;
+                    attempt += 1;
+                }
+                changed => return changed.or_refuse(&self.path, before).map(|()| None),
+            }
         }
-        let entries = clone_entries(&inner.entries)
-            .into_iter()
-            .filter(|e| !retired.contains(&e.info.id))
-            .collect();
-        self.commit(&mut inner, entries)?;
-        Ok(retired)
+    }
+
+    /// Reads the generation `found` someone else wrote, to make this handle's change again on
+    /// top of it. Refused when it lacks a key this handle holds (a key this handle's log may
+    /// still use), or is wrapped under another KEK (the caller needs the new provider:
+    /// [`KeyStore::reload_with`]).
+    fn take_newer(&self, inner: &mut Inner, found: u64) -> Result<()> {
+        let changed = |why: String| {
+            store_error(
+                &self.path,
+                &format!(
+                    "changed by someone else since it was read (generation {found} on disk, {} \
+                     here) and {why}",
+                    inner.generation
+                ),
+            )
+        };
+        let newer = match read_inner(self.storage.as_ref(), &self.path, inner.provider.clone()) {
+            Ok(newer) => newer,
+            Err(Error::KeyStore { reason, .. }) => {
+                return Err(changed(format!(
+                    "not readable with this handle's provider: {reason}; if the store was \
+                     re-wrapped under a new KEK, call KeyStore::reload_with with its provider \
+                     and retry"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        for e in &inner.entries {
+            let kept = newer
+                .entries
+                .iter()
+                .any(|n| n.info.id == e.info.id && n.info.fingerprint == e.info.fingerprint);
+            if !kept {
+                return Err(changed(format!(
+                    "no longer holds key id {} that this handle holds and its log may still \
+                     use; nothing was written",
+                    e.info.id
+                )));
+            }
+        }
+        *inner = newer;
+        Ok(())
     }
 
     /// Writes `entries` as the next generation. They replace the ones in memory once the new
     /// file is in place (renamed), even if the directory sync after it failed: memory then
     /// matches the file, which may or may not survive a crash, and the store remembers that
     /// (`durable` false) until a directory sync succeeds.
-    fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<()> {
+    fn commit(&self, inner: &mut Inner, entries: Vec<Entry>) -> Result<Saved> {
         self.make_durable(inner)?;
         let before = inner.generation;
         let old = std::mem::replace(&mut inner.entries, entries);
         let saved = self.save(inner, Put::Replace);
-        if saved.is_err() && inner.generation == before {
+        if !matches!(saved, Ok(Saved::Written)) && inner.generation == before {
             inner.entries = old;
         }
         saved
@@ -424,7 +517,7 @@ impl KeyStore {
         Ok(())
     }
 
-    fn save(&self, inner: &mut Inner, put: Put) -> Result<()> {
+    fn save(&self, inner: &mut Inner, put: Put) -> Result<Saved> {
         let lock_path = lock_name(&self.path)?;
         let lock = self
             .storage
@@ -433,8 +526,10 @@ impl KeyStore {
         if lock.is_some() {
             self.remove_stale_temporaries();
         }
-        if put == Put::Replace {
-            self.check_unchanged(inner.generation)?;
+        if put == Put::Replace
+            && let Some(found) = self.generation_on_disk(inner.generation)?
+        {
+            return Ok(Saved::Changed { found });
         }
         let generation = inner.generation + 1;
         let (auth, rewrapped) = self.auth_for_saving(inner)?;
@@ -490,7 +585,7 @@ impl KeyStore {
             .sync_dir(&dir)
             .map_err(|e| Error::io("sync the directory of key store", &self.path, e))?;
         inner.durable = true;
-        Ok(())
+        Ok(Saved::Written)
     }
 }
 
@@ -521,26 +616,45 @@ enum Put {
     Replace,
 }
 
-impl KeyStore {
-    /// Refuses to write over a store that another process (or another `KeyStore` on the same
-    /// file) wrote since this one read it: its changes (a new key, a KEK rotation) would be
-    /// lost. A missing or undecodable file is rewritten from memory.
-    fn check_unchanged(&self, generation: u64) -> Result<()> {
-        let on_disk = match read_file(self.storage.as_ref(), &self.path) {
-            Ok(bytes) => decode(&bytes).ok().map(|d| d.generation),
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        match on_disk {
-            Some(found) if found != generation => Err(store_error(
-                &self.path,
+/// What a write of the store did.
+#[must_use]
+enum Saved {
+    Written,
+    /// Nothing: someone else wrote generation `found` since this handle read the store.
+    Changed {
+        found: u64,
+    },
+}
+
+impl Saved {
+    /// An error for `Changed`, for a write that is not made again from the newer generation
+    /// (`generation` is the one this handle read).
+    fn or_refuse(self, path: &Path, generation: u64) -> Result<()> {
+        match self {
+            Saved::Written => Ok(()),
+            Saved::Changed { found } => Err(store_error(
+                path,
                 &format!(
                     "changed by someone else since it was read (generation {found} on disk, \
                      {generation} here); reopen it and retry"
                 ),
             )),
-            _ => Ok(()),
         }
+    }
+}
+
+impl KeyStore {
+    /// The generation on disk when another process (or another `KeyStore` on the same file)
+    /// wrote the store since this one read it (`generation`), else `None`. Such a store is
+    /// never written over: its changes (a new key, a KEK rotation) would be lost. A missing or
+    /// undecodable file is rewritten from memory.
+    fn generation_on_disk(&self, generation: u64) -> Result<Option<u64>> {
+        let on_disk = match read_file(self.storage.as_ref(), &self.path) {
+            Ok(bytes) => decode(&bytes).ok().map(|d| d.generation),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        Ok(on_disk.filter(|found| *found != generation))
     }
 
     /// Removes temporary files a crash or a failed write left beside the store
@@ -751,11 +865,19 @@ mod tests {
         let first = KeyStore::create(&path, kek.clone()).unwrap();
         let second = KeyStore::open(&path, kek.clone()).unwrap();
         second.rotate_data_key().unwrap();
-        let err = first.rotate_data_key().unwrap_err();
+        // A rotation is made again on top of the newer generation: both keys stay.
+        let (id, ring) = first.rotate_data_key().unwrap();
+        assert_eq!((id, ring.ids()), (3, vec![1, 2, 3]));
+        assert_eq!(first.generation(), 3);
+        // A KEK rotation is not: the stale handle is refused and nothing is written.
+        let err = second
+            .rotate_kek(Arc::new(Kek::generate("other").unwrap()))
+            .unwrap_err();
         assert!(err.to_string().contains("changed by someone else"), "{err}");
-        assert_eq!(first.ring().ids(), vec![1]);
+        assert_eq!(second.ring().ids(), vec![1, 2]);
         let reread = KeyStore::open(&path, kek).unwrap();
-        assert_eq!(reread.ring().ids(), vec![1, 2]);
+        assert_eq!(reread.ring().ids(), vec![1, 2, 3]);
+        assert_eq!(reread.generation(), 3);
         // A stale temporary file from a crash outlives an open and is removed by the next
         // write, which holds the store's lock.
         let stale = dir.path().join(".keys.0123456789abcdef.tmp");
