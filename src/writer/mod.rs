@@ -165,6 +165,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
+use smallvec::SmallVec;
 
 use crate::Lsn;
 use crate::compress;
@@ -270,6 +271,13 @@ fn lane_count() -> usize {
 
 /// Sealed records of up to this size reuse a per-thread buffer instead of a fresh allocation.
 const SEAL_BUFFER_KEEP: usize = 256 << 10;
+
+/// Records an append keeps its lengths, IVs and LSNs for on the stack: one for `append`, and
+/// small batches; larger batches spill to the heap.
+const INLINE_RECORDS: usize = 8;
+
+/// The LSNs of the records one insertion places.
+type Lsns = SmallVec<[Lsn; INLINE_RECORDS]>;
 
 thread_local! {
     static SEAL_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
@@ -557,7 +565,7 @@ impl Wal {
         I: IntoIterator<Item = (u8, &'a [u8])>,
     {
         self.check_poison()?;
-        let records: Vec<(u8, &[u8])> = records.into_iter().collect();
+        let records: SmallVec<[(u8, &[u8]); INLINE_RECORDS]> = records.into_iter().collect();
         for (_, payload) in &records {
             check_len(payload)?;
         }
@@ -567,14 +575,14 @@ impl Wal {
         let payload_bytes = records.iter().map(|(_, p)| p.len()).sum();
         // Compressed payloads (when configured and worth it), wiped when dropped.
         let mut packed = compress::Packed::default();
-        let forms: Vec<Option<usize>> = records
+        let forms: SmallVec<[Option<usize>; INLINE_RECORDS]> = records
             .iter()
             .map(|(_, payload)| match self.seal.compresses(0, payload) {
                 true => packed.push(payload),
                 false => None,
             })
             .collect();
-        let pending: Vec<Pending<'_>> = records
+        let pending: SmallVec<[Pending<'_>; INLINE_RECORDS]> = records
             .iter()
             .zip(&forms)
             .map(|((kind, payload), form)| match form {
@@ -595,7 +603,7 @@ impl Wal {
         drop(packed);
         self.deliver_events();
         self.rotate_if_due(result.is_ok());
-        result.map(|(first, lsns)| if lsns.is_empty() { vec![first] } else { lsns })
+        result.map(|(_, lsns)| lsns.into_vec())
     }
 
     /// Rotates the data key when the rotation policy says it is due (after an append).
@@ -623,19 +631,19 @@ impl Wal {
     /// randomness comes after it. Once bytes are reserved, any failure (or a panic) poisons
     /// the log ([`Inserting`]): the reserved bytes stay a hole that nothing may write out as
     /// if it were a record, and no flush may pass it.
-    fn insert(&self, records: &[Pending<'_>], payload_bytes: usize) -> Result<(Lsn, Vec<Lsn>)> {
-        let lens: Vec<usize> = records.iter().map(|r| self.record_len(r)).collect();
+    fn insert(&self, records: &[Pending<'_>], payload_bytes: usize) -> Result<(Lsn, Lsns)> {
+        let mut lens = SmallVec::<[usize; INLINE_RECORDS]>::new();
+        let mut ivs = SmallVec::<[Option<[u8; IV_LEN]>; INLINE_RECORDS]>::new();
+        for r in records {
+            lens.push(self.record_len(r));
+            ivs.push(match self.needs_iv(r.flags) {
+                true => Some(self.ivs.next_iv()?),
+                false => None,
+            });
+        }
         let total: usize = lens.iter().sum();
-        let ivs = records
-            .iter()
-            .map(|r| {
-                self.needs_iv(r.flags)
-                    .then(|| self.ivs.next_iv())
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // Allocated before the lock: the lock only does arithmetic.
-        let mut lsns = Vec::with_capacity(records.len());
+        // Sized before the reservation, which only does arithmetic.
+        let mut lsns = Lsns::with_capacity(records.len());
         let lane = self.reservations.claim_lane(lane_hint());
         let held =
             self.reservations
@@ -670,11 +678,7 @@ impl Wal {
         self.counters.here().appends.add(records.len() as u64);
         self.counters.here().payload_bytes.add(payload_bytes as u64);
         self.counters.here().record_bytes.add(total as u64);
-        let first = lsns[0];
-        if lsns.len() == 1 {
-            return Ok((first, Vec::new()));
-        }
-        Ok((first, lsns))
+        Ok((lsns[0], lsns))
     }
 
     /// Seals each of `records` at its LSN into `sealed` and copies it into the buffer.

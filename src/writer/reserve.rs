@@ -82,7 +82,7 @@ impl Reservations {
         geo: &Geometry,
         lens: &[usize],
         lane: &InLane<'_>,
-        lsns: &mut Vec<Lsn>,
+        lsns: &mut super::Lsns,
         timed: bool,
     ) -> Option<u64> {
         let since = timed.then(Instant::now);
@@ -249,7 +249,7 @@ mod loom_model {
 
     fn append(log: &Log, t: usize) {
         let lane = log.reservations.claim_lane(t);
-        let mut lsns = Vec::with_capacity(1);
+        let mut lsns = super::super::Lsns::new();
         log.reservations
             .reserve(&GEO, &[40 + 8 * t], &lane, &mut lsns, false);
         let end = super::super::record_end(&GEO, lsns[0], 40 + 8 * t);

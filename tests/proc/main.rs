@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod appends_and_buffered_commits_allocate_nothing;
 mod follower_in_another_process;
 mod forked_child_cannot_append;
 mod forked_child_dropping_a_wal_never_deadlocks;
