@@ -245,29 +245,37 @@ impl Walk<'_> {
                         self.cursor = Some(*cursor);
                         Some(Ok(*stored))
                     }
-                    Err(e) => Some(Err(e)),
+                    // The second look (a fresh cursor) and the page headers it weighs meet the
+                    // same moves of the writer as the first look does.
+                    Err(e) => self.failed(at, e),
                 }
             }
             Err(e) => {
                 self.cursor = None;
-                // A record under a key its segment's header (as listed) does not name, in a
-                // segment whose header has changed since: a key rotation replaced the segment
-                // prepared ahead under the old key after the reader listed it. The writer moved
-                // on; these files end before that segment, as `settle` ends them before a
-                // segment remade by an open. In a segment nobody replaced it is damage.
-                if let Error::Corrupt {
-                    at: pos,
-                    kind: CorruptionKind::UnlistedKey { .. },
-                } = &e
-                    && self.files.segment_remade(pos.lsn).unwrap_or(false)
-                {
-                    self.end = Some(pos.lsn);
-                    return None;
-                }
-                // The segment the cursor went on to was purged after the reader listed it.
-                Some(Err(self.files.purged_instead(at, e)))
+                self.failed(at, e)
             }
         }
+    }
+
+    /// An error met reading on from `at`, unless the writer moved on under the reader:
+    /// - a record under a key its segment's header (as listed) does not name, in a segment
+    ///   whose header has changed since: a key rotation replaced the segment prepared ahead
+    ///   under the old key after the reader listed it. These files end before that segment,
+    ///   as `settle` ends them before a segment remade by an open. In a segment nobody
+    ///   replaced it is damage;
+    /// - a listed segment file gone, from before the oldest segment left: purged (and perhaps
+    ///   renamed for reuse) after the reader listed it. That is [`Error::Purged`].
+    fn failed(&mut self, at: Lsn, e: Error) -> Option<Result<Stored>> {
+        if let Error::Corrupt {
+            at: pos,
+            kind: CorruptionKind::UnlistedKey { .. },
+        } = &e
+            && self.files.segment_remade(pos.lsn).unwrap_or(false)
+        {
+            self.end = Some(pos.lsn);
+            return None;
+        }
+        Some(Err(self.files.purged_instead(at, e)))
     }
 }
 

@@ -8,9 +8,12 @@
 //! visible once written.
 
 use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use walcrypt::inspect::{record_crc, segment_file_name};
+use crate::support::hooked::{Hooked, Hooks};
+use walcrypt::inspect::{PAGE_HEADER_LEN, record_crc, segment_file_name};
 use walcrypt::{
     Config, CorruptionKind, Error, Follower, Key, KeyRing, Lsn, Mode, Reader, SyncMode, Visibility,
     Wal,
@@ -171,5 +174,96 @@ fn a_reader_that_listed_the_replaced_segment_ends_before_it_instead_of_reporting
             "{mode}"
         );
         wal.close().unwrap();
+    }
+}
+
+type Move = Box<dyn FnOnce() + Send>;
+
+/// Runs the writer's move (once) at the first page-header-sized read after it is armed: the
+/// torn-tail rule's look at the page headers after the place a reader found no record.
+#[derive(Default)]
+struct MoveAtHeaderRead {
+    armed: Mutex<Option<Move>>,
+}
+
+impl Hooks for MoveAtHeaderRead {
+    fn read_bytes(&self, _path: &Path, _offset: u64, bytes: &mut [u8]) -> std::io::Result<()> {
+        if bytes.len() == PAGE_HEADER_LEN {
+            let armed = self.armed.lock().unwrap().take();
+            if let Some(writer_moves) = armed {
+                writer_moves();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The same rotation landing later: after the reader's cursor found the end of the log, while
+/// it weighs the page headers after it (and, finding a newer hint, reads the place again with
+/// a fresh cursor, which meets the record under key 2). The reader still ends before the
+/// replaced segment. Before, the second look's `UnlistedKey` came out as damage.
+#[test]
+fn a_reader_weighing_the_end_as_a_rotation_replaces_the_next_segment_ends_before_it() {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys = KeyRing::generate().unwrap();
+        let wal = Arc::new(Wal::open(dir.path(), config(mode, &keys, false)).unwrap());
+        let mut written = Vec::new();
+        while u64::from(wal.end_lsn()) < SEGMENT + 3 * 4096 {
+            written.push(format!("under key 1: {}", written.len()).into_bytes());
+            append(&wal, written.last().unwrap());
+        }
+        assert!(wal.prepare_next_segment().unwrap(), "{mode}");
+        keys.add(2, Key::generate().unwrap()).unwrap();
+        let hooks = Arc::new(MoveAtHeaderRead::default());
+        let reader = Reader::open_with_storage(
+            dir.path(),
+            Some(keys.clone()),
+            Arc::new(Hooked(hooks.clone())),
+        )
+        .unwrap();
+        assert_eq!(
+            reader.segments().len(),
+            3,
+            "{mode}: the prepared segment is listed"
+        );
+
+        let mut records = reader.records_from(Lsn::default());
+        for (i, want) in written.iter().enumerate() {
+            let got = records.next().unwrap().unwrap();
+            assert_eq!(&got.payload, want, "{mode}: record {i}");
+        }
+        let (writer, key) = (wal.clone(), keys.get(2).unwrap().clone());
+        *hooks.armed.lock().unwrap() = Some(Box::new(move || {
+            writer.activate_key(2, key).unwrap();
+            for i in 0..5 {
+                append(&writer, format!("under key 2: {i}").as_bytes());
+            }
+        }));
+        match records.next() {
+            None => {}
+            Some(Ok(r)) => panic!(
+                "{mode}: a record at {} past the replaced segment's start",
+                r.lsn
+            ),
+            Some(Err(e)) => panic!("{mode}: the writer moved on, nothing is damaged: {e}"),
+        }
+        assert!(
+            hooks.armed.lock().unwrap().is_none(),
+            "{mode}: the rotation ran"
+        );
+
+        let after = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let read = after
+            .records_from(Lsn::default())
+            .map(|r| r.unwrap().payload)
+            .collect::<Vec<_>>();
+        assert_eq!(
+            read.len(),
+            written.len() + 5,
+            "{mode}: every record, read again"
+        );
+        drop(records);
+        Arc::into_inner(wal).unwrap().close().unwrap();
     }
 }

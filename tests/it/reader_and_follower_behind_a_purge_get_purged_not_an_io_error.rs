@@ -177,3 +177,62 @@ fn reader_and_follower_behind_a_purge_get_purged_not_an_io_error() {
         scenario(mode);
     }
 }
+
+/// A reader part way through a segment that is purged and whose file the writer then reuses
+/// for a new segment (`Config::recycle_segments`): its open handle reads the new segment's
+/// pages, its cursor finds no record there, and the torn-tail rule's look at the page headers
+/// after it opens the listed files by name, the purged one among them. That is `Purged` too.
+/// Before, an I/O error: `open segment …/0000000000000000.wal: No such file or directory`.
+#[test]
+fn a_reader_in_a_segment_purged_and_reused_meanwhile_gets_purged() {
+    for mode in Mode::ALL {
+        let keys = KeyRing::generate().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let config = small_config(mode, &keys)
+            .prepare_segments(false)
+            .recycle_segments(4);
+        let wal = Wal::open(dir, config).unwrap();
+        let mut lsns = Vec::new();
+        let mut append_to = |wal: &Wal, to: u64| {
+            while u64::from(wal.end_lsn()) < to {
+                let lsn = wal.append(1, &payload(lsns.len() as u64, 60)).unwrap();
+                wal.flush(lsn).unwrap();
+                lsns.push(lsn);
+            }
+        };
+        append_to(&wal, 2 * SEGMENT + 512);
+        let reader = Reader::open(dir, Some(keys.clone())).unwrap();
+        let mut records = reader.records_from(Lsn::default());
+        let first = records.next().unwrap().unwrap();
+
+        assert_eq!(wal.purge_before(Lsn(2 * SEGMENT)).unwrap(), 2, "{mode}");
+        // Segments 3 and 4 are made from the two purged files.
+        append_to(&wal, 5 * SEGMENT + 512);
+        let names = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect::<Vec<_>>();
+        assert!(
+            !names.iter().any(|n| n.ends_with(".free")),
+            "{mode}: both purged files reused: {names:?}"
+        );
+
+        let mut next = lsns.iter().skip_while(|l| **l <= first.lsn);
+        let failed = loop {
+            match records.next() {
+                Some(Ok(r)) => assert_eq!(Some(&r.lsn), next.next(), "{mode}: out of order"),
+                Some(Err(e)) => break e,
+                None => panic!("{mode}: the reader ended where its segment was purged"),
+            }
+        };
+        match failed {
+            Error::Purged { needed, oldest } => {
+                assert_eq!(oldest, Lsn(2 * SEGMENT), "{mode}: the oldest segment left");
+                assert!(needed < oldest, "{mode}: needed {needed}");
+            }
+            other => panic!("{mode}: expected Purged, got {other:?}"),
+        }
+        wal.close().unwrap();
+    }
+}
