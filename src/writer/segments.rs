@@ -259,6 +259,13 @@ impl Wal {
         w.reserved_to = next;
         self.positions.raise_flushed(next);
         self.positions.raise_synced(next);
+        // The last page of the segment left (the switch record's) says so in its header: a
+        // follower of the files learns what is durable only from page headers, and the records
+        // this fdatasync made durable (appended before a rotation, say, and flushed only by
+        // it) would otherwise stay out of its sight while the writer is idle, since a flush
+        // after the switch finds nothing left to write or sync. In pagelevel the page is
+        // encrypted under the key set above, which its segment lists.
+        self.refresh_hint(&mut w)?;
         ins.move_to(next);
         if let Some(keys) = keys {
             self.keys.store(keys);

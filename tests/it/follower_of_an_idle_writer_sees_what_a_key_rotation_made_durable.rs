@@ -1,0 +1,55 @@
+//! Records appended before a data-key rotation and made durable by it (the rotation's segment
+//! switch writes and fdatasyncs everything before its switch record) reach a follower of the
+//! files while the writer then stays idle, in every encrypted mode and both sync modes: the
+//! last page of the segment left carries the new durable hint in its header.
+//!
+//! Before, the follower stopped at the last flush before the rotation, and a `flush` after it
+//! changed nothing (nothing was left to write or sync): the records came only with the next
+//! page written or `close`. Found by an outside probe, also at random in an engine's run.
+
+use std::time::Duration;
+
+use walcrypt::{Config, Follower, Key, KeyRing, Lsn, Mode, SyncMode, Wal};
+
+#[test]
+fn follower_of_an_idle_writer_sees_what_a_key_rotation_made_durable() {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
+        for sync in [SyncMode::Durable, SyncMode::Buffered] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut keys = KeyRing::generate().unwrap();
+            let config = Config::new(mode)
+                .keys(keys.clone())
+                .sync(sync)
+                .page_size(1024)
+                .segment_size(16 * 1024);
+            let wal = Wal::open(dir.path(), config).unwrap();
+            for i in 0..10u8 {
+                let lsn = wal.append(1, &[i; 100]).unwrap();
+                wal.flush(lsn).unwrap();
+            }
+            if sync == SyncMode::Buffered {
+                wal.sync().unwrap();
+            }
+            for i in 10..13u8 {
+                wal.append(1, &[i; 100]).unwrap();
+            }
+            keys.add(2, Key::generate().unwrap()).unwrap();
+            wal.activate_key(2, keys.get(2).unwrap().clone()).unwrap();
+            wal.flush(wal.end_lsn()).unwrap();
+            if sync == SyncMode::Buffered {
+                wal.sync().unwrap();
+            }
+
+            // The writer is idle from here on; the follower reads the files.
+            let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn::default())
+                .unwrap()
+                .poll_interval(Duration::from_millis(5));
+            let mut seen = Vec::new();
+            while let Some(r) = follower.next_timeout(Duration::from_millis(500)).unwrap() {
+                seen.push(r.payload[0]);
+            }
+            assert_eq!(seen, (0..13).collect::<Vec<u8>>(), "{mode} {sync:?}");
+            wal.close().unwrap();
+        }
+    }
+}
