@@ -476,6 +476,20 @@ impl LogFiles {
         let Some(header) = self.read_page_header(page)? else {
             return Ok(None);
         };
+        // Nothing comes before the segment at LSN 0, so no record continues into its first
+        // page. A page header's checksum needs no key: a continuation length written there
+        // would otherwise move the first record past the records it skips, without an error
+        // even in perrecord-gcm, whose tags cover records, not page headers.
+        if start == Lsn(0) && header.rem_len != 0 {
+            return Err(self.position_error(
+                page,
+                page,
+                CorruptionKind::ContinuationMismatch {
+                    expected: 0,
+                    got: header.rem_len.into(),
+                },
+            ));
+        }
         Ok(Some(self.geo.advance(
             self.geo.skip_headers(page),
             header.rem_len as u64,
