@@ -138,8 +138,9 @@ impl Control {
         out.extend_from_slice(&self.generation.to_le_bytes());
         match &self.checkpoint {
             None => {
+                // No metadata length without a checkpoint (docs/FORMAT.md, "Control file").
                 out.push(0);
-                out.extend_from_slice(&[0u8; 8 + 4 + NONCE_LEN + 4]);
+                out.extend_from_slice(&[0u8; 8 + 4 + NONCE_LEN]);
             }
             Some(cp) => {
                 out.push(1);
@@ -213,7 +214,21 @@ impl Control {
             ..Control::default()
         };
         match present {
-            0 => {}
+            0 => {
+                // Builds before 2026-12-03 wrote a zero metadata length here too, which the
+                // format does not have: such a file (holds without a checkpoint) is read as
+                // what it says rather than refused, so its log opens.
+                let at = r.at;
+                match read_holds(&mut r, &bad) {
+                    Ok(holds) => control.holds = holds,
+                    Err(e) if body.get(at..at + 4) == Some(&[0u8; 4][..]) => {
+                        r.at = at + 4;
+                        control.holds = read_holds(&mut r, &bad).map_err(|_| e)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+                return Ok(control);
+            }
             1 => {
                 let len = r.u32().ok_or_else(|| bad("truncated"))? as usize;
                 if len > MAX_CHECKPOINT_META + TAG_LEN {
@@ -232,34 +247,41 @@ impl Control {
             }
             _ => return Err(bad("bad checkpoint flag")),
         }
-        let holds = r.u16().ok_or_else(|| bad("truncated"))? as usize;
-        if holds > MAX_HOLDS {
-            return Err(bad("more holds than the format allows"));
-        }
-        for _ in 0..holds {
-            let len = r.take(1).ok_or_else(|| bad("truncated"))?[0] as usize;
-            let name = r.take(len).ok_or_else(|| bad("truncated"))?;
-            let name = std::str::from_utf8(name)
-                .ok()
-                .filter(|n| check_hold_name(n).is_ok())
-                .ok_or_else(|| bad("bad hold name"))?;
-            let lsn = Lsn(r.u64().ok_or_else(|| bad("truncated"))?);
-            let lost = match r.take(1).ok_or_else(|| bad("truncated"))?[0] {
-                0 => false,
-                1 => true,
-                _ => return Err(bad("bad hold flag")),
-            };
-            control.holds.push(Hold {
-                name: name.to_string(),
-                lsn,
-                lost,
-            });
-        }
-        if r.at != body.len() {
-            return Err(bad("trailing bytes"));
-        }
+        control.holds = read_holds(&mut r, &bad)?;
         Ok(control)
     }
+}
+
+/// The holds at `r` to the end of the control file's body (its CRC32C already taken off).
+fn read_holds(r: &mut Fields<'_>, bad: &dyn Fn(&str) -> Error) -> Result<Vec<Hold>> {
+    let holds = r.u16().ok_or_else(|| bad("truncated"))? as usize;
+    if holds > MAX_HOLDS {
+        return Err(bad("more holds than the format allows"));
+    }
+    let mut out = Vec::with_capacity(holds);
+    for _ in 0..holds {
+        let len = r.take(1).ok_or_else(|| bad("truncated"))?[0] as usize;
+        let name = r.take(len).ok_or_else(|| bad("truncated"))?;
+        let name = std::str::from_utf8(name)
+            .ok()
+            .filter(|n| check_hold_name(n).is_ok())
+            .ok_or_else(|| bad("bad hold name"))?;
+        let lsn = Lsn(r.u64().ok_or_else(|| bad("truncated"))?);
+        let lost = match r.take(1).ok_or_else(|| bad("truncated"))?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err(bad("bad hold flag")),
+        };
+        out.push(Hold {
+            name: name.to_string(),
+            lsn,
+            lost,
+        });
+    }
+    if r.at != r.bytes.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(out)
 }
 
 fn seal_meta(
@@ -443,6 +465,45 @@ mod tests {
                     "sealed metadata is not in the clear"
                 );
             }
+        }
+    }
+
+    /// Holds without a checkpoint (a replica's hold taken before the first checkpoint): the
+    /// file is laid out as docs/FORMAT.md says, with no metadata length, and reads back. The
+    /// form earlier builds wrote (a zero length the format does not have) reads back too.
+    /// Before, every such file failed with "trailing bytes", and its log did not open.
+    #[test]
+    fn holds_without_a_checkpoint_round_trip() {
+        let ring = KeyRing::generate().unwrap();
+        for keys in [None, Some(&ring)] {
+            let mut control = Control {
+                checkpoint: None,
+                ..sample()
+            };
+            let bytes = control.encode(42, keys).unwrap();
+            assert_eq!(
+                bytes.len(),
+                53 + 2 + 1 + 9 + 8 + 1 + 4,
+                "the documented layout"
+            );
+            let back = Control::decode(Path::new("c"), &bytes, 42, keys, keys.is_some()).unwrap();
+            assert_eq!((back.checkpoint, &back.holds), (None, &control.holds));
+
+            let mut earlier = bytes[..53].to_vec();
+            earlier.extend_from_slice(&[0u8; 4]);
+            earlier.extend_from_slice(&bytes[53..bytes.len() - 4]);
+            let crc = crc32c::crc32c(&earlier);
+            earlier.extend_from_slice(&crc.to_le_bytes());
+            let back = Control::decode(Path::new("c"), &earlier, 42, keys, keys.is_some()).unwrap();
+            assert_eq!((back.checkpoint, &back.holds), (None, &control.holds));
+
+            // Anything else after the nonce is still refused.
+            let mut other = bytes[..53].to_vec();
+            other.extend_from_slice(&[0u8, 0, 0, 1]);
+            other.extend_from_slice(&bytes[53..bytes.len() - 4]);
+            let crc = crc32c::crc32c(&other);
+            other.extend_from_slice(&crc.to_le_bytes());
+            assert!(Control::decode(Path::new("c"), &other, 42, keys, keys.is_some()).is_err());
         }
     }
 

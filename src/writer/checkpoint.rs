@@ -341,9 +341,16 @@ impl Wal {
     }
 
     /// Opens the log like [`Wal::open_and_replay`], replaying from its last recorded
-    /// checkpoint (from the oldest record when there is none). `restore` is called first,
+    /// checkpoint (from the start of the log when there is none). `restore` is called first,
     /// with the checkpoint, so the engine loads the state its metadata names before the
     /// records after it arrive in `replay`.
+    ///
+    /// A log that has lost its start to a purge but holds no checkpoint (the control file
+    /// `walcrypt.control` deleted, or rewritten to say there is none: its "none" is not sealed)
+    /// fails with [`Error::Purged`] naming LSN 0 and the oldest segment left, before `restore`
+    /// is called: replaying it from its oldest record into a fresh state would silently lose
+    /// what the purge removed. An engine that purges by positions of its own, without
+    /// [`Wal::checkpoint`], replays with [`Wal::open_and_replay`] from its position.
     pub fn open_from_checkpoint<R, F>(
         dir: impl AsRef<Path>,
         config: Config,
@@ -356,6 +363,16 @@ impl Wal {
     {
         let dir = dir.as_ref();
         let checkpoint = Checkpoint::read(dir, &config)?;
+        if checkpoint.is_none()
+            && let Ok(starts) = crate::reader::list_segments(config.storage.as_ref(), dir)
+            && let Some(&oldest) = starts.first()
+            && oldest > Lsn(0)
+        {
+            return Err(Error::Purged {
+                needed: Lsn(0),
+                oldest,
+            });
+        }
         restore(checkpoint.as_ref())?;
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
         Wal::open_and_replay(dir, config, from, replay)

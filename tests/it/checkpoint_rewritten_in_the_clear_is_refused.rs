@@ -6,7 +6,7 @@
 //! encrypted modes, by `Checkpoint::read` and by `Wal::open`; a plaintext log keeps its clear
 //! checkpoints.
 
-use walcrypt::{Checkpoint, Config, Error, KeyRing, Lsn, Mode, Wal};
+use walcrypt::{Checkpoint, Config, Error, KeyRing, Lsn, Mode, Reader, Wal};
 
 /// The control file with its checkpoint replaced by `meta` at `lsn` in the clear, its CRC32C
 /// made right (layout in docs/FORMAT.md, "Control file").
@@ -71,5 +71,116 @@ fn a_checkpoint_rewritten_in_the_clear_is_refused_in_an_encrypted_log() {
                 other => panic!("{mode} {what}: a checkpoint forged in the clear: {other:?}"),
             }
         }
+    }
+}
+
+/// The control file with no checkpoint at all (its holds kept, its CRC32C made right): what a
+/// control file rewritten without the key can always say, since "none" carries no seal.
+fn without_checkpoint(genuine: &[u8]) -> Vec<u8> {
+    let stored = u32::from_le_bytes(genuine[53..57].try_into().unwrap()) as usize;
+    let holds = &genuine[57 + stored..genuine.len() - 4];
+    let mut out = genuine[..28].to_vec();
+    out.push(0);
+    out.extend_from_slice(&[0u8; 8 + 4 + 12 + 4]);
+    out.extend_from_slice(holds);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A log whose checkpoint let a purge remove its start, then lost that checkpoint (the control
+/// file deleted, or rewritten to hold none): `open_from_checkpoint` fails with `Purged` naming
+/// LSN 0 and the oldest segment left, and calls neither `restore` nor `replay`. Before, it
+/// restored nothing and replayed from the oldest record left: the engine restarted from an
+/// empty state without the purged records, and no error. Found by an outside probe. A log
+/// never purged still opens from its start when it has no checkpoint.
+#[test]
+fn a_purged_log_that_lost_its_checkpoint_does_not_open_from_one() {
+    for mode in Mode::ALL {
+        for loss in ["deleted", "none"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let keys = KeyRing::generate().unwrap();
+            let config = || {
+                let config = Config::new(mode).page_size(512).segment_size(4096);
+                match mode {
+                    Mode::Plaintext => config,
+                    _ => config.keys(keys.clone()),
+                }
+            };
+            let wal = Wal::open(tmp.path(), config()).unwrap();
+            let lsns: Vec<Lsn> = (0..200u8)
+                .map(|i| wal.append(1, &[i; 64]).unwrap())
+                .collect();
+            wal.flush(lsns[199]).unwrap();
+            wal.checkpoint(lsns[150], b"snapshot-000151").unwrap();
+            wal.close().unwrap();
+            let oldest = Reader::open(tmp.path(), Some(keys.clone()))
+                .unwrap()
+                .segments()[0]
+                .header
+                .start;
+            assert!(
+                oldest > Lsn(0),
+                "{mode}: the checkpoint purged the log's start"
+            );
+
+            let control = tmp.path().join("walcrypt.control");
+            match loss {
+                "deleted" => std::fs::remove_file(&control).unwrap(),
+                _ => {
+                    let genuine = std::fs::read(&control).unwrap();
+                    std::fs::write(&control, without_checkpoint(&genuine)).unwrap();
+                }
+            }
+            assert!(
+                Checkpoint::read(tmp.path(), &config()).unwrap().is_none(),
+                "{mode} {loss}"
+            );
+            let mut called = false;
+            let opened = Wal::open_from_checkpoint(
+                tmp.path(),
+                config(),
+                |_| {
+                    called = true;
+                    Ok(())
+                },
+                |_| Ok(()),
+            );
+            match opened {
+                Err(Error::Purged { needed, oldest: o }) => {
+                    assert_eq!((needed, o), (Lsn(0), oldest), "{mode} {loss}")
+                }
+                Err(e) => panic!("{mode} {loss}: {e}"),
+                Ok(_) => panic!("{mode} {loss}: opened from its oldest record"),
+            }
+            assert!(!called, "{mode} {loss}: restore was called");
+        }
+
+        // Never purged: no checkpoint means replay from the start, as before.
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = match mode {
+            Mode::Plaintext => Config::new(mode),
+            _ => Config::new(mode).keys(keys.clone()),
+        };
+        let wal = Wal::open(tmp.path(), config.clone()).unwrap();
+        wal.append(1, b"first").unwrap();
+        wal.close().unwrap();
+        let mut replayed = 0;
+        let wal = Wal::open_from_checkpoint(
+            tmp.path(),
+            config,
+            |cp| {
+                assert!(cp.is_none());
+                Ok(())
+            },
+            |_| {
+                replayed += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(replayed, 1, "{mode}");
+        wal.close().unwrap();
     }
 }

@@ -244,3 +244,36 @@ fn a_checkpoint_at_a_purged_position_is_refused() {
     assert!(wal.last_checkpoint().is_none());
     wal.close().unwrap();
 }
+
+/// A replica's hold taken before the engine's first checkpoint survives a reopen, and the log
+/// reopens: the control file then holds holds and no checkpoint. Before, every such file was
+/// refused at open ("trailing bytes": it carried a metadata length the format has only with a
+/// checkpoint), so the engine could not restart. Found while checking an outside probe's case.
+#[test]
+fn a_hold_taken_before_any_checkpoint_survives_a_reopen() {
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable)).unwrap();
+        let lsns = fill(&wal, 2 * SEGMENT, 100);
+        wal.flush(lsns[lsns.len() - 1]).unwrap();
+        wal.hold("replica-1", lsns[3]).unwrap();
+        wal.close().unwrap();
+
+        let wal = Wal::open(dir.path(), config(mode, &keys, SyncMode::Durable))
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let holds = wal.holds();
+        assert_eq!(holds.len(), 1, "{mode}");
+        assert_eq!(
+            (holds[0].name.as_str(), holds[0].lsn),
+            ("replica-1", lsns[3]),
+            "{mode}"
+        );
+        assert!(
+            Checkpoint::read(dir.path(), &config(mode, &keys, SyncMode::Durable))
+                .unwrap()
+                .is_none()
+        );
+        wal.close().unwrap();
+    }
+}

@@ -37,11 +37,16 @@ fn forged_continuation_length_at_the_start_of_the_log_is_refused() {
 
         // The first page's header, made to say that the first three records' bytes continue
         // a record from before the log.
-        let log_id = Reader::open(dir.path(), Some(keys.clone())).unwrap().segments()[0]
+        let log_id = Reader::open(dir.path(), Some(keys.clone()))
+            .unwrap()
+            .segments()[0]
             .header
             .log_id;
         let fourth = u64::from(lsns[3]);
-        assert!(fourth < 2 * PAGE, "{mode}: the fourth record starts in page 1");
+        assert!(
+            fourth < 2 * PAGE,
+            "{mode}: the fourth record starts in page 1"
+        );
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -71,9 +76,12 @@ fn forged_continuation_length_at_the_start_of_the_log_is_refused() {
             Err(e) if is_forged_length(&e) => {}
             other => panic!("{mode}: follower: {:?}", other.map(|r| r.map(|r| r.lsn))),
         }
-        match Wal::open_and_replay(dir.path(), small_config(mode, &keys), Lsn::default(), |_| {
-            Ok(())
-        }) {
+        match Wal::open_and_replay(
+            dir.path(),
+            small_config(mode, &keys),
+            Lsn::default(),
+            |_| Ok(()),
+        ) {
             Err(e) if is_forged_length(&e) => {}
             Err(e) => panic!("{mode}: replay: {e}"),
             Ok(_) => panic!("{mode}: replay opened the log"),
