@@ -76,6 +76,10 @@ pub(crate) struct Control {
     pub(crate) checkpoint: Option<Checkpoint>,
     /// The key id the checkpoint's metadata is sealed under (0: stored in the clear).
     pub(crate) checkpoint_key: u32,
+    /// The format version of the segment that held the checkpoint's LSN when it was taken,
+    /// sealed into the metadata's associated data (`meta_aad`); `None` for metadata in the
+    /// clear and for a checkpoint sealed by a build before 2026-12-03, without it.
+    pub(crate) checkpoint_version: Option<u32>,
     pub(crate) holds: Vec<Hold>,
     /// The oldest checkpoint position the file on disk may hold (not stored): a control file
     /// write that failed after its rename may still become durable with the next directory
@@ -117,14 +121,31 @@ fn control_cipher(key: &Key, log_id: u64, key_id: u32) -> Result<GcmKey> {
 }
 
 /// Associated data of a checkpoint's sealed metadata: it binds the metadata to its log, its
-/// position and its key.
-fn meta_aad(log_id: u64, lsn: Lsn, key_id: u32) -> [u8; 28] {
-    let mut aad = [0u8; 28];
-    aad[..8].copy_from_slice(b"WALCKPT1");
-    aad[8..16].copy_from_slice(&log_id.to_le_bytes());
-    aad[16..24].copy_from_slice(&u64::from(lsn).to_le_bytes());
-    aad[24..].copy_from_slice(&key_id.to_le_bytes());
+/// position, its key and (`WALCKPT2`) the format version of the segment that held the
+/// position when the checkpoint was taken. `WALCKPT1`, without the version, is how builds
+/// before 2026-12-03 sealed it; such metadata is still opened, and sealed again the same way.
+fn meta_aad(log_id: u64, lsn: Lsn, key_id: u32, version: Option<u32>) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(32);
+    aad.extend_from_slice(match version {
+        Some(_) => b"WALCKPT2",
+        None => b"WALCKPT1",
+    });
+    aad.extend_from_slice(&log_id.to_le_bytes());
+    aad.extend_from_slice(&u64::from(lsn).to_le_bytes());
+    aad.extend_from_slice(&key_id.to_le_bytes());
+    if let Some(version) = version {
+        aad.extend_from_slice(&version.to_le_bytes());
+    }
     aad
+}
+
+/// The segment format versions a sealed checkpoint may name, newest first, then none (a
+/// checkpoint sealed without one): what [`open_meta`] tries.
+fn sealed_versions() -> impl Iterator<Item = Option<u32>> {
+    (crate::format::OLDEST_READ_VERSION..=crate::format::FORMAT_VERSION)
+        .rev()
+        .map(Some)
+        .chain([None])
 }
 
 impl Control {
@@ -145,7 +166,7 @@ impl Control {
             Some(cp) => {
                 out.push(1);
                 out.extend_from_slice(&u64::from(cp.lsn).to_le_bytes());
-                let (key_id, nonce, stored) = seal_meta(keys, log_id, cp)?;
+                let (key_id, nonce, stored) = seal_meta(keys, log_id, cp, self.checkpoint_version)?;
                 self.checkpoint_key = key_id;
                 out.extend_from_slice(&key_id.to_le_bytes());
                 out.extend_from_slice(&nonce);
@@ -241,9 +262,10 @@ impl Control {
                          log, whose writers always seal it: written without the key"
                     )));
                 }
-                let meta = open_meta(path, keys, log_id, lsn, key_id, &nonce, stored)?;
+                let (meta, version) = open_meta(path, keys, log_id, lsn, key_id, &nonce, stored)?;
                 control.checkpoint = Some(Checkpoint { lsn, meta });
                 control.checkpoint_key = key_id;
+                control.checkpoint_version = version;
             }
             _ => return Err(bad("bad checkpoint flag")),
         }
@@ -288,6 +310,7 @@ fn seal_meta(
     keys: Option<&KeyRing>,
     log_id: u64,
     cp: &Checkpoint,
+    version: Option<u32>,
 ) -> Result<(u32, [u8; NONCE_LEN], Vec<u8>)> {
     let Some((key_id, key)) =
         keys.and_then(|k| k.active_id().and_then(|id| Some((id, k.get(id)?))))
@@ -299,7 +322,7 @@ fn seal_meta(
         what: "a checkpoint nonce",
         reason: e.to_string(),
     })?;
-    let aad = meta_aad(log_id, cp.lsn, key_id);
+    let aad = meta_aad(log_id, cp.lsn, key_id, version);
     let mut sealed = Zeroizing::new(cp.meta.to_vec());
     let tag = control_cipher(key, log_id, key_id)?
         .seal(&nonce, &aad, sealed.as_mut_slice())
@@ -317,14 +340,13 @@ fn open_meta(
     key_id: u32,
     nonce: &[u8; NONCE_LEN],
     stored: &[u8],
-) -> Result<Zeroizing<Vec<u8>>> {
+) -> Result<(Zeroizing<Vec<u8>>, Option<u32>)> {
     if key_id == 0 {
-        return Ok(Zeroizing::new(stored.to_vec()));
+        return Ok((Zeroizing::new(stored.to_vec()), None));
     }
     let key = keys
         .and_then(|k| k.get(key_id))
         .ok_or(Error::MissingKey(key_id))?;
-    let aad = meta_aad(log_id, lsn, key_id);
     let failed = || {
         control_error(
             path,
@@ -339,11 +361,18 @@ fn open_meta(
     };
     let (body, tag) = stored.split_at(split);
     let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| failed())?;
-    let mut meta = Zeroizing::new(body.to_vec());
-    if !control_cipher(key, log_id, key_id)?.open(nonce, &aad, meta.as_mut_slice(), &tag) {
-        return Err(failed());
+    let cipher = control_cipher(key, log_id, key_id)?;
+    // The version is not stored beside the metadata: each one the build reads is tried (a tag
+    // check each, at most four), and the one whose tag matches is the one sealed. A file
+    // rewritten to another version's layout cannot carry a matching tag without the key.
+    for version in sealed_versions() {
+        let aad = meta_aad(log_id, lsn, key_id, version);
+        let mut meta = Zeroizing::new(body.to_vec());
+        if cipher.open(nonce, &aad, meta.as_mut_slice(), &tag) {
+            return Ok((meta, version));
+        }
     }
-    Ok(meta)
+    Err(failed())
 }
 
 struct Fields<'a> {
@@ -440,6 +469,7 @@ mod tests {
                 meta: Zeroizing::new(b"snapshot-0007".to_vec()),
             }),
             checkpoint_key: 0,
+            checkpoint_version: Some(crate::format::FORMAT_VERSION),
             holds: vec![Hold {
                 name: "replica-1".into(),
                 lsn: Lsn(0x1000),
@@ -459,6 +489,28 @@ mod tests {
             assert_eq!(back.generation, 7);
             assert_eq!(back.checkpoint, control.checkpoint);
             assert_eq!(back.holds, control.holds);
+            // The version is sealed with the metadata: in the clear there is none.
+            let version = keys.map(|_| crate::format::FORMAT_VERSION);
+            assert_eq!(back.checkpoint_version, version);
+            // Sealed without one, as builds before 2026-12-03 did: it opens, naming none.
+            let mut earlier = Control {
+                checkpoint_version: None,
+                ..sample()
+            };
+            let bytes = earlier.encode(42, keys).unwrap();
+            let back = Control::decode(Path::new("c"), &bytes, 42, keys, keys.is_some()).unwrap();
+            assert_eq!(
+                (back.checkpoint, back.checkpoint_version),
+                (earlier.checkpoint, None)
+            );
+            // Sealed naming version 3: read back as 3, never as the current version.
+            let mut three = Control {
+                checkpoint_version: Some(3),
+                ..sample()
+            };
+            let bytes = three.encode(42, keys).unwrap();
+            let back = Control::decode(Path::new("c"), &bytes, 42, keys, keys.is_some()).unwrap();
+            assert_eq!(back.checkpoint_version, keys.map(|_| 3));
             if keys.is_some() {
                 assert!(
                     !bytes.windows(13).any(|w| w == b"snapshot-0007"),

@@ -127,6 +127,9 @@ impl Wal {
                 meta: Zeroizing::new(meta.to_vec()),
             };
             let before = control.checkpoint.replace(checkpoint);
+            // Sealed with the metadata: a segment relabelled with an older format version
+            // (whose rules accept records the current one refuses) is caught on the way back.
+            let version_before = control.checkpoint_version.replace(self.version_at(lsn));
             match self.save_control(&mut control) {
                 Ok(()) => control.purge_floor = Some(lsn),
                 Err(e) => {
@@ -134,6 +137,7 @@ impl Wal {
                     // become durable with a later directory sync: until a write succeeds,
                     // purges keep what either checkpoint needs.
                     control.checkpoint = before;
+                    control.checkpoint_version = version_before;
                     control.purge_floor = Some(control.purge_floor.map_or(lsn, |f| f.min(lsn)));
                     return Err(e);
                 }
@@ -397,13 +401,39 @@ impl Checkpoint {
             Err(e) => return Err(e),
         };
         let keys = (files.mode != Mode::Plaintext).then_some(&ring);
-        Ok(control::read(
+        let Some(control) = control::read(
             config.storage.as_ref(),
             dir,
             files.log_id,
             keys,
             keys.is_some(),
         )?
-        .and_then(|c| c.checkpoint))
+        else {
+            return Ok(None);
+        };
+        let Some(checkpoint) = control.checkpoint else {
+            return Ok(None);
+        };
+        // The segment that held the checkpoint's position was of the sealed format version
+        // or newer (a log is upgraded forwards only). One older now was relabelled: in a
+        // perrecord-gcm log, to have its records read by an older version's rules, under
+        // which a forged, unsealed segment switch would skip them.
+        if let Some(sealed) = control.checkpoint_version {
+            let start = files.geo.segment_start(checkpoint.lsn);
+            if let Some(segment) = files.segment(start)
+                && segment.header.version < sealed
+            {
+                return Err(Error::corrupt(
+                    start,
+                    0,
+                    start,
+                    crate::CorruptionKind::SegmentHeaderField(
+                        "format version older than the one sealed with the checkpoint taken \
+                         in this segment (relabelled)",
+                    ),
+                ));
+            }
+        }
+        Ok(Some(checkpoint))
     }
 }

@@ -184,3 +184,66 @@ fn a_purged_log_that_lost_its_checkpoint_does_not_open_from_one() {
         wal.close().unwrap();
     }
 }
+
+/// The segment holding the checkpoint's position relabelled as format version 3 (its header
+/// checksum recomputed, no key needed). In perrecord-gcm, version 3's segment switches carry no
+/// tag, so a forged one at the checkpoint's position, in each relabelled segment, would have
+/// replay skip their records. The checkpoint's sealed metadata names the version the segment had
+/// when it was taken: `Checkpoint::read` and `open_from_checkpoint` refuse the relabelled
+/// segment, naming it, before `restore`. Before, the relabel was accepted as a log upgraded
+/// from version 3 (the probe that found it skipped 41 records without an error).
+#[test]
+fn a_checkpoint_segment_relabelled_with_an_older_format_version_is_refused() {
+    use crate::support::tamper::rewrite_segment_headers;
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = || {
+            Config::new(mode)
+                .page_size(512)
+                .segment_size(4096)
+                .keys(keys.clone())
+        };
+        let wal = Wal::open(tmp.path(), config()).unwrap();
+        let lsns: Vec<Lsn> = (0..200u8)
+            .map(|i| wal.append(1, &[i; 64]).unwrap())
+            .collect();
+        wal.flush(lsns[199]).unwrap();
+        wal.checkpoint(lsns[150], b"snapshot-000151").unwrap();
+        wal.close().unwrap();
+        let segment = Lsn(u64::from(lsns[150]) / 4096 * 4096);
+        // The genuine log reads its checkpoint.
+        let cp = Checkpoint::read(tmp.path(), &config()).unwrap().unwrap();
+        assert_eq!(cp.lsn, lsns[150], "{mode}");
+
+        rewrite_segment_headers(tmp.path(), |h| {
+            if h.start == segment {
+                h.version = 3;
+            }
+        });
+        let refused = |e: &Error| {
+            matches!(e, Error::Corrupt { at, kind: walcrypt::CorruptionKind::SegmentHeaderField(_) }
+                if at.segment == segment)
+        };
+        match Checkpoint::read(tmp.path(), &config()) {
+            Err(e) if refused(&e) => {}
+            other => panic!("{mode}: Checkpoint::read: {other:?}"),
+        }
+        let mut called = false;
+        let opened = Wal::open_from_checkpoint(
+            tmp.path(),
+            config(),
+            |_| {
+                called = true;
+                Ok(())
+            },
+            |_| Ok(()),
+        );
+        match opened {
+            Err(e) if refused(&e) => {}
+            Err(e) => panic!("{mode}: open_from_checkpoint: {e}"),
+            Ok(_) => panic!("{mode}: opened a log relabelled as format version 3"),
+        }
+        assert!(!called, "{mode}: restore was called");
+    }
+}
