@@ -339,7 +339,8 @@ pub enum Error {
         /// The largest payload a record can carry.
         max: usize,
     },
-    /// The requested LSN is not in the log (purged, or beyond its end).
+    /// The requested LSN is not in the log: beyond its end, or (for a few calls that take no
+    /// position from a reader) purged; readers, followers and replay say `Purged` for the latter.
     LsnNotAvailable(Lsn),
     /// The requested LSN lies inside the log but no record starts there.
     NotRecordStart(Lsn),

@@ -270,8 +270,13 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: Lsn) -> Result<Lsn> {
             .first_record_in_segment(oldest)?
             .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
+    // Purged: as a reader says it, naming the oldest segment left (an older control file put
+    // back names a checkpoint a later purge removed).
     if from < oldest {
-        return Err(Error::LsnNotAvailable(from));
+        return Err(Error::Purged {
+            needed: from,
+            oldest,
+        });
     }
     // A position on a page or segment boundary (a record's end, `end_lsn()`) stands for the
     // first record after the headers there.

@@ -154,6 +154,15 @@ fn a_purged_log_that_lost_its_checkpoint_does_not_open_from_one() {
                 Ok(_) => panic!("{mode} {loss}: opened from its oldest record"),
             }
             assert!(!called, "{mode} {loss}: restore was called");
+            // A replay asked to start before the oldest segment left says so the same way
+            // (it said `LsnNotAvailable`, without the oldest position).
+            match Wal::open_and_replay(tmp.path(), config(), lsns[0], |_| Ok(())) {
+                Err(Error::Purged { needed, oldest: o }) => {
+                    assert_eq!((needed, o), (lsns[0], oldest), "{mode} {loss}")
+                }
+                Err(e) => panic!("{mode} {loss}: {e}"),
+                Ok(_) => panic!("{mode} {loss}: replayed from a purged position"),
+            }
         }
 
         // Never purged: no checkpoint means replay from the start, as before.
