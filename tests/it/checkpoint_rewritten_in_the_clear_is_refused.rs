@@ -8,17 +8,27 @@
 
 use walcrypt::{Checkpoint, Config, Error, KeyRing, Lsn, Mode, Reader, Wal};
 
-/// The control file with its checkpoint replaced by `meta` at `lsn` in the clear, its CRC32C
-/// made right (layout in docs/FORMAT.md, "Control file").
-fn in_the_clear(genuine: &[u8], lsn: Lsn, meta: &[u8]) -> Vec<u8> {
+/// The control file rebuilt with `checkpoint` (`meta` at an LSN, in the clear) or none in place
+/// of its own, its holds kept and its CRC32C made right (layout in docs/FORMAT.md, "Control
+/// file"): what someone without the key can write.
+fn rebuilt(genuine: &[u8], checkpoint: Option<(Lsn, &[u8])>) -> Vec<u8> {
     let stored = u32::from_le_bytes(genuine[53..57].try_into().unwrap()) as usize;
     let holds = &genuine[57 + stored..genuine.len() - 4];
-    let mut out = genuine[..29].to_vec();
-    out.extend_from_slice(&lsn.0.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&[0u8; 12]);
-    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-    out.extend_from_slice(meta);
+    let mut out = genuine[..28].to_vec();
+    match checkpoint {
+        Some((lsn, meta)) => {
+            out.push(1);
+            out.extend_from_slice(&lsn.0.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&[0u8; 12]);
+            out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+            out.extend_from_slice(meta);
+        }
+        None => {
+            out.push(0);
+            out.extend_from_slice(&[0u8; 8 + 4 + 12]);
+        }
+    }
     out.extend_from_slice(holds);
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -48,7 +58,7 @@ fn a_checkpoint_rewritten_in_the_clear_is_refused_in_an_encrypted_log() {
         let genuine = std::fs::read(&control).unwrap();
         std::fs::write(
             &control,
-            in_the_clear(&genuine, lsns[10], b"snapshot-000011"),
+            rebuilt(&genuine, Some((lsns[10], b"snapshot-000011"))),
         )
         .unwrap();
 
@@ -74,18 +84,19 @@ fn a_checkpoint_rewritten_in_the_clear_is_refused_in_an_encrypted_log() {
     }
 }
 
-/// The control file with no checkpoint at all (its holds kept, its CRC32C made right): what a
-/// control file rewritten without the key can always say, since "none" carries no seal.
-fn without_checkpoint(genuine: &[u8]) -> Vec<u8> {
-    let stored = u32::from_le_bytes(genuine[53..57].try_into().unwrap()) as usize;
-    let holds = &genuine[57 + stored..genuine.len() - 4];
-    let mut out = genuine[..28].to_vec();
-    out.push(0);
-    out.extend_from_slice(&[0u8; 8 + 4 + 12 + 4]);
-    out.extend_from_slice(holds);
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+/// `Wal::open_from_checkpoint` with callbacks that do nothing, and whether `restore` was called.
+fn open_from_checkpoint(dir: &std::path::Path, config: Config) -> (walcrypt::Result<Wal>, bool) {
+    let mut called = false;
+    let opened = Wal::open_from_checkpoint(
+        dir,
+        config,
+        |_| {
+            called = true;
+            Ok(())
+        },
+        |_| Ok(()),
+    );
+    (opened, called)
 }
 
 /// A log whose checkpoint let a purge remove its start, then lost that checkpoint (the control
@@ -129,23 +140,14 @@ fn a_purged_log_that_lost_its_checkpoint_does_not_open_from_one() {
                 "deleted" => std::fs::remove_file(&control).unwrap(),
                 _ => {
                     let genuine = std::fs::read(&control).unwrap();
-                    std::fs::write(&control, without_checkpoint(&genuine)).unwrap();
+                    std::fs::write(&control, rebuilt(&genuine, None)).unwrap();
                 }
             }
             assert!(
                 Checkpoint::read(tmp.path(), &config()).unwrap().is_none(),
                 "{mode} {loss}"
             );
-            let mut called = false;
-            let opened = Wal::open_from_checkpoint(
-                tmp.path(),
-                config(),
-                |_| {
-                    called = true;
-                    Ok(())
-                },
-                |_| Ok(()),
-            );
+            let (opened, called) = open_from_checkpoint(tmp.path(), config());
             match opened {
                 Err(Error::Purged { needed, oldest: o }) => {
                     assert_eq!((needed, o), (Lsn(0), oldest), "{mode} {loss}")
@@ -238,16 +240,7 @@ fn a_checkpoint_segment_relabelled_with_an_older_format_version_is_refused() {
             Err(e) if refused(&e) => {}
             other => panic!("{mode}: Checkpoint::read: {other:?}"),
         }
-        let mut called = false;
-        let opened = Wal::open_from_checkpoint(
-            tmp.path(),
-            config(),
-            |_| {
-                called = true;
-                Ok(())
-            },
-            |_| Ok(()),
-        );
+        let (opened, called) = open_from_checkpoint(tmp.path(), config());
         match opened {
             Err(e) if refused(&e) => {}
             Err(e) => panic!("{mode}: open_from_checkpoint: {e}"),

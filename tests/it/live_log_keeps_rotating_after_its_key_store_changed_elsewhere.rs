@@ -74,6 +74,12 @@ fn written(lsns: &[Lsn], tag: u8) -> Vec<(Lsn, Vec<u8>)> {
         .collect()
 }
 
+/// The key ids in the store file, read by a fresh handle.
+fn ids_on_disk(path: &std::path::Path, provider: &Arc<dyn KeyProvider>) -> Vec<u32> {
+    let store = KeyStore::open(path, provider.clone()).unwrap();
+    store.keys().iter().map(|k| k.id).collect()
+}
+
 #[test]
 fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_purge() {
     for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
@@ -92,12 +98,7 @@ fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_pu
         // The live log rotates on top of it: key 3, and key 2 stays in the store.
         assert_eq!(wal.rotate_data_key().unwrap(), 3, "{mode}");
         want.extend(written(&append(&wal, 50, 40), 50));
-        let ids: Vec<u32> = KeyStore::open(&store_path, provider.clone())
-            .unwrap()
-            .keys()
-            .iter()
-            .map(|k| k.id)
-            .collect();
+        let ids = ids_on_disk(&store_path, &provider);
         assert_eq!(ids, [1, 2, 3], "{mode}: the store keeps both changes");
 
         // Another change, then a purge of everything before the end: the purge retires keys 1
@@ -105,12 +106,7 @@ fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_pu
         other.reload().unwrap();
         other.rotate_data_key().unwrap(); // key 4, unused by the log
         wal.purge_before(wal.end_lsn()).unwrap();
-        let ids: Vec<u32> = KeyStore::open(&store_path, provider.clone())
-            .unwrap()
-            .keys()
-            .iter()
-            .map(|k| k.id)
-            .collect();
+        let ids = ids_on_disk(&store_path, &provider);
         assert!(
             !ids.contains(&1) && !ids.contains(&2),
             "{mode}: retired {ids:?}"
