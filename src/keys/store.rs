@@ -382,11 +382,23 @@ impl KeyStore {
     /// anything was removed. Returns the removed ids. The active key always stays.
     pub fn retire_unused(&self, in_use: &[u32]) -> Result<Vec<u32>> {
         let mut inner = self.inner.lock();
+        // Chosen from the generation this handle holds, the one `in_use` was worked out
+        // against: made again on a newer generation, the change retires no other key. There,
+        // someone else's rotation may have made decrypt-only the key this handle's log still
+        // writes with, which `in_use` (read from the files) need not name yet.
+        let candidates: Vec<u32> = inner
+            .entries
+            .iter()
+            .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
+            .map(|e| e.info.id)
+            .collect();
         let retired = self.update(&mut inner, |inner| {
             let retired: Vec<u32> = inner
                 .entries
                 .iter()
-                .filter(|e| e.info.state == KeyState::DecryptOnly && !in_use.contains(&e.info.id))
+                .filter(|e| {
+                    e.info.state == KeyState::DecryptOnly && candidates.contains(&e.info.id)
+                })
                 .map(|e| e.info.id)
                 .collect();
             if retired.is_empty() {
@@ -443,6 +455,13 @@ impl KeyStore {
                 ),
             )
         };
+        // Only a later generation: an older one put back (a restored backup, a rollback) is
+        // never built on.
+        if found <= inner.generation {
+            return Err(changed(
+                "that is not a later generation: nothing was written".into(),
+            ));
+        }
         let newer = match read_inner(self.storage.as_ref(), &self.path, inner.provider.clone()) {
             Ok(newer) => newer,
             Err(Error::KeyStore { reason, .. }) => {
@@ -875,9 +894,18 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("changed by someone else"), "{err}");
         assert_eq!(second.ring().ids(), vec![1, 2]);
-        let reread = KeyStore::open(&path, kek).unwrap();
+        let reread = KeyStore::open(&path, kek.clone()).unwrap();
         assert_eq!(reread.ring().ids(), vec![1, 2, 3]);
         assert_eq!(reread.generation(), 3);
+        // An older generation put back (a restored backup) is never built on.
+        let third = std::fs::read(&path).unwrap();
+        reread.rotate_data_key().unwrap();
+        let fourth = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &third).unwrap();
+        let err = reread.rotate_data_key().unwrap_err();
+        assert!(err.to_string().contains("not a later generation"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), third, "nothing written");
+        std::fs::write(&path, &fourth).unwrap();
         // A stale temporary file from a crash outlives an open and is removed by the next
         // write, which holds the store's lock.
         let stale = dir.path().join(".keys.0123456789abcdef.tmp");

@@ -129,7 +129,8 @@ impl Wal {
             let before = control.checkpoint.replace(checkpoint);
             // Sealed with the metadata: a segment relabelled with an older format version
             // (whose rules accept records the current one refuses) is caught on the way back.
-            let version_before = control.checkpoint_version.replace(self.version_at(lsn));
+            let version = self.segment_version(lsn)?;
+            let version_before = control.checkpoint_version.replace(version);
             match self.save_control(&mut control) {
                 Ok(()) => control.purge_floor = Some(lsn),
                 Err(e) => {
@@ -332,6 +333,21 @@ impl Wal {
     /// The data keys, in the encrypted modes.
     fn data_keys(&self) -> Option<KeyRing> {
         (self.mode != Mode::Plaintext).then(|| self.rotation_ring())
+    }
+
+    /// The format version of the segment holding `lsn`, as its header on file names it (a log
+    /// continued from an older build keeps its older segments), or this build's when the
+    /// segment has no file yet (a checkpoint at the end of a log ending on a segment boundary).
+    fn segment_version(&self, lsn: Lsn) -> Result<u32> {
+        let start = self.geo.segment_start(lsn);
+        let path = self.dir.join(crate::format::segment_file_name(start));
+        match crate::reader::read_segment_header(self.storage.as_ref(), &path, start) {
+            Ok(header) => Ok(header.version),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(crate::format::FORMAT_VERSION)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Where the oldest segment file starts.

@@ -202,7 +202,9 @@ impl Wal {
             return Ok(());
         };
         let _one = self.rotation.busy.lock();
-        let mut in_use = Vec::new();
+        // The key this log writes with, whether or not a file lists it yet (the segment it
+        // writes may have no file before its first write-out).
+        let mut in_use: Vec<u32> = self.rotation.ring.lock().active_id().into_iter().collect();
         for start in crate::reader::list_segments(self.storage.as_ref(), &self.dir)? {
             let path = self.dir.join(format::segment_file_name(start));
             let header =

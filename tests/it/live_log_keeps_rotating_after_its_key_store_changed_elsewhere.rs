@@ -182,3 +182,40 @@ fn a_newer_generation_lacking_a_key_this_handle_holds_is_not_taken_for_a_retry()
     append(&wal, 3, 20);
     wal.close().unwrap();
 }
+
+/// A purge that retires keys on top of a newer generation never retires the key the log
+/// writes with. Here the log rotated to key 3 and the segment it writes next has no file yet
+/// (no segment prepared ahead), so no file lists key 3; an operator's rotation then made key 3
+/// decrypt-only in the store. Found by a review of the retry: the purge retired key 3 and the
+/// log, writing on under it, did not reopen (`MissingSegmentKey`).
+#[test]
+fn a_purge_on_top_of_an_operators_rotation_keeps_the_key_the_log_writes_with() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, store_path) = (tmp.path().join("wal"), tmp.path().join("keys.store"));
+    let provider = kek("kek a");
+    let store = Arc::new(KeyStore::create(&store_path, provider.clone()).unwrap());
+    let config = |store: &Arc<KeyStore>| {
+        config(Mode::PerRecord, store)
+            .sync(SyncMode::Durable)
+            .prepare_segments(false)
+            .recycle_segments(0)
+    };
+    let wal = Wal::open(&dir, config(&store)).unwrap();
+    append(&wal, 1, 40);
+    assert_eq!(wal.rotate_data_key().unwrap(), 2);
+    append(&wal, 2, 3);
+    assert_eq!(wal.rotate_data_key().unwrap(), 3);
+    // `wal-key rotate`: key 4 active in the store, key 3 decrypt-only there.
+    let other = KeyStore::open(&store_path, provider.clone()).unwrap();
+    assert_eq!(other.rotate_data_key().unwrap().0, 4);
+
+    wal.purge_before(wal.end_lsn()).unwrap();
+    let ids = ids_on_disk(&store_path, &provider);
+    assert!(
+        ids.contains(&3),
+        "the key the log writes with left the store: {ids:?}"
+    );
+    let tail = written(&append(&wal, 200, 5), 200);
+    wal.close().unwrap();
+    check_reopen(&dir, Mode::PerRecord, &store_path, provider, &tail);
+}
