@@ -128,8 +128,10 @@ pub(crate) fn read_segment_header(
 }
 
 /// How many times [`read_listed_headers`] lists the directory again when a listed segment
-/// changed under it, before it takes the change for damage.
-const RELIST_TRIES: usize = 4;
+/// changed under it, before it takes the change for damage (a `Reader` reports a segment a
+/// purge removed as [`Error::Purged`]). Each purge between a listing and its header reads
+/// costs one.
+const RELIST_TRIES: usize = 16;
 
 /// Lists the segments of `dir` and reads each one's header. A purge (and the reuse of its
 /// files) may run beside a reader: a listed segment may be gone by the time its header is
@@ -257,6 +259,29 @@ impl LogFiles {
     /// and the one holding `needed` lie before the segments listed now: a purge removed them
     /// after these files were listed (a reader or follower opened at the oldest segment while
     /// a purge ran).
+    /// What a failed [`LogFiles::open`] says to a `Reader`: a listed segment gone, older than
+    /// the oldest left after every listing the open took, is [`Error::Purged`] (a writer
+    /// purging faster than the open reads); any other error as it is.
+    pub(crate) fn open_failed(storage: &dyn Storage, dir: &Path, error: Error) -> Error {
+        let missing = match &error {
+            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(format::parse_segment_file_name),
+            _ => None,
+        };
+        match (
+            missing,
+            list_segments(storage, dir).map(|s| s.first().copied()),
+        ) {
+            (Some(missing), Ok(Some(oldest))) if missing < oldest => Error::Purged {
+                needed: missing,
+                oldest,
+            },
+            _ => error,
+        }
+    }
+
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
         let missing = match &error {
             Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path

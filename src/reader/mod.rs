@@ -102,7 +102,8 @@ impl Reader {
         keys: Option<KeyRing>,
         storage: Arc<dyn Storage>,
     ) -> Result<Reader> {
-        let files = LogFiles::open(dir.as_ref(), storage, keys.as_ref())?;
+        let files = LogFiles::open(dir.as_ref(), storage.clone(), keys.as_ref())
+            .map_err(|e| LogFiles::open_failed(storage.as_ref(), dir.as_ref(), e))?;
         Ok(Reader { files })
     }
 
@@ -110,7 +111,8 @@ impl Reader {
     /// in memory lacks (the log was rotated to a key through another handle of the store or in
     /// another process), the store file is read again once ([`KeyStore::reload`]) first.
     pub fn open_with_key_store(dir: impl AsRef<Path>, store: &KeyStore) -> Result<Reader> {
-        let mut files = LogFiles::open(dir.as_ref(), Arc::new(FsStorage), None)?;
+        let mut files = LogFiles::open(dir.as_ref(), Arc::new(FsStorage), None)
+            .map_err(|e| LogFiles::open_failed(&FsStorage, dir.as_ref(), e))?;
         let lacks_one = files
             .segments
             .iter()
