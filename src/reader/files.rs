@@ -127,6 +127,17 @@ pub(crate) fn read_segment_header(
     Ok(header)
 }
 
+/// The start of the segment whose file `error` says was not found, if it says so.
+fn missing_segment(error: &Error) -> Option<Lsn> {
+    match error {
+        Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(format::parse_segment_file_name),
+        _ => None,
+    }
+}
+
 /// How many times [`read_listed_headers`] lists the directory again when a listed segment
 /// changed under it, before it takes the change for damage (a `Reader` reports a segment a
 /// purge removed as [`Error::Purged`]). Each purge between a listing and its header reads
@@ -263,13 +274,7 @@ impl LogFiles {
     /// the oldest left after every listing the open took, is [`Error::Purged`] (a writer
     /// purging faster than the open reads); any other error as it is.
     pub(crate) fn open_failed(storage: &dyn Storage, dir: &Path, error: Error) -> Error {
-        let missing = match &error {
-            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(format::parse_segment_file_name),
-            _ => None,
-        };
+        let missing = missing_segment(&error);
         match (
             missing,
             list_segments(storage, dir).map(|s| s.first().copied()),
@@ -283,13 +288,7 @@ impl LogFiles {
     }
 
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
-        let missing = match &error {
-            Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(format::parse_segment_file_name),
-            _ => None,
-        };
+        let missing = missing_segment(&error);
         let Some(missing) = missing else {
             return error;
         };
