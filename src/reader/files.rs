@@ -270,26 +270,8 @@ impl LogFiles {
     /// and the one holding `needed` lie before the segments listed now: a purge removed them
     /// after these files were listed (a reader or follower opened at the oldest segment while
     /// a purge ran).
-    /// What a failed [`LogFiles::open`] says to a `Reader`: a listed segment gone, older than
-    /// the oldest left after every listing the open took, is [`Error::Purged`] (a writer
-    /// purging faster than the open reads); any other error as it is.
-    pub(crate) fn open_failed(storage: &dyn Storage, dir: &Path, error: Error) -> Error {
-        let missing = missing_segment(&error);
-        match (
-            missing,
-            list_segments(storage, dir).map(|s| s.first().copied()),
-        ) {
-            (Some(missing), Ok(Some(oldest))) if missing < oldest => Error::Purged {
-                needed: missing,
-                oldest,
-            },
-            _ => error,
-        }
-    }
-
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
-        let missing = missing_segment(&error);
-        let Some(missing) = missing else {
+        let Some(missing) = missing_segment(&error) else {
             return error;
         };
         match list_segments(self.storage.as_ref(), &self.dir) {
@@ -300,6 +282,22 @@ impl LogFiles {
                 _ => error,
             },
             Err(_) => error,
+        }
+    }
+
+    /// What a failed [`LogFiles::open`] says to a `Reader`: a listed segment gone, older than
+    /// the oldest left after every listing the open took, is [`Error::Purged`] (a writer
+    /// purging faster than the open reads); any other error as it is.
+    pub(crate) fn open_failed(storage: &dyn Storage, dir: &Path, error: Error) -> Error {
+        match (
+            missing_segment(&error),
+            list_segments(storage, dir).map(|s| s.first().copied()),
+        ) {
+            (Some(missing), Ok(Some(oldest))) if missing < oldest => Error::Purged {
+                needed: missing,
+                oldest,
+            },
+            _ => error,
         }
     }
 
