@@ -15,6 +15,7 @@ mod peers;
 mod recovery;
 mod report;
 mod run;
+mod syscalls;
 mod workload;
 
 use std::fs;
@@ -146,7 +147,10 @@ fn run(args: &Args) -> Result<(), BoxError> {
         "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync (Durable commits: in the sync turn, after the write lock, not in wr ns); wouts = write-lock acquisitions (write-outs); txn/wo = commits per write-out;"
     );
     println!(
-        "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process)"
+        "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process);"
+    );
+    println!(
+        "  futex, sysc = the workers' futex calls and all their system calls (kernel tracepoints; — where the kernel does not allow counting them)"
     );
     println!(
         "  lw/txn, lx/txn = shared-line writes, line transfers (a write to a line another thread wrote last) per txn, by the workers; own/rec = writes to the thread's own lines (its lane, its statistics shard) per record; sh/rec = writes to lines every appender writes per record; lw/wo = commit-path writes per write-out;"

@@ -52,6 +52,10 @@ pub struct Summary {
     pub full_waits: f64,
     pub vcsw: f64,
     pub ivcsw: f64,
+    /// The workers' futex calls and all their system calls per transaction (NaN where the
+    /// kernel does not let them be counted: syscalls.rs).
+    pub futex_calls: f64,
+    pub syscalls: f64,
     /// The shared-line ledger per transaction (medians over rounds; NaN without the feature
     /// `line-ledger`): writes, line transfers, writes to the threads' own lines (lane,
     /// statistics shard) per record, to the lines every appender writes per record,
@@ -130,6 +134,8 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 full_waits: med(&|c| c.full_waits_per_txn()),
                 vcsw: med(&|c| c.voluntary_switches_per_txn()),
                 ivcsw: med(&|c| c.involuntary_switches_per_txn()),
+                futex_calls: med(&|c| c.futex_calls_per_txn()),
+                syscalls: med(&|c| c.syscalls_per_txn()),
                 line_writes: med(&|c| c.line_writes_per_txn()),
                 line_transfers: med(&|c| c.line_transfers_per_txn()),
                 shared_line_writes: med(&|c| c.shared_line_writes_per_txn()),
@@ -247,12 +253,13 @@ pub fn throughput_table(rows: &[Summary]) -> String {
 /// `sync ns` is the fdatasync time, which a Durable commit spends in the sync turn after the
 /// write lock), then counts that do not depend on how many cores ran the cell: write-lock
 /// acquisitions (write-outs), commits per write-out, fdatasyncs, pages written, buffer-full
-/// write-outs, and the process's voluntary and involuntary context switches.
+/// write-outs, the process's voluntary and involuntary context switches, and the workers'
+/// futex calls and system calls.
 pub fn ledger_table(rows: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<5} {:<13} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
+        "{:<5} {:<13} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
         "load",
         "mode",
         "thr",
@@ -267,6 +274,8 @@ pub fn ledger_table(rows: &[Summary]) -> String {
         "full",
         "vcsw",
         "ivcsw",
+        "futex",
+        "sysc",
         "lw/txn",
         "lx/txn",
         "own/rec",
@@ -277,7 +286,7 @@ pub fn ledger_table(rows: &[Summary]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<5} {:<13} {:>3} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3} {:>7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
+            "{:<5} {:<13} {:>3} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.3} {:>7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -292,6 +301,8 @@ pub fn ledger_table(rows: &[Summary]) -> String {
             r.full_waits,
             r.vcsw,
             r.ivcsw,
+            counted(r.futex_calls, 3),
+            counted(r.syscalls, 2),
             counted(r.line_writes, 2),
             counted(r.line_transfers, 2),
             counted(r.own_writes_per_record, 2),
@@ -345,12 +356,13 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
          fsyncs_per_txn,pages_written_per_txn,buffer_full_waits_per_txn,\
          voluntary_switches_per_txn,involuntary_switches_per_txn,line_writes_per_txn,\
          line_transfers_per_txn,own_line_writes_per_record,append_line_writes_per_record,\
-         commit_line_writes_per_write_out,line_writes_over_budget\n",
+         commit_line_writes_per_write_out,line_writes_over_budget,futex_calls_per_txn,\
+         syscalls_per_txn\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{},{}",
+            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{},{},{},{}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -383,7 +395,9 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             csv_counted(r.own_writes_per_record, 4),
             csv_counted(r.append_writes_per_record, 4),
             csv_counted(r.commit_writes_per_write_out, 4),
-            csv_counted(r.line_budget, 4)
+            csv_counted(r.line_budget, 4),
+            csv_counted(r.futex_calls, 4),
+            csv_counted(r.syscalls, 4)
         );
     }
     s
@@ -395,7 +409,8 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
         "workload,mode,threads,round,elapsed_s,txns,commit_p50_us,commit_p99_us,user_cpu_s,\
          sys_cpu_s,appends,payload_bytes,record_bytes,insert_lock_ns,write_lock_acquisitions,\
          write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits,\
-         voluntary_switches,involuntary_switches,line_writes,line_transfers\n",
+         voluntary_switches,involuntary_switches,line_writes,line_transfers,futex_calls,\
+         syscalls\n",
     );
     for c in cells {
         let st = &c.stats;
@@ -403,9 +418,13 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
             || (String::new(), String::new()),
             |l| (l.writes.to_string(), l.transfers.to_string()),
         );
+        let (futex_calls, syscalls) = c.calls.map_or_else(
+            || (String::new(), String::new()),
+            |calls| (calls.futex.to_string(), calls.all.to_string()),
+        );
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.workload.name(),
             c.mode.name(),
             c.threads,
@@ -430,7 +449,9 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
             c.switches.voluntary,
             c.switches.involuntary,
             line_writes,
-            line_transfers
+            line_transfers,
+            futex_calls,
+            syscalls
         );
     }
     s
@@ -680,6 +701,10 @@ mod tests {
                 ..WalStats::default()
             },
             lines: None,
+            calls: Some(crate::syscalls::Calls {
+                futex: txns * 3 / 2,
+                all: txns * 4,
+            }),
         }
     }
 
@@ -707,6 +732,7 @@ mod tests {
         assert_eq!(r.pages, 0.5);
         assert_eq!(r.full_waits, 0.01);
         assert_eq!((r.vcsw, r.ivcsw), (0.5, 0.25));
+        assert_eq!((r.futex_calls, r.syscalls), (1.5, 4.0));
 
         // The ledger has the throughput table's rows; no write-out prints `-`.
         let table = ledger_table(&rows);

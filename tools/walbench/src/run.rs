@@ -9,6 +9,7 @@ use walcrypt::{Compression, Config, KeyRing, Lsn, Mode, SyncMode, Wal, WalStats}
 
 use crate::cpu::{CpuTime, Switches};
 use crate::lines::{self, Lines};
+use crate::syscalls::{Calls, Counting};
 use crate::workload::{EngineWork, RedoApply, Workload};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -30,6 +31,8 @@ pub struct Cell {
     pub stats: WalStats,
     /// The workers' shared-line writes and transfers (feature `line-ledger`; `None` without).
     pub lines: Option<Lines>,
+    /// The workers' system calls (`None` where the kernel does not let them be counted).
+    pub calls: Option<Calls>,
 }
 
 impl Cell {
@@ -92,6 +95,14 @@ impl Cell {
     }
     pub fn involuntary_switches_per_txn(&self) -> f64 {
         self.per_txn(self.switches.involuntary)
+    }
+    /// The workers' futex calls per transaction; NaN where they were not counted.
+    pub fn futex_calls_per_txn(&self) -> f64 {
+        self.calls.map_or(f64::NAN, |c| self.per_txn(c.futex))
+    }
+    /// The workers' system calls (every kind) per transaction; NaN where not counted.
+    pub fn syscalls_per_txn(&self) -> f64 {
+        self.calls.map_or(f64::NAN, |c| self.per_txn(c.all))
     }
     /// Shared-line writes per transaction; NaN without the feature `line-ledger`.
     pub fn line_writes_per_txn(&self) -> f64 {
@@ -188,8 +199,9 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
                         barrier.wait();
                         // Counted from here: nothing this thread did before the cell.
                         let _ = lines::take();
+                        let counting = Counting::start();
                         txn_loop(wal, stop, (work, batch), records, &data, t as u64)
-                            .map(|(n, l)| (n, l, lines::take()))
+                            .map(|(n, l)| (n, l, lines::take(), counting.and_then(Counting::stop)))
                     })
                 })
                 .collect();
@@ -223,8 +235,14 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
     let mut txns = 0;
     let mut lats = Vec::new();
     let mut counted: Option<Lines> = None;
+    // Counted only if every worker's calls were.
+    let mut calls = Some(Calls::default());
     for outcome in outcomes {
-        let (n, l, thread_lines) = outcome?;
+        let (n, l, thread_lines, thread_calls) = outcome?;
+        match (calls.as_mut(), thread_calls) {
+            (Some(sum), Some(mine)) => sum.add(mine),
+            _ => calls = None,
+        }
         txns += n;
         lats.extend(l);
         if let Some(thread_lines) = thread_lines {
@@ -247,6 +265,7 @@ pub fn run_cell(spec: &CellSpec) -> Result<Cell, BoxError> {
         switches: switches1.since(switches0),
         stats: delta(stats1, stats0),
         lines: counted,
+        calls,
     })
 }
 
