@@ -85,6 +85,10 @@ pub(crate) struct Control {
     /// write that failed after its rename may still become durable with the next directory
     /// sync, so purges keep what that checkpoint needs too, until a write succeeds.
     pub(crate) purge_floor: Option<Lsn>,
+    /// A hold was moved since the control file was last written (not stored): the file on
+    /// disk still has it where it was. A purge saves it first, so that it never removes what
+    /// the saved position needs (a restart brings the hold back there).
+    pub(crate) holds_moved: bool,
 }
 
 fn control_error(path: &Path, reason: impl Into<String>) -> Error {

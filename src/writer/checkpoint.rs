@@ -160,8 +160,8 @@ impl Wal {
     ///
     /// A new hold (or one given up and set again) is made durable before this returns; a
     /// move is saved with the next write of the control file (a checkpoint, another hold's
-    /// creation or release): after a crash a hold may be back where it was saved, which keeps
-    /// more log, never less. `lsn` must lie between the oldest segment left and
+    /// creation or release, or a purge, which saves moved holds before it removes anything):
+    /// after a crash a hold may be back where it was saved, which keeps more log, never less. `lsn` must lie between the oldest segment left and
     /// [`Wal::end_lsn`] ([`Error::Purged`] before it, and also in a segment that a purge
     /// running meanwhile may remove). At most [`crate::MAX_HOLDS`] holds.
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
@@ -183,6 +183,7 @@ impl Wal {
         match control.holds.iter_mut().find(|h| h.name == name) {
             Some(hold) if !hold.lost => {
                 hold.lsn = lsn;
+                control.holds_moved = true;
                 return Ok(());
             }
             Some(hold) => {
@@ -244,7 +245,10 @@ impl Wal {
                 gave_up = true;
             }
         }
-        if gave_up {
+        // A hold moved since the file was written is saved first: the purge may then rely on
+        // where it is now (a restart would bring it back where it was saved, and find that
+        // position purged: a hold given up, and the replica lost).
+        if gave_up || control.holds_moved {
             self.save_control(&mut control)?;
         }
         // A restart replays from the last checkpoint on disk: what it needs stays too.
@@ -327,7 +331,10 @@ impl Wal {
         control.generation += 1;
         let ring = self.data_keys();
         let bytes = control.encode(self.log_id, ring.as_ref())?;
-        control::write(self.storage.as_ref(), &self.dir, &bytes)
+        control::write(self.storage.as_ref(), &self.dir, &bytes)?;
+        // Every hold is on disk where it is now.
+        control.holds_moved = false;
+        Ok(())
     }
 
     /// The data keys, in the encrypted modes.

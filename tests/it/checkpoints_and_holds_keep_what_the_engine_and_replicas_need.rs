@@ -277,3 +277,50 @@ fn a_hold_taken_before_any_checkpoint_survives_a_reopen() {
         wal.close().unwrap();
     }
 }
+
+/// A hold moved on and then relied on by `purge_before` (no checkpoint between to save the
+/// move) is where the purge left it after a restart, clean or not: the purge saves the move
+/// before it removes the segment of the hold's old, saved position. Before, the restart
+/// brought the hold back to that position, found it purged and gave the hold up, so the next
+/// checkpoint purged what the replica still needed.
+#[test]
+fn a_hold_moved_then_purged_behind_is_kept_where_it_moved_after_a_restart() {
+    for mode in Mode::ALL {
+        for clean in [true, false] {
+            let what = format!("{mode}, clean close {clean}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("wal");
+            let keys = KeyRing::generate().unwrap();
+            let config = config(mode, &keys, SyncMode::Durable);
+            let wal = Wal::open(&dir, config.clone()).unwrap();
+            let lsns = fill(&wal, 6 * SEGMENT, 150);
+            wal.sync().unwrap();
+            let (old, moved, checkpoint) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
+            assert!(u64::from(moved) >= u64::from(old) + 2 * SEGMENT, "{what}");
+            wal.hold("replica", old).unwrap();
+            wal.checkpoint(checkpoint, b"snap").unwrap();
+            wal.hold("replica", moved).unwrap();
+            assert!(wal.purge_before(checkpoint).unwrap() >= 1, "{what}");
+            assert!(oldest_segment(&dir) > u64::from(old), "{what}");
+            if clean {
+                wal.close().unwrap();
+            } else {
+                drop(wal);
+            }
+
+            let wal = Wal::open(&dir, config.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let holds = wal.holds();
+            assert_eq!(holds.len(), 1, "{what}");
+            assert_eq!((holds[0].lsn, holds[0].lost), (moved, false), "{what}");
+            // A later checkpoint still keeps what the replica needs.
+            fill(&wal, u64::from(wal.end_lsn()) + 4 * SEGMENT, 150);
+            wal.checkpoint(wal.end_lsn(), b"snap-2").unwrap();
+            assert!(oldest_segment(&dir) <= u64::from(moved), "{what}");
+            let mut follower = Follower::open(&dir, Some(keys.clone()), moved)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(first.map(|r| r.lsn), Some(moved), "{what}");
+            wal.close().unwrap();
+        }
+    }
+}
