@@ -246,7 +246,7 @@ impl Wal {
             // The pages rewritten here belong to a segment whose header does not list the
             // active key: encrypt them under a key it does list.
             w.segment_key = self
-                .listed_key(segment)
+                .listed_key(&mut w, segment)
                 .map_err(|e| self.poison_error(e))?
                 .map(|key_id| (segment, key_id));
         }
@@ -292,7 +292,9 @@ impl Wal {
         let key_id = if !sealed {
             0
         } else {
-            match self.listed_key(self.geo.segment_start(lsn))? {
+            // Under the insert lock the caller holds, then the write lock: the documented order.
+            let mut w = self.write.lock();
+            match self.listed_key(&mut w, self.geo.segment_start(lsn))? {
                 Some(key_id) => key_id,
                 None => keys.active().unwrap_or(0),
             }
@@ -362,10 +364,19 @@ impl Wal {
         Err(self.poison_error(error))
     }
 
-    /// The newest key of the ring that the header of the segment at `segment` lists; `None`
-    /// when the segment's file does not exist yet (its pages are all still in the buffer): it
-    /// will be created listing the active key.
-    fn listed_key(&self, segment: Lsn) -> Result<Option<u32>> {
+    /// The newest key of the ring that the header of the segment at `segment` lists, as the
+    /// writer writes into it; `None` when the segment has no file (not reached here: it is
+    /// made first).
+    ///
+    /// The writer's own file of the segment is made first, as a write-out into it would
+    /// ([`Wal::file_for`]): a file prepared ahead under a key that is no longer the active one
+    /// (a rotation whose replacement could not be staged or placed) is not the segment's file
+    /// until the writer takes it, and taking it removes it and makes the segment anew, listing
+    /// the active key. Read before that, its header named the old key, and a switch record
+    /// sealed under it landed in a segment whose header does not list that key: the log no
+    /// longer opened.
+    fn listed_key(&self, w: &mut WriteState, segment: Lsn) -> Result<Option<u32>> {
+        self.file_for(w, segment)?;
         let path = self.dir.join(format::segment_file_name(segment));
         let header = match crate::reader::read_segment_header(self.storage.as_ref(), &path, segment)
         {

@@ -190,3 +190,59 @@ fn a_fault_at_each_step_loses_nothing() {
         }
     }
 }
+
+/// A rotation whose replacement could not be made or placed leaves the segment prepared under
+/// the old key under the next segment's name, for the writer to remake when it gets there. A
+/// second rotation before the writer has written into that segment (the log moved there by
+/// the first switch, with or without a record appended since) seals its switch record there:
+/// under the key the segment is remade with, which its header then lists. Before, the switch
+/// read the old file's header and sealed the record under the old key, the writer then remade
+/// the segment listing only the new one, and the log no longer opened (`UnlistedKey`).
+#[test]
+fn a_second_rotation_after_a_failed_replacement_seals_its_switch_under_a_listed_key() {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
+        for op in STEPS {
+            for appended in [false, true] {
+                let what = format!("{mode}, EIO at {op:?}, a record before the second: {appended}");
+                let tmp = tempfile::tempdir().unwrap();
+                let dir = tmp.path().join("log");
+                let keys = KeyRing::generate().unwrap();
+                let storage = FaultStorage::new();
+                let wal = Wal::open(&dir, config(mode, &keys).storage(storage.arc())).unwrap();
+                let mut acked = Vec::new();
+                append_flushed(&wal, 0, &mut acked).unwrap();
+                assert!(wal.prepare_next_segment().unwrap(), "{what}: prepared");
+                storage.fail_nth(op, storage.count(op) + 1, Effect::Errno(libc::EIO));
+                let (two, three) = (Key::generate().unwrap(), Key::generate().unwrap());
+                wal.activate_key(2, two.clone())
+                    .unwrap_or_else(|e| panic!("{what}: first rotation: {e}"));
+                assert_eq!(storage.injected(), 1, "{what}: the fault fired");
+                if appended {
+                    // In the segment the first switch moved the log to; not written out yet.
+                    let p = payload(1, 300);
+                    acked.push((wal.append(1, &p).unwrap(), p));
+                }
+                wal.activate_key(3, three.clone())
+                    .unwrap_or_else(|e| panic!("{what}: second rotation: {e}"));
+                for seed in 2..6 {
+                    append_flushed(&wal, seed, &mut acked)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                }
+                assert!(wal.poison_cause().is_none(), "{what}");
+                wal.close().unwrap_or_else(|e| panic!("{what}: close: {e}"));
+
+                let mut all = keys.clone();
+                all.add(2, two).unwrap();
+                all.add(3, three).unwrap();
+                let mut replayed = Vec::new();
+                let wal = Wal::open_and_replay(&dir, config(mode, &all), Lsn::default(), |r| {
+                    replayed.push((r.lsn, r.payload));
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{what}: the log does not open: {e}"));
+                assert!(replayed == acked, "{what}: replayed records differ");
+                wal.close().unwrap();
+            }
+        }
+    }
+}
