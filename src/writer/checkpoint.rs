@@ -376,7 +376,8 @@ impl Wal {
     /// `walcrypt.control` deleted, or rewritten to say there is none: its "none" is not sealed)
     /// fails with [`Error::Purged`] naming LSN 0 and the oldest segment left, before `restore`
     /// is called: replaying it from its oldest record into a fresh state would silently lose
-    /// what the purge removed. An engine that purges by positions of its own, without
+    /// what the purge removed. So does a checkpoint whose position lies before the oldest
+    /// segment left (an older control file put back), naming that position. An engine that purges by positions of its own, without
     /// [`Wal::checkpoint`], replays with [`Wal::open_and_replay`] from its position.
     pub fn open_from_checkpoint<R, F>(
         dir: impl AsRef<Path>,
@@ -390,15 +391,18 @@ impl Wal {
     {
         let dir = dir.as_ref();
         let checkpoint = Checkpoint::read(dir, &config)?;
-        if checkpoint.is_none()
-            && let Ok(starts) = crate::reader::list_segments(config.storage.as_ref(), dir)
+        // Refused before `restore`, so the engine loads nothing it cannot replay onto: a
+        // purged log without a checkpoint, and a checkpoint whose segment was purged (an older
+        // control file put back: its position is gone, and the state it names is older than
+        // what the purge removed).
+        if let Ok(starts) = crate::reader::list_segments(config.storage.as_ref(), dir)
             && let Some(&oldest) = starts.first()
-            && oldest > Lsn(0)
         {
-            return Err(Error::Purged {
-                needed: Lsn(0),
-                oldest,
-            });
+            // `oldest` starts a segment: a position below it lies in a segment before it.
+            let needed = checkpoint.as_ref().map_or(Lsn(0), |c| c.lsn);
+            if needed < oldest {
+                return Err(Error::Purged { needed, oldest });
+            }
         }
         restore(checkpoint.as_ref())?;
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);

@@ -283,3 +283,60 @@ fn a_checkpoint_in_a_version_3_segment_of_a_continued_log_reads_back() {
         assert!(called, "{}", g.name);
     }
 }
+
+/// An older control file put back (a genuine one, sealed, from before a later checkpoint whose
+/// purge removed the earlier checkpoint's segment): `open_from_checkpoint` fails with `Purged`
+/// naming that checkpoint's position and the oldest segment left, before `restore` is called.
+/// Before, the engine restored the stale checkpoint's state, and only the replay then failed.
+/// Found by an outside probe.
+#[test]
+fn an_older_control_file_put_back_is_refused_before_restore() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = || {
+            let config = Config::new(mode).page_size(512).segment_size(4096);
+            match mode {
+                Mode::Plaintext => config,
+                _ => config.keys(keys.clone()),
+            }
+        };
+        let wal = Wal::open(tmp.path(), config()).unwrap();
+        let lsns: Vec<Lsn> = (0..200u8)
+            .map(|i| wal.append(1, &[i; 64]).unwrap())
+            .collect();
+        wal.flush(lsns[199]).unwrap();
+        wal.checkpoint(lsns[20], b"snapshot-000021").unwrap();
+        let control = tmp.path().join("walcrypt.control");
+        let older = std::fs::read(&control).unwrap();
+        wal.checkpoint(lsns[150], b"snapshot-000151").unwrap();
+        wal.close().unwrap();
+        let oldest = Reader::open(tmp.path(), Some(keys.clone()))
+            .unwrap()
+            .segments()[0]
+            .header
+            .start;
+        assert!(
+            oldest > lsns[20],
+            "{mode}: the second checkpoint purged too little"
+        );
+
+        std::fs::write(&control, &older).unwrap();
+        assert_eq!(
+            Checkpoint::read(tmp.path(), &config())
+                .unwrap()
+                .map(|c| c.lsn),
+            Some(lsns[20]),
+            "{mode}"
+        );
+        let (opened, called) = open_from_checkpoint(tmp.path(), config());
+        match opened {
+            Err(Error::Purged { needed, oldest: o }) => {
+                assert_eq!((needed, o), (lsns[20], oldest), "{mode}")
+            }
+            Err(e) => panic!("{mode}: {e}"),
+            Ok(_) => panic!("{mode}: opened from a purged checkpoint"),
+        }
+        assert!(!called, "{mode}: restore was called");
+    }
+}
