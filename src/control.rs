@@ -480,6 +480,7 @@ mod tests {
                 lost: false,
             }],
             purge_floor: None,
+            holds_moved: false,
         }
     }
 

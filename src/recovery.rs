@@ -67,7 +67,7 @@ pub(crate) fn recover(
             let cursor = Cursor::reading_ahead(files, scan_from);
             let deliver = |_| Ok(());
             (
-                read_to_end(cursor, files, policy, &mut progress, deliver)?,
+                read_to_end(cursor, (files, keys), policy, &mut progress, deliver)?,
                 0,
             )
         }
@@ -121,7 +121,7 @@ struct ScanEnd {
 /// otherwise the first invalid record is the end (a torn tail).
 fn read_to_end<E: From<Error>>(
     mut cursor: Cursor<'_>,
-    files: &LogFiles,
+    files: (&LogFiles, &Keys),
     policy: RecoveryMode,
     progress: &mut Progress<'_>,
     mut deliver: impl FnMut(Stored) -> std::result::Result<(), E>,
@@ -136,9 +136,16 @@ fn read_to_end<E: From<Error>>(
 
 /// Like [`read_to_end`], but stops (returning `None`) at the first record boundary at or
 /// past `until` when the log goes on beyond it.
+///
+/// In a perrecord-gcm log every record read is authenticated here, whether it is replayed or
+/// not (a plain open replays nothing): a record whose tag fails is the end of the log when no
+/// page vouches for the log beyond it (the torn tail's rule; a record forged past the end,
+/// its checksum made right without the key, is cut away with the tail), and the error when one
+/// does. Before, the writer's open took such a record for part of the log, resumed after it,
+/// and every record it then acknowledged sat behind a record no reader gets past.
 fn read_until<E: From<Error>>(
     cursor: &mut Cursor<'_>,
-    files: &LogFiles,
+    (files, keys): (&LogFiles, &Keys),
     policy: RecoveryMode,
     until: Lsn,
     progress: &mut Progress<'_>,
@@ -150,7 +157,10 @@ fn read_until<E: From<Error>>(
             return Ok(None);
         }
         match cursor.next()? {
-            Step::Record(stored) => {
+            Step::Record(mut stored) => {
+                if let Some(end) = authenticate(&mut stored, files, keys)? {
+                    break end;
+                }
                 deliver(stored)?;
                 progress.record_read(cursor.position());
             }
@@ -168,6 +178,29 @@ fn read_until<E: From<Error>>(
         tail_page,
         salvaged,
     }))
+}
+
+/// Checks the tag of an authenticated record (perrecord-gcm) and decrypts it in place, as the
+/// replay's delivery would (which then has nothing left to do). `Some(lsn)`: the tag failed and
+/// no page header vouches for the log past the record, so the log ends at it. A failure a page
+/// vouches for is the error. Records of the other modes are left as they are.
+fn authenticate(stored: &mut Stored, files: &LogFiles, keys: &Keys) -> Result<Option<Lsn>> {
+    if stored.header.encryption.is_none()
+        || crate::seal::RecordSeal::of_flags(stored.header.flags) != crate::seal::RecordSeal::Gcm
+    {
+        return Ok(None);
+    }
+    match stored.decrypt(Some(keys)) {
+        Ok(()) => Ok(None),
+        Err(failed @ Error::AuthenticationFailed { .. }) => {
+            let lsn = stored.lsn;
+            if files.max_hint_from(files.geo.page_start(lsn))? > lsn {
+                return Err(failed);
+            }
+            Ok(Some(lsn))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The recovery policy's decision about damage proven to lie inside the durable log: the
@@ -224,10 +257,11 @@ fn replay_records(
     };
     let mut cursor = Cursor::reading_ahead(files, start);
     let until = start.saturating_add(PIPELINE_AFTER_BYTES);
-    if let Some(scanned) = read_until(&mut cursor, files, policy, until, progress, &mut deliver)? {
+    let scope = (files, keys);
+    if let Some(scanned) = read_until(&mut cursor, scope, policy, until, progress, &mut deliver)? {
         return Ok((scanned, replayed));
     }
-    let scanned = replay_prefetched(cursor, files, policy, progress, &mut deliver)?;
+    let scanned = replay_prefetched(cursor, scope, policy, progress, &mut deliver)?;
     Ok((scanned, replayed))
 }
 
@@ -241,7 +275,7 @@ fn replay_records(
 /// `prefetch_pages`.
 fn replay_prefetched(
     cursor: Cursor<'_>,
-    files: &LogFiles,
+    (files, keys): (&LogFiles, &Keys),
     policy: RecoveryMode,
     progress: &mut Progress<'_>,
     deliver: &mut impl FnMut(Stored) -> Result<()>,
@@ -253,7 +287,13 @@ fn replay_prefetched(
         // Returning (or unwinding) drops the cursor and with it the feed, so the prefetching
         // thread's next send fails and it returns: the join below (or the scope's own wait
         // when `deliver` panicked) cannot block on it.
-        let scanned = read_to_end(cursor.with_feed(feed), files, policy, progress, deliver);
+        let scanned = read_to_end(
+            cursor.with_feed(feed),
+            (files, keys),
+            policy,
+            progress,
+            deliver,
+        );
         if let Err(panic) = prefetcher.join() {
             std::panic::resume_unwind(panic);
         }

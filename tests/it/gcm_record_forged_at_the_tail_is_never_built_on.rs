@@ -1,0 +1,112 @@
+//! perrecord-gcm: whoever can write the files can put a record past the end of the log with a
+//! correct CRC32C (no key needed) and a made-up tag. A writer's open (no replay) checks the
+//! tags of the records it scans at the tail: a record that fails its tag past every durable
+//! hint is the torn tail's end, cut away like one, and the writer resumes where the log really
+//! ends, so every record it acknowledges afterwards reads back. Before, the open took the
+//! forged record for part of the log and resumed after it; every reader and replay then
+//! stopped at it, and the acknowledged records behind it were lost. A record that fails its
+//! tag below a durable hint is damage the open reports, as a replay does.
+
+use crate::support;
+
+use support::tamper::{fix_crc, single_page_records, write_at};
+use support::{append_all, payload, small_config};
+use walcrypt::inspect::RECORD_HEADER_ENCRYPTED;
+use walcrypt::{Error, KeyRing, Lsn, Mode, Reader, Wal};
+
+const PAGE: u64 = 512;
+
+/// Records as (lsn, payload), in log order.
+type Records = Vec<(Lsn, Vec<u8>)>;
+
+/// A closed perrecord-gcm log, with room in the page its end lies in for a copy of its last
+/// record: the directory, the records (lsn, payload), the end and the last record's bytes.
+fn log_with_room_at_the_end(keys: &KeyRing) -> (tempfile::TempDir, Records, u64, Vec<u8>) {
+    for count in 30..60 {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), small_config(Mode::PerRecordGcm, keys)).unwrap();
+        let records: Vec<_> = (0..count).map(|i| (7u8, payload(i, 40))).collect();
+        let lsns = append_all(&wal, &records);
+        let end = u64::from(wal.end_lsn());
+        wal.close().unwrap();
+        let last = single_page_records(dir.path()).pop().unwrap();
+        assert_eq!(last.lsn, u64::from(lsns[lsns.len() - 1]));
+        let offset = end % PAGE;
+        if offset >= 48 && offset + last.bytes.len() as u64 <= PAGE {
+            let written = lsns
+                .into_iter()
+                .zip(records.into_iter().map(|r| r.1))
+                .collect();
+            return (dir, written, end, last.bytes);
+        }
+    }
+    panic!("no log of 30 to 60 records ended with room in its page");
+}
+
+fn replayed(dir: &std::path::Path, keys: &KeyRing) -> Records {
+    let mut out = Vec::new();
+    let config = small_config(Mode::PerRecordGcm, keys);
+    let wal = Wal::open_and_replay(dir, config, Lsn::default(), |r| {
+        out.push((r.lsn, r.payload));
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("the log does not replay: {e}"));
+    wal.close().unwrap();
+    out
+}
+
+#[test]
+fn a_record_forged_past_the_end_is_cut_and_the_writer_resumes_before_it() {
+    let keys = KeyRing::generate().unwrap();
+    let (dir, mut written, end, last) = log_with_room_at_the_end(&keys);
+    // A copy of the last record at the end, its ciphertext changed and its CRC made right.
+    let mut forged = last;
+    forged[RECORD_HEADER_ENCRYPTED + 3] ^= 0x20;
+    fix_crc(&mut forged, end);
+    write_at(dir.path(), end, &forged);
+
+    let wal = Wal::open(dir.path(), small_config(Mode::PerRecordGcm, &keys)).unwrap();
+    assert_eq!(
+        u64::from(wal.end_lsn()),
+        end,
+        "the open resumed after the forged record"
+    );
+    for i in 0..3 {
+        let p = payload(1000 + i, 60);
+        let lsn = wal.append(9, &p).unwrap();
+        wal.flush(lsn).unwrap();
+        written.push((lsn, p));
+    }
+    wal.close().unwrap();
+    assert!(
+        replayed(dir.path(), &keys) == written,
+        "a replay lost acknowledged records"
+    );
+    let reader = Reader::open(dir.path(), Some(keys.clone()))
+        .unwrap()
+        .require_mode(Mode::PerRecordGcm)
+        .unwrap();
+    let read: Vec<_> = reader
+        .records_from(Lsn::default())
+        .map(|r| r.map(|r| (r.lsn, r.payload)))
+        .collect::<walcrypt::Result<_>>()
+        .unwrap_or_else(|e| panic!("the reader stops: {e}"));
+    assert!(read == written, "the reader lost acknowledged records");
+}
+
+#[test]
+fn a_record_failing_its_tag_below_a_durable_hint_fails_the_open() {
+    let keys = KeyRing::generate().unwrap();
+    let (dir, written, _, mut last) = log_with_room_at_the_end(&keys);
+    // The last record, durable (the close vouched for it in its page header), altered.
+    let lsn = u64::from(written[written.len() - 1].0);
+    last[RECORD_HEADER_ENCRYPTED + 3] ^= 0x20;
+    fix_crc(&mut last, lsn);
+    write_at(dir.path(), lsn, &last);
+
+    match Wal::open(dir.path(), small_config(Mode::PerRecordGcm, &keys)) {
+        Err(Error::AuthenticationFailed { at, .. }) => assert_eq!(u64::from(at.lsn), lsn),
+        Err(e) => panic!("expected an authentication failure, got {e}"),
+        Ok(wal) => panic!("opened, ending at {}", wal.end_lsn()),
+    }
+}
