@@ -259,40 +259,48 @@ impl Verify<'_> {
         let geo = self.geo();
         let mode = self.reader.mode();
         let log_id = self.reader.log_id();
-        let segs: Vec<(Lsn, Vec<u32>)> = self
+        let segs: Vec<(Lsn, Vec<u32>, std::path::PathBuf)> = self
             .reader
             .segments()
             .iter()
             .map(|s| {
                 let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
-                (s.header.start, ids)
+                (s.header.start, ids, s.path.clone())
             })
             .collect();
         let (first, last) = crate::progress::span(&self.reader);
         let mut progress = crate::progress::Progress::new("verify: pages", first, last);
-        for (start, listed) in segs {
+        for (start, listed, path) in segs {
             if !self.in_range_segment(start) {
                 continue;
             }
-            let mut headers = Vec::new();
-            let mut page = start + geo.page_size;
-            while page < start + geo.segment_size {
-                progress.at(page);
-                headers.push((page, self.disk.page_header_bytes(page)?));
-                page += geo.page_size;
-            }
+            // Pages at or past the end of the file read as zeros and were never written, and
+            // no written page follows them: the walk stops at the file's end (a short file is
+            // reported by `check_segment_files`). The segment size comes from a header anyone
+            // can rewrite; walking it whole, a 4 KiB file claiming 1 TiB segments made 2^31
+            // header reads.
+            let len = std::fs::metadata(&path)
+                .map_err(|e| Fail::io("stat segment", &path, &e))?
+                .len();
+            let pages = (start + geo.page_size).0..(start + geo.segment_size.min(len)).0;
+            let pages = pages.step_by(geo.page_size as usize).map(Lsn);
             // A reused segment file is not wiped: past the last page the log wrote in it, its
             // pages may still be those of its earlier life (each header naming the same offset
             // of an earlier segment), which readers reject by their address. Not the log's,
-            // and not damage; before a page the log wrote, such a page is a lost write.
-            let last_written = headers
-                .iter()
-                .rposition(|(page, bytes)| {
-                    bytes.iter().any(|&b| b != 0) && !earlier_life(geo, log_id, *page, bytes)
-                })
-                .map_or(start, |i| headers[i].0);
+            // and not damage; before a page the log wrote, such a page is a lost write. Found
+            // by a first pass over the headers, so that none is kept: memory does not grow
+            // with the segment's size.
+            let mut last_written = start;
+            for page in pages.clone() {
+                let bytes = self.disk.page_header_bytes(page)?;
+                if bytes.iter().any(|&b| b != 0) && !earlier_life(geo, log_id, page, &bytes) {
+                    last_written = page;
+                }
+            }
             let mut hole: Option<Lsn> = None;
-            for (page, bytes) in headers {
+            for page in pages {
+                progress.at(page);
+                let bytes = self.disk.page_header_bytes(page)?;
                 if bytes.iter().all(|&b| b == 0) {
                     hole.get_or_insert(page);
                     continue;

@@ -266,3 +266,38 @@ fn a_kek_file_given_as_the_key_file_is_named_as_one() {
         "is a KEK file, not a key store or key ring",
     );
 }
+
+/// A segment header, its checksum made right by anyone, claiming segments of 1 TiB over a file
+/// of a few KiB: `--verify` walks the file's pages, not the claimed segment's 2^31 (it kept a
+/// header for each and died failing to allocate tens of GiB). Run with 2 GB of address space,
+/// so that walking the claim fails fast here instead of exhausting the machine.
+#[test]
+fn verify_walks_the_files_pages_not_a_segment_size_the_header_claims() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _, _) = make_log(tmp.path(), Mode::PerRecord, 3);
+    let first = log.join("0000000000000000.wal");
+    let mut bytes = std::fs::read(&first).unwrap();
+    let mut header = walcrypt::inspect::SegmentHeader::decode(&bytes).unwrap();
+    header.geometry.segment_size = 1 << 40;
+    header.encode(&mut bytes);
+    std::fs::write(&first, &bytes).unwrap();
+    for entry in std::fs::read_dir(&log).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wal") && path != first {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec \"$0\" --verify \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_wal-dump"))
+        .arg(&log)
+        .output()
+        .expect("run wal-dump under sh");
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("expected 1099511627776: truncated at offset"),
+        "{}",
+        stdout(&o)
+    );
+}
