@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::Lsn;
 use crate::error::{Error, Result};
-use crate::reader::{LogFiles, max_hint};
+use crate::reader::LogFiles;
 use crate::storage::{StorageFile, read_full};
 
 /// A record boundary from which reading surely passes every record that reaches into the last
@@ -112,9 +112,14 @@ fn whole_segment_hint(
 /// The highest durable hint among the valid page headers of segment `i` from `from_page` up
 /// to `to_page` (0 when there is none).
 fn segment_hint(files: &LogFiles, i: usize, from_page: Lsn, to_page: Lsn) -> Result<Lsn> {
-    let mut pages = Vec::new();
-    files.segment_page_headers(&files.segments[i], from_page, to_page, &mut pages)?;
-    Ok(max_hint(&pages))
+    let mut hint = Lsn(0);
+    let mut visit = |page: crate::reader::PageInfo| {
+        if let Some(h) = page.header {
+            hint = hint.max(h.durable_hint);
+        }
+    };
+    files.segment_page_headers(&files.segments[i], from_page, to_page, &mut visit)?;
+    Ok(hint)
 }
 
 /// Zeroes the tail segment after `end`, removes every later segment, and fdatasyncs every

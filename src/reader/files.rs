@@ -255,14 +255,9 @@ pub(crate) fn changed_under_reader(e: &Error) -> bool {
     }
 }
 
-/// The largest durable hint among the valid headers of `pages` (0 when there is none).
-pub(crate) fn max_hint(pages: &[PageInfo]) -> Lsn {
-    pages
-        .iter()
-        .filter_map(|p| p.header.as_ref())
-        .map(|h| h.durable_hint)
-        .max()
-        .unwrap_or_default()
+/// The durable hint of a page with a valid header (0 without one).
+fn page_hint(page: &PageInfo) -> Lsn {
+    page.header.as_ref().map_or(Lsn(0), |h| h.durable_hint)
 }
 
 impl LogFiles {
@@ -537,26 +532,40 @@ impl LogFiles {
     /// The largest durable hint among every valid page header from `from_page` to the end of
     /// the files, past pages without a valid header too (0 when there is none).
     pub(crate) fn max_hint_from(&self, from_page: Lsn) -> Result<Lsn> {
-        Ok(max_hint(&self.page_headers_from(from_page)?))
+        let mut hint = Lsn(0);
+        self.each_page_header_from(from_page, |page| hint = hint.max(page_hint(&page)))?;
+        Ok(hint)
     }
 
     /// Every page header from `from_page` to the end of the files, in order.
     pub(crate) fn page_headers_from(&self, from_page: Lsn) -> Result<Vec<PageInfo>> {
         let mut out = Vec::new();
-        for seg in &self.segments {
-            self.segment_page_headers(seg, from_page, Lsn(u64::MAX), &mut out)?;
-        }
+        self.each_page_header_from(from_page, |page| out.push(page))?;
         Ok(out)
     }
 
-    /// Appends to `out` the page headers of segment `seg` (its pages after the header page)
-    /// from `from_page` to the end of its file or up to `to_page` (not included), in order.
+    /// Hands `visit` every page header from `from_page` to the end of the files, in order,
+    /// keeping none: the callers that want one figure of them (the highest durable hint) need
+    /// no memory per page, however large a file (or a sparse one) is.
+    pub(crate) fn each_page_header_from(
+        &self,
+        from_page: Lsn,
+        mut visit: impl FnMut(PageInfo),
+    ) -> Result<()> {
+        for seg in &self.segments {
+            self.segment_page_headers(seg, from_page, Lsn(u64::MAX), &mut visit)?;
+        }
+        Ok(())
+    }
+
+    /// Hands `visit` the page headers of segment `seg` (its pages after the header page) from
+    /// `from_page` to the end of its file or up to `to_page` (not included), in order.
     pub(crate) fn segment_page_headers(
         &self,
         seg: &SegmentInfo,
         from_page: Lsn,
         to_page: Lsn,
-        out: &mut Vec<PageInfo>,
+        visit: &mut impl FnMut(PageInfo),
     ) -> Result<()> {
         let start = seg.header.start;
         if start + self.geo.segment_size <= from_page {
@@ -580,7 +589,7 @@ impl LogFiles {
             let page_lsn = start + offset;
             let header =
                 PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == page_lsn);
-            out.push(PageInfo {
+            visit(PageInfo {
                 segment: start,
                 offset,
                 page_lsn,
