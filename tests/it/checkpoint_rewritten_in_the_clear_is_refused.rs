@@ -85,6 +85,35 @@ fn a_checkpoint_rewritten_in_the_clear_is_refused_in_an_encrypted_log() {
 }
 
 /// `Wal::open_from_checkpoint` with callbacks that do nothing, and whether `restore` was called.
+/// 512-byte pages and 4 KiB segments, with `keys` in the encrypted modes.
+fn small_config(mode: Mode, keys: &KeyRing) -> Config {
+    let config = Config::new(mode).page_size(512).segment_size(4096);
+    match mode {
+        Mode::Plaintext => config,
+        _ => config.keys(keys.clone()),
+    }
+}
+
+/// A new log of 200 records of 64 bytes, flushed and still open: its directory, keys, writer
+/// and the records' LSNs.
+fn two_hundred_records(mode: Mode) -> (tempfile::TempDir, KeyRing, Wal, Vec<Lsn>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = KeyRing::generate().unwrap();
+    let wal = Wal::open(tmp.path(), small_config(mode, &keys)).unwrap();
+    let lsns: Vec<Lsn> = (0..200u8)
+        .map(|i| wal.append(1, &[i; 64]).unwrap())
+        .collect();
+    wal.flush(lsns[199]).unwrap();
+    (tmp, keys, wal, lsns)
+}
+
+/// Where the oldest segment left in `dir` starts.
+fn oldest_segment(dir: &std::path::Path, keys: &KeyRing) -> Lsn {
+    Reader::open(dir, Some(keys.clone())).unwrap().segments()[0]
+        .header
+        .start
+}
+
 fn open_from_checkpoint(dir: &std::path::Path, config: Config) -> (walcrypt::Result<Wal>, bool) {
     let mut called = false;
     let opened = Wal::open_from_checkpoint(
@@ -109,27 +138,11 @@ fn open_from_checkpoint(dir: &std::path::Path, config: Config) -> (walcrypt::Res
 fn a_purged_log_that_lost_its_checkpoint_does_not_open_from_one() {
     for mode in Mode::ALL {
         for loss in ["deleted", "none"] {
-            let tmp = tempfile::tempdir().unwrap();
-            let keys = KeyRing::generate().unwrap();
-            let config = || {
-                let config = Config::new(mode).page_size(512).segment_size(4096);
-                match mode {
-                    Mode::Plaintext => config,
-                    _ => config.keys(keys.clone()),
-                }
-            };
-            let wal = Wal::open(tmp.path(), config()).unwrap();
-            let lsns: Vec<Lsn> = (0..200u8)
-                .map(|i| wal.append(1, &[i; 64]).unwrap())
-                .collect();
-            wal.flush(lsns[199]).unwrap();
+            let (tmp, keys, wal, lsns) = two_hundred_records(mode);
+            let config = || small_config(mode, &keys);
             wal.checkpoint(lsns[150], b"snapshot-000151").unwrap();
             wal.close().unwrap();
-            let oldest = Reader::open(tmp.path(), Some(keys.clone()))
-                .unwrap()
-                .segments()[0]
-                .header
-                .start;
+            let oldest = oldest_segment(tmp.path(), &keys);
             assert!(
                 oldest > Lsn(0),
                 "{mode}: the checkpoint purged the log's start"
@@ -292,30 +305,14 @@ fn a_checkpoint_in_a_version_3_segment_of_a_continued_log_reads_back() {
 #[test]
 fn an_older_control_file_put_back_is_refused_before_restore() {
     for mode in Mode::ALL {
-        let tmp = tempfile::tempdir().unwrap();
-        let keys = KeyRing::generate().unwrap();
-        let config = || {
-            let config = Config::new(mode).page_size(512).segment_size(4096);
-            match mode {
-                Mode::Plaintext => config,
-                _ => config.keys(keys.clone()),
-            }
-        };
-        let wal = Wal::open(tmp.path(), config()).unwrap();
-        let lsns: Vec<Lsn> = (0..200u8)
-            .map(|i| wal.append(1, &[i; 64]).unwrap())
-            .collect();
-        wal.flush(lsns[199]).unwrap();
+        let (tmp, keys, wal, lsns) = two_hundred_records(mode);
+        let config = || small_config(mode, &keys);
         wal.checkpoint(lsns[20], b"snapshot-000021").unwrap();
         let control = tmp.path().join("walcrypt.control");
         let older = std::fs::read(&control).unwrap();
         wal.checkpoint(lsns[150], b"snapshot-000151").unwrap();
         wal.close().unwrap();
-        let oldest = Reader::open(tmp.path(), Some(keys.clone()))
-            .unwrap()
-            .segments()[0]
-            .header
-            .start;
+        let oldest = oldest_segment(tmp.path(), &keys);
         assert!(
             oldest > lsns[20],
             "{mode}: the second checkpoint purged too little"
