@@ -89,6 +89,9 @@ pub(crate) struct Control {
     /// disk still has it where it was. A purge saves it first, so that it never removes what
     /// the saved position needs (a restart brings the hold back there).
     pub(crate) holds_moved: bool,
+    /// The holds as the control file last read or written holds them (not stored): while a
+    /// move is not saved, a purge keeps what the lower of the two positions needs.
+    pub(crate) saved_holds: Vec<Hold>,
 }
 
 fn control_error(path: &Path, reason: impl Into<String>) -> Error {
@@ -481,6 +484,7 @@ mod tests {
             }],
             purge_floor: None,
             holds_moved: false,
+            saved_holds: Vec::new(),
         }
     }
 

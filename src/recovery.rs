@@ -65,7 +65,11 @@ pub(crate) fn recover(
     let (scanned, replayed) = match replay {
         None => {
             let cursor = Cursor::reading_ahead(files, scan_from);
-            let deliver = |_| Ok(());
+            // Nothing is replayed: a record the scan authenticated (decrypted) is wiped.
+            let deliver = |stored: Stored| {
+                stored.discard();
+                Ok(())
+            };
             (
                 read_to_end(cursor, (files, keys), policy, &mut progress, deliver)?,
                 0,
@@ -181,26 +185,23 @@ fn read_until<E: From<Error>>(
 }
 
 /// Checks the tag of an authenticated record (perrecord-gcm) and decrypts it in place, as the
-/// replay's delivery would (which then has nothing left to do). `Some(lsn)`: the tag failed and
-/// no page header vouches for the log past the record, so the log ends at it. A failure a page
-/// vouches for is the error. Records of the other modes are left as they are.
+/// replay's delivery would first (which then has only a compressed payload's decompression
+/// left; a record not delivered is wiped). `Some(lsn)`: the tag failed and no page header
+/// vouches for the log past the record, so the log ends at it. A failure a page vouches for is
+/// the error. Records of the other modes are left as they are.
 fn authenticate(stored: &mut Stored, files: &LogFiles, keys: &Keys) -> Result<Option<Lsn>> {
-    if stored.header.encryption.is_none()
-        || crate::seal::RecordSeal::of_flags(stored.header.flags) != crate::seal::RecordSeal::Gcm
-    {
+    if stored.authenticate(keys)? {
         return Ok(None);
     }
-    match stored.decrypt(Some(keys)) {
-        Ok(()) => Ok(None),
-        Err(failed @ Error::AuthenticationFailed { .. }) => {
-            let lsn = stored.lsn;
-            if files.max_hint_from(files.geo.page_start(lsn))? > lsn {
-                return Err(failed);
-            }
-            Ok(Some(lsn))
-        }
-        Err(e) => Err(e),
+    let lsn = stored.lsn;
+    if files.max_hint_from(files.geo.page_start(lsn))? > lsn {
+        let key_id = stored.header.encryption.map_or(0, |(id, _)| id);
+        return Err(Error::AuthenticationFailed {
+            at: stored.at,
+            key_id,
+        });
     }
+    Ok(Some(lsn))
 }
 
 /// The recovery policy's decision about damage proven to lie inside the durable log: the

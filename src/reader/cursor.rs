@@ -59,6 +59,31 @@ impl Stored {
         seal::open_record(keys, found, &mut self.header, &mut self.stored)
     }
 
+    /// Checks the tag of an authenticated record (perrecord-gcm) and decrypts its payload in
+    /// place, as [`Stored::decrypt`] would first, leaving a compressed payload compressed (that
+    /// one, too, then has only the decompression left). True for any other record, untouched.
+    /// False when the tag fails: the ciphertext is left zeroed, nothing decrypted.
+    pub(crate) fn authenticate(&mut self, keys: &Keys) -> Result<bool> {
+        if self.header.encryption.is_none()
+            || seal::RecordSeal::of_flags(self.header.flags) != seal::RecordSeal::Gcm
+        {
+            return Ok(true);
+        }
+        let found = Found {
+            log_id: self.log_id,
+            version: self.version,
+            at: self.at,
+        };
+        match seal::open_authenticated(keys, found, &self.header, &mut self.stored)? {
+            Some(plain) => {
+                self.stored.truncate(plain);
+                self.header.encryption = None;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// The decrypted payload, leaving the stored bytes as they are.
     pub(crate) fn plaintext(&self, keys: Option<&Keys>) -> Result<Vec<u8>> {
         let mut copy = Stored {

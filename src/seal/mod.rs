@@ -383,7 +383,13 @@ pub(crate) fn open_record(
         header.encryption = None;
     }
     if header.flags & RECORD_FLAG_COMPRESSED != 0 {
-        *stored = compress::decompress(stored).map_err(|what| Error::Corrupt {
+        let decompressed = compress::decompress(stored);
+        if header.flags & RECORD_FLAG_ENCRYPTED != 0 {
+            // The compressed plaintext is wiped before it is freed, whatever decompression
+            // said (docs/SECURITY.md, "Keystream and plaintext in memory").
+            zeroize::Zeroize::zeroize(stored);
+        }
+        *stored = decompressed.map_err(|what| Error::Corrupt {
             at: found.at,
             kind: CorruptionKind::BadCompressedPayload(what),
         })?;

@@ -245,11 +245,17 @@ impl Wal {
                 gave_up = true;
             }
         }
-        // A hold moved since the file was written is saved first: the purge may then rely on
-        // where it is now (a restart would bring it back where it was saved, and find that
-        // position purged: a hold given up, and the replica lost).
+        // A hold moved since the file was written is saved first, so the purge may rely on
+        // where it is now: a restart brings a hold back where it was saved, and a position
+        // purged there gives the hold up (the replica lost). If that write fails, the purge
+        // goes on, keeping what the lower of the saved and the current position needs (the
+        // file holds one of them), rather than refusing every purge while, say, the disk is
+        // full.
         if gave_up || control.holds_moved {
-            self.save_control(&mut control)?;
+            let saved = self.save_control(&mut control);
+            if gave_up {
+                saved?;
+            }
         }
         // A restart replays from the last checkpoint on disk: what it needs stays too.
         let checkpoint = control.purge_floor.unwrap_or(Lsn(u64::MAX));
@@ -257,7 +263,10 @@ impl Wal {
             .holds
             .iter()
             .filter(|h| !h.lost)
-            .map(|h| h.lsn)
+            .map(|h| {
+                let saved = control.saved_holds.iter().find(|s| s.name == h.name);
+                saved.map_or(h.lsn, |s| s.lsn.min(h.lsn))
+            })
             .fold(lsn.min(checkpoint), Lsn::min);
         {
             // What the purge may remove at most: segments that end by its limit, and never the
@@ -316,6 +325,7 @@ impl Wal {
         )?
         .unwrap_or_default();
         loaded.purge_floor = loaded.checkpoint.as_ref().map(|c| c.lsn);
+        loaded.saved_holds = loaded.holds.clone();
         // A hold whose position was purged (its creation failed after the file reached the
         // disk, or the log was cut by hand) keeps nothing: it is lost.
         let oldest = self.oldest_segment()?;
@@ -334,6 +344,7 @@ impl Wal {
         control::write(self.storage.as_ref(), &self.dir, &bytes)?;
         // Every hold is on disk where it is now.
         control.holds_moved = false;
+        control.saved_holds = control.holds.clone();
         Ok(())
     }
 

@@ -324,3 +324,49 @@ fn a_hold_moved_then_purged_behind_is_kept_where_it_moved_after_a_restart() {
         }
     }
 }
+
+/// A moved hold whose save fails inside a purge (the control file's rename fails): the purge
+/// still goes on, keeping what the hold's saved position needs as well as its current one,
+/// and after a restart the hold is where the file has it, not given up. A full disk thus
+/// never stops every purge while a replica keeps moving its hold.
+#[test]
+fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs() {
+    use crate::support::faults::{Effect, FaultStorage, Op};
+    for mode in [Mode::Plaintext, Mode::PerRecordGcm] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        let keys = KeyRing::generate().unwrap();
+        let storage = FaultStorage::new();
+        let config = config(mode, &keys, SyncMode::Durable).storage(storage.arc());
+        let wal = Wal::open(&dir, config.clone()).unwrap();
+        let lsns = fill(&wal, 6 * SEGMENT, 150);
+        wal.sync().unwrap();
+        let (old, moved, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
+        wal.hold("replica", old).unwrap();
+        wal.checkpoint(late, b"snap").unwrap();
+        wal.hold("replica", moved).unwrap();
+        storage.fail_nth(
+            Op::Rename,
+            storage.count(Op::Rename) + 1,
+            Effect::Errno(libc::EIO),
+        );
+        wal.purge_before(late)
+            .unwrap_or_else(|e| panic!("{mode}: the purge failed with the save: {e}"));
+        assert_eq!(
+            storage.injected(),
+            1,
+            "{mode}: the save was tried and failed"
+        );
+        assert!(
+            oldest_segment(&dir) <= u64::from(old),
+            "{mode}: purged past the saved hold"
+        );
+        assert!(wal.poison_cause().is_none(), "{mode}");
+        wal.close().unwrap();
+
+        let wal = Wal::open(&dir, config).unwrap();
+        let holds = wal.holds();
+        assert_eq!((holds[0].lsn, holds[0].lost), (old, false), "{mode}");
+        wal.close().unwrap();
+    }
+}
