@@ -289,6 +289,27 @@ impl Wal {
         Ok(None)
     }
 
+    /// Whether the file under the name of the segment at `start` is one the writer, when it
+    /// takes the segment ([`Wal::take_prepared`]), will remove and make anew listing the active
+    /// key: prepared under a key that is no longer the active one (a rotation whose replacement
+    /// could not be staged or placed), or left by a failed preparation. A preparation of it
+    /// under way is waited for first, as the writer would. Its header then does not say which
+    /// key the segment's records and pages will be read under (`listed_key`).
+    pub(super) fn prepared_stale(&self, start: Lsn) -> bool {
+        let mut state = self.preparer.state.lock();
+        while state.busy == Some(start) || state.swapping == Some(start) {
+            state.wait(&self.preparer.changed);
+        }
+        if state.failed == Some(start) {
+            return true;
+        }
+        let stale = |checks: &KeyChecks| *checks != self.segment_header(start).key_checks;
+        state
+            .ready
+            .as_ref()
+            .is_some_and(|(s, checks, _)| *s == start && stale(checks))
+    }
+
     /// Whether a segment may start at `start` (its end within the LSN range).
     pub(super) fn preparable(&self, start: Lsn) -> bool {
         start.0 <= format::LSN_LIMIT - self.geo.segment_size

@@ -246,7 +246,7 @@ impl Wal {
             // The pages rewritten here belong to a segment whose header does not list the
             // active key: encrypt them under a key it does list.
             w.segment_key = self
-                .listed_key(&mut w, segment)
+                .listed_key(&w, segment)
                 .map_err(|e| self.poison_error(e))?
                 .map(|key_id| (segment, key_id));
         }
@@ -293,8 +293,8 @@ impl Wal {
             0
         } else {
             // Under the insert lock the caller holds, then the write lock: the documented order.
-            let mut w = self.write.lock();
-            match self.listed_key(&mut w, self.geo.segment_start(lsn))? {
+            let w = self.write.lock();
+            match self.listed_key(&w, self.geo.segment_start(lsn))? {
                 Some(key_id) => key_id,
                 None => keys.active().unwrap_or(0),
             }
@@ -364,19 +364,20 @@ impl Wal {
         Err(self.poison_error(error))
     }
 
-    /// The newest key of the ring that the header of the segment at `segment` lists, as the
-    /// writer writes into it; `None` when the segment has no file (not reached here: it is
-    /// made first).
+    /// The newest key of the ring that the header of the segment at `segment` lists; `None`
+    /// when the segment's file does not exist yet (its pages are all still in the buffer), or
+    /// when the file under its name is one the writer will remove when it takes the segment
+    /// (`Wal::prepared_stale`): either way the segment will be made listing the active key.
     ///
-    /// The writer's own file of the segment is made first, as a write-out into it would
-    /// ([`Wal::file_for`]): a file prepared ahead under a key that is no longer the active one
-    /// (a rotation whose replacement could not be staged or placed) is not the segment's file
-    /// until the writer takes it, and taking it removes it and makes the segment anew, listing
-    /// the active key. Read before that, its header named the old key, and a switch record
-    /// sealed under it landed in a segment whose header does not list that key: the log no
-    /// longer opened.
-    fn listed_key(&self, w: &mut WriteState, segment: Lsn) -> Result<Option<u32>> {
-        self.file_for(w, segment)?;
+    /// Before that second case was told apart, the file's header was read: after a rotation
+    /// whose replacement could not be staged or placed, the segment prepared under the old key
+    /// was still under the name, a second rotation sealed its switch record under that key,
+    /// the writer then made the segment anew listing only the active key, and the log no
+    /// longer opened. `w` (the write lock) says whether the writer has taken the segment.
+    fn listed_key(&self, w: &WriteState, segment: Lsn) -> Result<Option<u32>> {
+        if !w.files.iter().any(|(s, _)| *s == segment) && self.prepared_stale(segment) {
+            return Ok(None);
+        }
         let path = self.dir.join(format::segment_file_name(segment));
         let header = match crate::reader::read_segment_header(self.storage.as_ref(), &path, segment)
         {
