@@ -85,12 +85,11 @@ pub(crate) struct Control {
     /// write that failed after its rename may still become durable with the next directory
     /// sync, so purges keep what that checkpoint needs too, until a write succeeds.
     pub(crate) purge_floor: Option<Lsn>,
-    /// A hold was moved since the control file was last written (not stored): the file on
-    /// disk still has it where it was. A purge saves it first, so that it never removes what
-    /// the saved position needs (a restart brings the hold back there).
-    pub(crate) holds_moved: bool,
-    /// The holds as the control file last read or written holds them (not stored): while a
-    /// move is not saved, a purge keeps what the lower of the two positions needs.
+    /// The holds as the control file last written (or read, given up where their position
+    /// was purged) holds them (not stored). A hold moved since ([`Control::holds_unsaved`])
+    /// is where it was on disk: a purge saves it first, so that it never removes what the
+    /// saved position needs (a restart brings the hold back there), and while that save fails
+    /// it keeps what the lower of the two positions needs.
     pub(crate) saved_holds: Vec<Hold>,
 }
 
@@ -156,6 +155,11 @@ fn sealed_versions() -> impl Iterator<Item = Option<u32>> {
 }
 
 impl Control {
+    /// Whether a hold changed since the control file was last written or read.
+    pub(crate) fn holds_unsaved(&self) -> bool {
+        self.holds != self.saved_holds
+    }
+
     /// The control file's bytes. `keys` seals the checkpoint's metadata under its active key
     /// (no key: in the clear).
     pub(crate) fn encode(&mut self, log_id: u64, keys: Option<&KeyRing>) -> Result<Vec<u8>> {
@@ -483,7 +487,6 @@ mod tests {
                 lost: false,
             }],
             purge_floor: None,
-            holds_moved: false,
             saved_holds: Vec::new(),
         }
     }

@@ -20,7 +20,9 @@ use crate::error::{Error, Result};
 use crate::events::{EventListener, RecoveryProgress, Salvage};
 use crate::format::{self, Geometry};
 use crate::reader::ahead::{PageFeed, prefetch_pages};
-use crate::reader::{Cursor, LogFiles, Record, Step, Stored, check_record_start, classify};
+use crate::reader::{
+    Cursor, LogFiles, Record, Step, Stored, check_record_start, classify, durable_past,
+};
 use crate::tail;
 
 /// A replay callback and the LSN from which it wants records.
@@ -194,7 +196,7 @@ fn authenticate(stored: &mut Stored, files: &LogFiles, keys: &Keys) -> Result<Op
         return Ok(None);
     }
     let lsn = stored.lsn;
-    if files.max_hint_from(files.geo.page_start(lsn))? > lsn {
+    if durable_past(files, lsn)? {
         let key_id = stored.header.encryption.map_or(0, |(id, _)| id);
         return Err(Error::AuthenticationFailed {
             at: stored.at,

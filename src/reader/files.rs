@@ -138,6 +138,14 @@ fn missing_segment(error: &Error) -> Option<Lsn> {
     }
 }
 
+/// When `error` says a segment file of `dir` was not found and that segment lies before the
+/// oldest one listed now (a purge removed it), that segment and the oldest one left.
+fn purged_segment(storage: &dyn Storage, dir: &Path, error: &Error) -> Option<(Lsn, Lsn)> {
+    let missing = missing_segment(error)?;
+    let oldest = list_segments(storage, dir).ok()?.first().copied()?;
+    (missing < oldest).then_some((missing, oldest))
+}
+
 /// How many times [`read_listed_headers`] lists the directory again when a listed segment
 /// changed under it, before it takes the change for damage (a `Reader` reports a segment a
 /// purge removed as [`Error::Purged`]). Each purge between a listing and its header reads
@@ -266,17 +274,11 @@ impl LogFiles {
     /// after these files were listed (a reader or follower opened at the oldest segment while
     /// a purge ran).
     pub(crate) fn purged_instead(&self, needed: Lsn, error: Error) -> Error {
-        let Some(missing) = missing_segment(&error) else {
-            return error;
-        };
-        match list_segments(self.storage.as_ref(), &self.dir) {
-            Ok(starts) => match starts.first() {
-                Some(&oldest) if missing < oldest && self.geo.segment_start(needed) < oldest => {
-                    Error::Purged { needed, oldest }
-                }
-                _ => error,
-            },
-            Err(_) => error,
+        match purged_segment(self.storage.as_ref(), &self.dir, &error) {
+            Some((_, oldest)) if self.geo.segment_start(needed) < oldest => {
+                Error::Purged { needed, oldest }
+            }
+            _ => error,
         }
     }
 
@@ -284,15 +286,12 @@ impl LogFiles {
     /// the oldest left after every listing the open took, is [`Error::Purged`] (a writer
     /// purging faster than the open reads); any other error as it is.
     pub(crate) fn open_failed(storage: &dyn Storage, dir: &Path, error: Error) -> Error {
-        match (
-            missing_segment(&error),
-            list_segments(storage, dir).map(|s| s.first().copied()),
-        ) {
-            (Some(missing), Ok(Some(oldest))) if missing < oldest => Error::Purged {
+        match purged_segment(storage, dir, &error) {
+            Some((missing, oldest)) => Error::Purged {
                 needed: missing,
                 oldest,
             },
-            _ => error,
+            None => error,
         }
     }
 

@@ -311,7 +311,7 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint
 /// vouches for nothing here: old pages past the end read as the end of the log, never as damage.
 pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Error>> {
-    if files.max_hint_from(files.geo.page_start(invalid.lsn))? > invalid.lsn {
+    if durable_past(files, invalid.lsn)? {
         return Ok(Some(files.position_error(
             invalid.at,
             invalid.lsn,
@@ -319,6 +319,13 @@ pub(crate) fn classify(files: &LogFiles, invalid: Invalid) -> Result<Option<Erro
         )));
     }
     Ok(None)
+}
+
+/// Whether a valid page header from the page holding `lsn` on vouches for the log past `lsn`
+/// (its durable hint lies beyond it): a record there that does not check is then damage, not
+/// the torn tail ([`classify`]; recovery's tag check of perrecord-gcm records).
+pub(crate) fn durable_past(files: &LogFiles, lsn: Lsn) -> Result<bool> {
+    Ok(files.max_hint_from(files.geo.page_start(lsn))? > lsn)
 }
 
 /// Decides what an invalid record means when a writer may be appending to the same files.

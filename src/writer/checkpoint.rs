@@ -161,9 +161,10 @@ impl Wal {
     /// A new hold (or one given up and set again) is made durable before this returns; a
     /// move is saved with the next write of the control file (a checkpoint, another hold's
     /// creation or release, or a purge, which saves moved holds before it removes anything):
-    /// after a crash a hold may be back where it was saved, which keeps more log, never less. `lsn` must lie between the oldest segment left and
-    /// [`Wal::end_lsn`] ([`Error::Purged`] before it, and also in a segment that a purge
-    /// running meanwhile may remove). At most [`crate::MAX_HOLDS`] holds.
+    /// after a crash a hold may be back where it was saved, which keeps more log, never less.
+    /// `lsn` must lie between the oldest segment left and [`Wal::end_lsn`] ([`Error::Purged`]
+    /// before it, and also in a segment that a purge running meanwhile may remove). At most
+    /// [`crate::MAX_HOLDS`] holds.
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
@@ -183,7 +184,6 @@ impl Wal {
         match control.holds.iter_mut().find(|h| h.name == name) {
             Some(hold) if !hold.lost => {
                 hold.lsn = lsn;
-                control.holds_moved = true;
                 return Ok(());
             }
             Some(hold) => {
@@ -251,7 +251,7 @@ impl Wal {
         // goes on, keeping what the lower of the saved and the current position needs (the
         // file holds one of them), rather than refusing every purge while, say, the disk is
         // full.
-        if gave_up || control.holds_moved {
+        if gave_up || control.holds_unsaved() {
             let saved = self.save_control(&mut control);
             if gave_up {
                 saved?;
@@ -325,13 +325,13 @@ impl Wal {
         )?
         .unwrap_or_default();
         loaded.purge_floor = loaded.checkpoint.as_ref().map(|c| c.lsn);
-        loaded.saved_holds = loaded.holds.clone();
         // A hold whose position was purged (its creation failed after the file reached the
         // disk, or the log was cut by hand) keeps nothing: it is lost.
         let oldest = self.oldest_segment()?;
         for hold in loaded.holds.iter_mut().filter(|h| h.lsn < oldest) {
             hold.lost = true;
         }
+        loaded.saved_holds = loaded.holds.clone();
         *self.retention.lock() = loaded;
         Ok(())
     }
@@ -343,7 +343,6 @@ impl Wal {
         let bytes = control.encode(self.log_id, ring.as_ref())?;
         control::write(self.storage.as_ref(), &self.dir, &bytes)?;
         // Every hold is on disk where it is now.
-        control.holds_moved = false;
         control.saved_holds = control.holds.clone();
         Ok(())
     }
@@ -388,8 +387,9 @@ impl Wal {
     /// fails with [`Error::Purged`] naming LSN 0 and the oldest segment left, before `restore`
     /// is called: replaying it from its oldest record into a fresh state would silently lose
     /// what the purge removed. So does a checkpoint whose position lies before the oldest
-    /// segment left (an older control file put back), naming that position. An engine that purges by positions of its own, without
-    /// [`Wal::checkpoint`], replays with [`Wal::open_and_replay`] from its position.
+    /// segment left (an older control file put back), naming that position. An engine that
+    /// purges by positions of its own, without [`Wal::checkpoint`], replays with
+    /// [`Wal::open_and_replay`] from its position.
     pub fn open_from_checkpoint<R, F>(
         dir: impl AsRef<Path>,
         config: Config,

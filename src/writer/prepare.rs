@@ -281,7 +281,7 @@ impl Wal {
             }
         };
         drop(state);
-        if checks == self.segment_header(start).key_checks {
+        if self.lists_active_keys(start, &checks) {
             return Ok(Some(file));
         }
         drop(file);
@@ -303,11 +303,17 @@ impl Wal {
         if state.failed == Some(start) {
             return true;
         }
-        let stale = |checks: &KeyChecks| *checks != self.segment_header(start).key_checks;
         state
             .ready
             .as_ref()
-            .is_some_and(|(s, checks, _)| *s == start && stale(checks))
+            .is_some_and(|(s, checks, _)| *s == start && !self.lists_active_keys(start, checks))
+    }
+
+    /// Whether a segment prepared at `start` with the key check values `checks` in its header
+    /// lists what a segment made there now would: the one test of staleness, for
+    /// [`Wal::take_prepared`] and [`Wal::prepared_stale`] alike.
+    fn lists_active_keys(&self, start: Lsn, checks: &KeyChecks) -> bool {
+        *checks == self.segment_header(start).key_checks
     }
 
     /// Whether a segment may start at `start` (its end within the LSN range).
