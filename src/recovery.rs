@@ -308,7 +308,9 @@ fn replay_prefetched(
 /// record starts, or `Lsn::default()` for the oldest record) and the proven start.
 fn replay_start(files: &LogFiles, from: Lsn, proven: Lsn) -> Result<Lsn> {
     let oldest = files.segments[0].header.start;
-    if from == Lsn(0) || from == oldest {
+    // Only the start of the log takes the first record from the oldest segment's page header
+    // (`record_start` says why).
+    if from == Lsn(0) {
         return Ok(files
             .first_record_in_segment(oldest)?
             .unwrap_or_else(|| files.geo.skip_headers(oldest)));

@@ -10,8 +10,8 @@
 use std::os::unix::fs::FileExt;
 
 use crate::support::{append_all, payload, small_config};
-use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader};
-use walcrypt::{CorruptionKind, Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility, Wal};
+use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader, segment_file_name};
+use walcrypt::{CorruptionKind, Error, Follower, Key, KeyRing, Lsn, Mode, Reader, Visibility, Wal};
 
 const PAGE: u64 = 512;
 
@@ -85,6 +85,107 @@ fn forged_continuation_length_at_the_start_of_the_log_is_refused() {
             Err(e) if is_forged_length(&e) => {}
             Err(e) => panic!("{mode}: replay: {e}"),
             Ok(_) => panic!("{mode}: replay opened the log"),
+        }
+    }
+}
+
+/// The same forgery in the first page of the oldest segment of a purged log, after a
+/// checkpoint at that segment's start (`end_lsn()` right after a key rotation, which starts a
+/// segment). The records from the checkpoint on are what the engine needs; before, replay from
+/// the checkpoint and a reader started there began at the record the forged length pointed
+/// to, past two acknowledged records, without an error, even in perrecord-gcm. A start other
+/// than `Lsn(0)` is now checked to be a record boundary, as it is in every other page.
+#[test]
+fn forged_continuation_length_after_a_checkpoint_at_a_segment_start_is_refused() {
+    for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys = KeyRing::generate().unwrap();
+        let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
+        append_all(
+            &wal,
+            &(0..10).map(|i| (1u8, payload(i, 60))).collect::<Vec<_>>(),
+        );
+        let key = Key::generate().unwrap();
+        keys.add(2, key.clone()).unwrap();
+        wal.activate_key(2, key).unwrap();
+        let checkpoint = wal.end_lsn();
+        assert_eq!(
+            u64::from(checkpoint) % (8 * PAGE),
+            0,
+            "{mode}: a segment start"
+        );
+        let after = append_all(
+            &wal,
+            &(10..18).map(|i| (1u8, payload(i, 40))).collect::<Vec<_>>(),
+        );
+        assert!(
+            wal.checkpoint(checkpoint, b"snapshot").unwrap() > 0,
+            "{mode}"
+        );
+        wal.close().unwrap();
+
+        let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let log_id = reader.segments()[0].header.log_id;
+        assert_eq!(reader.segments()[0].header.start, checkpoint, "{mode}");
+        let name = segment_file_name(checkpoint);
+        let page1 = PAGE;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join(name))
+            .unwrap();
+        let mut bytes = [0u8; PAGE_HEADER_LEN];
+        file.read_exact_at(&mut bytes, page1).unwrap();
+        let mut header = PageHeader::decode(log_id, &bytes).unwrap();
+        assert_eq!(header.rem_len, 0, "{mode}");
+        let body = u64::from(checkpoint) + page1 + PAGE_HEADER_LEN as u64;
+        assert_eq!(
+            u64::from(after[0]),
+            body,
+            "{mode}: the first record after the checkpoint"
+        );
+        let third = u64::from(after[2]);
+        assert!(
+            third < u64::from(checkpoint) + 2 * PAGE,
+            "{mode}: in page 1"
+        );
+        header.rem_len = (third - body) as u32;
+        header.encode(log_id, &mut bytes);
+        file.write_all_at(&bytes, page1).unwrap();
+        drop(file);
+
+        let refused = |e: &Error| matches!(e, Error::NotRecordStart(_));
+        let reader = Reader::open(dir.path(), Some(keys.clone()))
+            .unwrap()
+            .require_mode(mode)
+            .unwrap();
+        match reader.records_from(checkpoint).next() {
+            Some(Err(e)) if refused(&e) => {}
+            other => panic!("{mode}: reader: {:?}", other.map(|r| r.map(|r| r.lsn))),
+        }
+        let follower = Follower::open(dir.path(), Some(keys.clone()), checkpoint)
+            .map(|f| f.visibility(Visibility::Written))
+            .and_then(|mut f| f.poll());
+        match follower {
+            Err(e) if refused(&e) => {}
+            other => panic!("{mode}: follower: {:?}", other.map(|r| r.map(|r| r.lsn))),
+        }
+        let mut replayed = Vec::new();
+        match Wal::open_from_checkpoint(
+            dir.path(),
+            small_config(mode, &keys),
+            |c| {
+                assert_eq!(c.map(|c| c.lsn), Some(checkpoint), "{mode}");
+                Ok(())
+            },
+            |r| {
+                replayed.push(r.lsn);
+                Ok(())
+            },
+        ) {
+            Err(e) if refused(&e) => {}
+            Err(e) => panic!("{mode}: replay: {e}"),
+            Ok(_) => panic!("{mode}: replay opened the log, replaying {replayed:?}"),
         }
     }
 }
