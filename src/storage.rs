@@ -157,7 +157,21 @@ impl Storage for FsStorage {
         Ok(names)
     }
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
-        let file = OpenOptions::new().read(true).write(write).open(path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking, so that a FIFO (or a device) put under a segment's or the control
+        // file's name is refused below instead of blocking the open, a reader or wal-dump
+        // forever; the flag changes nothing for a regular file's reads and writes.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
         Ok(Box::new(FsFile(file)))
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {

@@ -108,3 +108,60 @@ fn the_last_segment_below_the_limit_is_still_read() {
     assert_eq!(records[0].payload, b"only record");
     assert_eq!(records[1].payload, b"second");
 }
+
+/// A FIFO put under a segment's name, or the control file's: the open, a reader and a replay
+/// get an error naming the file. Before, opening it blocked every one of them forever, waiting
+/// for a writer on the pipe (as `wal-dump`, which reads through the same storage).
+#[test]
+fn a_fifo_under_a_log_files_name_is_refused_not_waited_on() {
+    let keys = KeyRing::generate().unwrap();
+    // The second of several segments, then the control file (a checkpoint writes one).
+    for planted in [
+        segment_file_name(Lsn(1024)),
+        walcrypt::CONTROL_FILE.to_string(),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
+        let first = wal.append(1, b"first").unwrap();
+        for i in 0..40u32 {
+            wal.append(1, &i.to_le_bytes().repeat(8)).unwrap();
+        }
+        wal.checkpoint(first, b"snapshot").unwrap();
+        wal.close().unwrap();
+        let path = dir.path().join(&planted);
+        assert!(path.exists(), "{planted} exists to be replaced");
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo {planted}");
+        // Each on a thread of its own, so that a regression fails the test instead of hanging it.
+        let (done, results) = std::sync::mpsc::channel();
+        let (d, k) = (dir.path().to_path_buf(), keys.clone());
+        std::thread::spawn(move || {
+            let open = Wal::open(&d, config(Mode::PerRecord, &k)).map(drop);
+            let read = Reader::open(&d, Some(k.clone())).and_then(|r| {
+                r.records_from(Lsn(0))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(drop)
+            });
+            let _ = done.send((open, read));
+        });
+        let (open, read) = results
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{planted}: still blocked after 20 s"));
+        let err = open.expect_err("the open refuses the log").to_string();
+        assert!(
+            err.contains(&planted) && err.contains("not a regular file"),
+            "{err}"
+        );
+        if planted != walcrypt::CONTROL_FILE {
+            let err = read.expect_err("the reader refuses the log").to_string();
+            assert!(
+                err.contains(&planted) && err.contains("not a regular file"),
+                "{err}"
+            );
+        }
+    }
+}
