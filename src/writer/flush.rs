@@ -841,6 +841,12 @@ impl Wal {
     /// call with [`Error::Closed`]. The directory lock is released when the last reference is
     /// dropped. A second `shutdown` returns `Error::Closed`.
     pub fn shutdown(&self) -> Result<()> {
+        // Appends are refused from here on (`Error::Closed`), before the final flush reads
+        // the end: an append that succeeds meanwhile reserved its place before, and is
+        // covered. The other calls are refused once the flush is done.
+        self.check_process()?;
+        self.check_poison()?;
+        self.reservations.shut();
         let result = self.finish();
         if result.is_ok() {
             self.poison.close();

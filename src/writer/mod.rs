@@ -645,9 +645,10 @@ impl Wal {
         // Sized before the reservation, which only does arithmetic.
         let mut lsns = Lsns::with_capacity(records.len());
         let lane = self.reservations.claim_lane(lane_hint());
-        let held =
-            self.reservations
-                .reserve(&self.geo, &lens, &lane, &mut lsns, sample_insert_hold());
+        let held = self
+            .reservations
+            .reserve(&self.geo, &lens, &lane, &mut lsns, sample_insert_hold())
+            .map_err(|reserve::Shut| Error::Closed(self.dir.clone()))?;
         if let Some(held) = held {
             self.counters
                 .here()

@@ -8,14 +8,17 @@
 //! every insertion in progress. The lock is private here.
 //!
 //! Invariants this part keeps:
-//! - `end` (less [`CLOSED`]) is the insert position and only grows; every value it takes is
+//! - `end` (less [`CLOSED`] and [`SHUT`]) is the insert position and only grows; every value it takes is
 //!   a record boundary;
 //! - a reservation's start is published in its lane before the swap that moves `end` past
 //!   it, so `inserted_to` (the lower of `end` and the lowest lane) never passes a record still
 //!   being copied; a lane's start may be lower than its reservation's (a lost swap's), never
 //!   higher;
 //! - reservations are consecutive: each starts where the one before it ended;
-//! - while [`CLOSED`] is set nothing is reserved, and the insert lock is held.
+//! - while [`CLOSED`] is set nothing is reserved, and the insert lock is held;
+//! - once [`SHUT`] is set (`Wal::shutdown`) it stays, and nothing is reserved again: an
+//!   append whose reservation succeeded did so before it, and the shutdown's final flush,
+//!   which reads the end after setting it, covers that record.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -32,6 +35,16 @@ use crate::lock_order::{self, Domain};
 /// The bit of `end` an exclusive holder sets: no swap expects it, so no appender reserves
 /// while it is set; an appender that reads it waits for the insert lock.
 const CLOSED: u64 = 1 << 63;
+/// The bit of `end` that [`Reservations::shut`] sets for good: no swap expects it either, and
+/// an appender that reads it reserves nothing and is refused ([`Shut`]). An LSN never reaches
+/// it (segments start below 2^62).
+const SHUT: u64 = 1 << 62;
+/// Both flag bits: what `end` less them is the insert position.
+const FLAGS: u64 = CLOSED | SHUT;
+
+/// The log was shut down ([`Reservations::shut`]): nothing was reserved.
+#[derive(Debug)]
+pub(super) struct Shut;
 
 pub(super) struct Reservations {
     /// Held by an exclusive holder ([`Reservations::exclusive`]); an appender that finds
@@ -55,7 +68,7 @@ impl Reservations {
 
     /// The end of the log: the end of the last record whose bytes are reserved.
     pub(super) fn end(&self) -> Lsn {
-        Lsn(self.end.load(Ordering::Acquire) & !CLOSED)
+        Lsn(self.end.load(Ordering::Acquire) & !FLAGS)
     }
 
     /// The end of the log, or `None` while an exclusive holder has the insert position closed:
@@ -63,7 +76,7 @@ impl Reservations {
     /// shown (`Positions::check_order` compares with the end only when it is open).
     pub(super) fn end_if_open(&self) -> Option<Lsn> {
         let end = self.end.load(Ordering::Acquire);
-        (end & CLOSED == 0).then_some(Lsn(end))
+        (end & CLOSED == 0).then_some(Lsn(end & !SHUT))
     }
 
     /// Claims an insertion lane, trying `hint`'s first.
@@ -76,7 +89,7 @@ impl Reservations {
     /// other appender swaps in between, and publishes the reservation's start in `lane`
     /// before the swap. Pushes each record's LSN to `lsns` (allocated by the caller, with
     /// room for them). `timed`: measure the reservation, and return how long it took, in
-    /// nanoseconds.
+    /// nanoseconds. [`Shut`] once the log is shut down, with nothing reserved.
     pub(super) fn reserve(
         &self,
         geo: &Geometry,
@@ -84,10 +97,14 @@ impl Reservations {
         lane: &InLane<'_>,
         lsns: &mut super::Lsns,
         timed: bool,
-    ) -> Option<u64> {
+    ) -> Result<Option<u64>, Shut> {
         let since = timed.then(Instant::now);
         let mut seen = self.end.load(Ordering::Acquire);
         loop {
+            if seen & SHUT != 0 {
+                lane.retract();
+                return Err(Shut);
+            }
             if seen & CLOSED != 0 {
                 // An exclusive holder: wait for it with nothing in progress on this lane (it
                 // waits for every insertion in progress), then read the position it left.
@@ -119,7 +136,7 @@ impl Reservations {
                 Err(now) => seen = now,
             }
         }
-        since.map(|since: Instant| since.elapsed().as_nanos() as u64)
+        Ok(since.map(|since: Instant| since.elapsed().as_nanos() as u64))
     }
 
     /// A position through which every record is in the buffer: the end of the log, or the
@@ -128,7 +145,7 @@ impl Reservations {
         // The end first: every reservation below it published its start in its lane before
         // its swap (`reserve`), so the lanes read next show it (or a lower start), or it is
         // done.
-        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
+        let end = self.end.load(Ordering::SeqCst) & !FLAGS;
         Lsn(end).min(self.lanes.lowest_in_progress())
     }
 
@@ -137,7 +154,7 @@ impl Reservations {
     /// is. Called with no lock of the log held: the insertions it waits for may need the
     /// write lock to make room.
     pub(super) fn inserted_through(&self, lsn: Lsn) -> Lsn {
-        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
+        let end = self.end.load(Ordering::SeqCst) & !FLAGS;
         let need = if lsn.0 < end { lsn.0 + 1 } else { end };
         let mut now = self.inserted_to();
         // Again until it reaches `need`: a lane may show a start older than the position its
@@ -172,7 +189,7 @@ impl Reservations {
             seen & CLOSED == 0,
             "the insert lock's holder found end closed"
         );
-        let pos = Lsn(seen);
+        let pos = Lsn(seen & !SHUT);
         // Nothing new is reserved now; the insertions already reserved finish (an appender
         // that lost its swap to the close leaves its lane idle before it waits for the lock).
         self.lanes.wait_finished(pos, None);
@@ -180,7 +197,16 @@ impl Reservations {
             _guard: guard,
             end: &self.end,
             pos,
+            shut: seen & SHUT,
         }
+    }
+
+    /// Shuts the log to appends for good ([`SHUT`]) and returns once every insertion already
+    /// reserved is in the buffer: a flush of the end read after this covers every append that
+    /// ever succeeds. Appenders refused meanwhile get [`Shut`] without having reserved.
+    pub(super) fn shut(&self) {
+        let mut exclusive = self.exclusive();
+        exclusive.shut = SHUT;
     }
 }
 
@@ -190,6 +216,8 @@ pub(super) struct Exclusive<'a> {
     _guard: MutexGuard<'a, (), { lock_order::INSERT }>,
     end: &'a LineU64,
     pos: Lsn,
+    /// [`SHUT`] if the log is shut down (kept when `end` opens again), else 0.
+    shut: u64,
 }
 
 impl Exclusive<'_> {
@@ -207,7 +235,7 @@ impl Exclusive<'_> {
             self.pos
         );
         self.pos = to;
-        self.end.store(to.0 | CLOSED, Ordering::Release);
+        self.end.store(to.0 | CLOSED | self.shut, Ordering::Release);
     }
 }
 
@@ -215,7 +243,7 @@ impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
         // Opened before the lock is released (fields drop after this): an appender woken by
         // the lock finds `end` open.
-        self.end.store(self.pos.0, Ordering::SeqCst);
+        self.end.store(self.pos.0 | self.shut, Ordering::SeqCst);
     }
 }
 
@@ -250,8 +278,14 @@ mod loom_model {
     fn append(log: &Log, t: usize) {
         let lane = log.reservations.claim_lane(t);
         let mut lsns = super::super::Lsns::new();
-        log.reservations
-            .reserve(&GEO, &[40 + 8 * t], &lane, &mut lsns, false);
+        if log
+            .reservations
+            .reserve(&GEO, &[40 + 8 * t], &lane, &mut lsns, false)
+            .is_err()
+        {
+            // Shut down: nothing reserved, nothing to copy.
+            return;
+        }
         let end = super::super::record_end(&GEO, lsns[0], 40 + 8 * t);
         log.copied[t].store(lsns[0].0 << 32 | end.0, Ordering::Release);
         drop(lane);
@@ -374,6 +408,43 @@ mod loom_model {
             for appender in appenders {
                 appender.join().expect("appender");
             }
+        });
+    }
+
+    /// `Wal::shutdown` beside two appenders: it shuts the log to appends, then flushes
+    /// through the end it reads. Every append that reserved must lie below that end and be
+    /// copied by then (the flush covers it); every other append must have been refused with
+    /// nothing reserved, and the end must never move after the shut.
+    #[test]
+    fn an_append_beside_a_shutdown_is_covered_by_its_flush_or_refused() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(4);
+        model.check(move || {
+            let (first, log, appenders) = start_appenders(2);
+            log.reservations.shut();
+            let end = log.reservations.end();
+            let got = log.reservations.inserted_through(end);
+            assert_eq!(got, end, "everything reserved is in the buffer");
+            let copied_below: u64 = log
+                .copied
+                .iter()
+                .map(|c| c.load(Ordering::Acquire))
+                .filter(|&c| c != 0)
+                .map(|c| {
+                    assert!(c & 0xFFFF_FFFF <= end.0, "a record copied past {end}");
+                    (c & 0xFFFF_FFFF) - (c >> 32)
+                })
+                .sum();
+            assert_eq!(copied_below, end.0 - first.0, "a hole below {end}");
+            for appender in appenders {
+                appender.join().expect("appender");
+            }
+            // No append reserved after the shut: the end stayed, and no record lies past it.
+            assert_eq!(log.reservations.end(), end);
+            assert!(log.copied.iter().all(|c| {
+                let c = c.load(Ordering::Acquire);
+                c == 0 || c & 0xFFFF_FFFF <= end.0
+            }));
         });
     }
 }
