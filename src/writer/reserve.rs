@@ -8,17 +8,17 @@
 //! every insertion in progress. The lock is private here.
 //!
 //! Invariants this part keeps:
-//! - `end` (less [`CLOSED`] and [`SHUT`]) is the insert position and only grows; every value it takes is
+//! - `end` (less [`CLOSED`]) is the insert position and only grows; every value it takes is
 //!   a record boundary;
 //! - a reservation's start is published in its lane before the swap that moves `end` past
 //!   it, so `inserted_to` (the lower of `end` and the lowest lane) never passes a record still
 //!   being copied; a lane's start may be lower than its reservation's (a lost swap's), never
 //!   higher;
 //! - reservations are consecutive: each starts where the one before it ended;
-//! - while [`CLOSED`] is set nothing is reserved, and the insert lock is held;
-//! - once [`SHUT`] is set (`Wal::shutdown`) it stays, and nothing is reserved again: an
-//!   append whose reservation succeeded did so before it, and the shutdown's final flush,
-//!   which reads the end after setting it, covers that record.
+//! - while [`CLOSED`] is set nothing is reserved, and the insert lock is held, or the log is
+//!   shut down (`Wal::shutdown`, [`Reservations::shut`]): then it stays set, and nothing is
+//!   reserved again. An append whose reservation succeeded did so before the shut, and the
+//!   shutdown's final flush, which reads the end after it, covers that record.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -35,21 +35,15 @@ use crate::lock_order::{self, Domain};
 /// The bit of `end` an exclusive holder sets: no swap expects it, so no appender reserves
 /// while it is set; an appender that reads it waits for the insert lock.
 const CLOSED: u64 = 1 << 63;
-/// The bit of `end` that [`Reservations::shut`] sets for good: no swap expects it either, and
-/// an appender that reads it reserves nothing and is refused ([`Shut`]). An LSN never reaches
-/// it (segments start below 2^62).
-const SHUT: u64 = 1 << 62;
-/// Both flag bits: what `end` less them is the insert position.
-const FLAGS: u64 = CLOSED | SHUT;
-
 /// The log was shut down ([`Reservations::shut`]): nothing was reserved.
 #[derive(Debug)]
 pub(super) struct Shut;
 
 pub(super) struct Reservations {
     /// Held by an exclusive holder ([`Reservations::exclusive`]); an appender that finds
-    /// `end` closed takes it only to wait for that holder to finish.
-    lock: CachePadded<Mutex<(), { lock_order::INSERT }>>,
+    /// `end` closed takes it only to wait for that holder to finish, and to read whether the
+    /// log is shut down (what it holds: set once, under it, by [`Reservations::shut`]).
+    lock: CachePadded<Mutex<bool, { lock_order::INSERT }>>,
     /// The insert position, the end of the last record whose bytes are reserved
     /// (`Wal::end_lsn`), with [`CLOSED`] while an exclusive holder holds the insert lock.
     end: CachePadded<LineU64>,
@@ -60,7 +54,7 @@ impl Reservations {
     /// The log ends at `end`; `lanes` insertion lanes; the locks in `domain` (the log's).
     pub(super) fn new(end: Lsn, lanes: usize, domain: Domain) -> Reservations {
         Reservations {
-            lock: CachePadded::new(Mutex::new((), domain)),
+            lock: CachePadded::new(Mutex::new(false, domain)),
             end: CachePadded::new(LineU64::named("insert_end", end.0)),
             lanes: Insertions::new(lanes, domain),
         }
@@ -68,7 +62,7 @@ impl Reservations {
 
     /// The end of the log: the end of the last record whose bytes are reserved.
     pub(super) fn end(&self) -> Lsn {
-        Lsn(self.end.load(Ordering::Acquire) & !FLAGS)
+        Lsn(self.end.load(Ordering::Acquire) & !CLOSED)
     }
 
     /// The end of the log, or `None` while an exclusive holder has the insert position closed:
@@ -76,7 +70,7 @@ impl Reservations {
     /// shown (`Positions::check_order` compares with the end only when it is open).
     pub(super) fn end_if_open(&self) -> Option<Lsn> {
         let end = self.end.load(Ordering::Acquire);
-        (end & CLOSED == 0).then_some(Lsn(end & !SHUT))
+        (end & CLOSED == 0).then_some(Lsn(end))
     }
 
     /// Claims an insertion lane, trying `hint`'s first.
@@ -101,15 +95,14 @@ impl Reservations {
         let since = timed.then(Instant::now);
         let mut seen = self.end.load(Ordering::Acquire);
         loop {
-            if seen & SHUT != 0 {
-                lane.retract();
-                return Err(Shut);
-            }
             if seen & CLOSED != 0 {
                 // An exclusive holder: wait for it with nothing in progress on this lane (it
-                // waits for every insertion in progress), then read the position it left.
+                // waits for every insertion in progress), then read the position it left,
+                // unless it shut the log down.
                 lane.retract();
-                drop(self.lock.lock());
+                if *self.lock.lock() {
+                    return Err(Shut);
+                }
                 seen = self.end.load(Ordering::Acquire);
                 continue;
             }
@@ -145,7 +138,7 @@ impl Reservations {
         // The end first: every reservation below it published its start in its lane before
         // its swap (`reserve`), so the lanes read next show it (or a lower start), or it is
         // done.
-        let end = self.end.load(Ordering::SeqCst) & !FLAGS;
+        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
         Lsn(end).min(self.lanes.lowest_in_progress())
     }
 
@@ -154,7 +147,7 @@ impl Reservations {
     /// is. Called with no lock of the log held: the insertions it waits for may need the
     /// write lock to make room.
     pub(super) fn inserted_through(&self, lsn: Lsn) -> Lsn {
-        let end = self.end.load(Ordering::SeqCst) & !FLAGS;
+        let end = self.end.load(Ordering::SeqCst) & !CLOSED;
         let need = if lsn.0 < end { lsn.0 + 1 } else { end };
         let mut now = self.inserted_to();
         // Again until it reaches `need`: a lane may show a start older than the position its
@@ -181,43 +174,47 @@ impl Reservations {
     /// is in the buffer.
     pub(super) fn exclusive(&self) -> Exclusive<'_> {
         let guard = self.lock.lock();
-        // An add, not a store: appenders may still be swapping `end` forward. The bit is clear
-        // (only the insert lock's holder sets it, and clears it before releasing the lock), so
-        // adding it sets it.
-        let seen = self.end.fetch_add(CLOSED, Ordering::SeqCst);
+        let seen = match *guard {
+            // Shut down: closed for good, nothing is swapped.
+            true => self.end.load(Ordering::SeqCst),
+            // An add, not a store: appenders may still be swapping `end` forward. The bit is
+            // clear (only the insert lock's holder sets it, and clears it before releasing
+            // the lock unless it shuts the log), so adding it sets it.
+            false => self.end.fetch_add(CLOSED, Ordering::SeqCst),
+        };
         debug_assert!(
-            seen & CLOSED == 0,
-            "the insert lock's holder found end closed"
+            *guard == (seen & CLOSED != 0),
+            "the insert lock's holder found end closed in a log not shut down"
         );
-        let pos = Lsn(seen & !SHUT);
+        let pos = Lsn(seen & !CLOSED);
         // Nothing new is reserved now; the insertions already reserved finish (an appender
         // that lost its swap to the close leaves its lane idle before it waits for the lock).
         self.lanes.wait_finished(pos, None);
         Exclusive {
-            _guard: guard,
+            guard,
             end: &self.end,
             pos,
-            shut: seen & SHUT,
         }
     }
 
-    /// Shuts the log to appends for good ([`SHUT`]) and returns once every insertion already
-    /// reserved is in the buffer: a flush of the end read after this covers every append that
-    /// ever succeeds. Appenders refused meanwhile get [`Shut`] without having reserved.
+    /// Shuts the log to appends for good (`end` stays [`CLOSED`]) and returns once every
+    /// insertion already reserved is in the buffer: a flush of the end read after this covers
+    /// every append that ever succeeds. Appenders refused from then on get [`Shut`] without
+    /// having reserved.
     pub(super) fn shut(&self) {
         let mut exclusive = self.exclusive();
-        exclusive.shut = SHUT;
+        *exclusive.guard = true;
     }
 }
 
 /// The insert lock held, `end` closed to reservations, with no insertion in progress
-/// ([`Reservations::exclusive`]). Dropping it opens `end` again at the position it moved to.
+/// ([`Reservations::exclusive`]). Dropping it opens `end` again at the position it moved to,
+/// unless the log is shut down.
 pub(super) struct Exclusive<'a> {
-    _guard: MutexGuard<'a, (), { lock_order::INSERT }>,
+    /// Whether the log is shut down: `end` then stays closed when this is dropped.
+    guard: MutexGuard<'a, bool, { lock_order::INSERT }>,
     end: &'a LineU64,
     pos: Lsn,
-    /// [`SHUT`] if the log is shut down (kept when `end` opens again), else 0.
-    shut: u64,
 }
 
 impl Exclusive<'_> {
@@ -235,15 +232,19 @@ impl Exclusive<'_> {
             self.pos
         );
         self.pos = to;
-        self.end.store(to.0 | CLOSED | self.shut, Ordering::Release);
+        self.end.store(to.0 | CLOSED, Ordering::Release);
     }
 }
 
 impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
         // Opened before the lock is released (fields drop after this): an appender woken by
-        // the lock finds `end` open.
-        self.end.store(self.pos.0 | self.shut, Ordering::SeqCst);
+        // the lock finds `end` open, or the log shut down.
+        let shut = match *self.guard {
+            true => CLOSED,
+            false => 0,
+        };
+        self.end.store(self.pos.0 | shut, Ordering::SeqCst);
     }
 }
 
