@@ -158,10 +158,11 @@ impl Wal {
     /// behind the end of the log (it is then given up; see [`Hold::lost`]). A replica moves
     /// its hold as it applies records.
     ///
-    /// A new hold (or one given up and set again) is made durable before this returns; a
-    /// move is saved with the next write of the control file (a checkpoint, another hold's
-    /// creation or release, or a purge, which saves moved holds before it removes anything):
-    /// after a crash a hold may be back where it was saved, which keeps more log, never less.
+    /// A new hold (or one given up and set again), and a move back behind the position saved
+    /// for it, are made durable before this returns; a move forward is saved with the next
+    /// write of the control file (a checkpoint, another hold's creation or release, a move
+    /// back, or a purge, which saves moved holds before it removes anything): after a crash
+    /// a hold may be back where it was saved, which keeps more log, never less.
     /// `lsn` must lie between the oldest segment left and [`Wal::end_lsn`] ([`Error::Purged`]
     /// before it, and also in a segment that a purge running meanwhile may remove). At most
     /// [`crate::MAX_HOLDS`] holds.
@@ -181,10 +182,29 @@ impl Wal {
         }
         self.check_not_purging(lsn)?;
         let count = control.holds.len();
+        // Where a restart would find this hold: a move behind it is saved now, as a new hold
+        // is (a restart would otherwise bring back a position that keeps less than this one).
+        let saved = control
+            .saved_holds
+            .iter()
+            .find(|h| h.name == name && !h.lost)
+            .map(|h| h.lsn);
         match control.holds.iter_mut().find(|h| h.name == name) {
-            Some(hold) if !hold.lost => {
+            Some(hold) if !hold.lost && saved.is_some_and(|saved| lsn >= saved) => {
                 hold.lsn = lsn;
                 return Ok(());
+            }
+            Some(hold) if !hold.lost => {
+                let before = std::mem::replace(&mut hold.lsn, lsn);
+                let result = self.save_control(&mut control);
+                if result.is_err()
+                    && let Some(hold) = control.holds.iter_mut().find(|h| h.name == name)
+                {
+                    // Not durable: the hold stays where it was (the position saved, or the
+                    // unsaved one after it, which purges keep too).
+                    hold.lsn = before;
+                }
+                return result;
             }
             Some(hold) => {
                 hold.lsn = lsn;

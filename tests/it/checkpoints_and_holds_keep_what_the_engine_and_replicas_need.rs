@@ -325,6 +325,47 @@ fn a_hold_moved_then_purged_behind_is_kept_where_it_moved_after_a_restart() {
     }
 }
 
+/// A replica that re-syncs from an earlier position moves its hold back. A restart must not
+/// bring back the later position the file had, which keeps less: before, the move back was
+/// saved only with the next write of the control file (not by `close`), and after a clean
+/// close or a crash the next checkpoint purged what the replica needed. Found by an outside
+/// probe.
+#[test]
+fn a_hold_moved_back_is_where_it_moved_after_a_restart() {
+    for mode in [Mode::PerRecord, Mode::PageLevel] {
+        for clean in [true, false] {
+            let what = format!("{mode}, clean close {clean}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("wal");
+            let keys = KeyRing::generate().unwrap();
+            let config = config(mode, &keys, SyncMode::Durable);
+            let wal = Wal::open(&dir, config.clone()).unwrap();
+            let lsns = fill(&wal, 6 * SEGMENT, 150);
+            let (back, ahead) = (lsns[2], lsns[lsns.len() - 3]);
+            assert!(u64::from(ahead) >= u64::from(back) + 2 * SEGMENT, "{what}");
+            wal.hold("replica", ahead).unwrap();
+            wal.hold("replica", back).unwrap();
+            if clean {
+                wal.close().unwrap();
+            } else {
+                drop(wal);
+            }
+
+            let wal = Wal::open(&dir, config.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let holds = wal.holds();
+            assert_eq!(holds.len(), 1, "{what}");
+            assert_eq!((holds[0].lsn, holds[0].lost), (back, false), "{what}");
+            wal.checkpoint(wal.end_lsn(), b"snap").unwrap();
+            assert!(oldest_segment(&dir) <= u64::from(back), "{what}");
+            let mut follower = Follower::open(&dir, Some(keys.clone()), back)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!(first.map(|r| r.lsn), Some(back), "{what}");
+            wal.close().unwrap();
+        }
+    }
+}
+
 /// A moved hold whose save fails inside a purge (the control file's rename fails): the purge
 /// still goes on, keeping what the hold's saved position needs as well as its current one,
 /// and after a restart the hold is where the file has it, not given up. A full disk thus
