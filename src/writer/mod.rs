@@ -848,7 +848,9 @@ impl Wal {
     /// Rewrites the page holding the end of the log (same records, fresh header) and syncs it.
     /// After recovery cut the log inside its durable part, that page's header may still carry
     /// a durable hint beyond the new end, which a reader would take for damage after the end;
-    /// the rewrite stamps the hint of the log as it now is.
+    /// the rewrite stamps the hint of the log as it now is. After recovery found records past
+    /// that hint (written by the previous writer, synced by the open), it stamps the hint that
+    /// lets followers read them.
     pub(crate) fn restamp_tail(&self) -> Result<()> {
         let end = self.reservations.end();
         let page = self.geo.page_start(end);

@@ -172,6 +172,15 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     let needs_switch = needs_new_segment(&files, &keys, end)
         && !(fresh_page && files.geo.segment_start(next_page) != files.geo.segment_start(end));
     let geo = files.geo;
+    // The hint the tail page carries. Below the end, the open recovered records a previous
+    // writer wrote but never synced (the scan found them, `truncate_after` synced them): a
+    // follower, which goes by hints, would not see them until the next write-out (`restamp`).
+    let tail_hint = match fresh_page || tail_page.is_none() {
+        true => None,
+        false => files
+            .read_page_header(geo.page_start(end))?
+            .map(|h| h.durable_hint),
+    };
     let resume = Resume {
         log_id: files.log_id,
         geo,
@@ -189,7 +198,7 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
     }
     if needs_switch {
         wal.switch_segment()?;
-    } else if salvaged.is_some() {
+    } else if salvaged.is_some() || tail_hint.is_some_and(|hint| hint < end) {
         wal.restamp_tail()?;
     }
     wal.recovered(RecoverySummary {
