@@ -52,7 +52,7 @@ pub(crate) fn recover(
     replay: Replay<'_>,
     listener: Option<&dyn EventListener>,
 ) -> Result<Recovered> {
-    let proven = tail::proven_start(files)?;
+    let proven = authenticated_start(files, keys, tail::proven_start(files)?)?;
     // Salvage looks for the first damage anywhere in the log, so it reads from the oldest record.
     let scan_base = match policy {
         RecoveryMode::RefuseDamage => proven,
@@ -302,6 +302,45 @@ fn replay_prefetched(
         }
         scanned
     })
+}
+
+/// The proven start (`tail::proven_start`) as a perrecord-gcm log may rely on it: page headers
+/// carry no tag, and a segment file added past the end with a durable hint in its first page
+/// (its checksums made right without the key) was a proven start past the real end of the log,
+/// so the open scanned (and checked the tags of) none of what lay between. The writer then
+/// resumed in the added segment, and every record it acknowledged sat behind the gap or a
+/// forged record that readers stop at. So the start is taken only when the records of the
+/// segment before it, tags checked, lead to it; otherwise the scan starts at the oldest
+/// record and meets whatever broke the walk. Other modes promise nothing against a writer of
+/// the files, and keep the start as it is.
+fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn> {
+    let geo = files.geo;
+    let oldest = files.segments[0].header.start;
+    let oldest_first = files
+        .first_record_in_segment(oldest)?
+        .unwrap_or_else(|| geo.skip_headers(oldest));
+    if files.mode != crate::Mode::PerRecordGcm || proven <= oldest_first {
+        return Ok(proven);
+    }
+    // The first record boundary of the segment before the one holding `proven` (a record
+    // that runs into the next segment keeps the start in the segment it began in).
+    let segment = geo.segment_start(proven);
+    let walk_from = match segment > oldest {
+        true => {
+            let before = segment - geo.segment_size;
+            match files.segment(before) {
+                Some(_) => files
+                    .first_record_in_segment(before)?
+                    .unwrap_or_else(|| geo.skip_headers(before)),
+                None => return Ok(oldest_first),
+            }
+        }
+        false => oldest_first,
+    };
+    match crate::reader::authenticated_walk_reaches(files, keys, walk_from, proven)? {
+        true => Ok(proven),
+        false => Ok(oldest_first),
+    }
 }
 
 /// Where a replay from `from` starts reading: the earlier of `from` (which must be where a

@@ -803,6 +803,44 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
     }
 }
 
+/// Whether the records from the boundary `from` on, each checked whole (checksum and, in
+/// perrecord-gcm, tag), lead to a record boundary at `to`: the log runs on from `from` to
+/// `to` as its writer wrote it. Damage, a failed tag or the end of the log before `to` is
+/// `false`, as is a walk that steps over `to`. Payloads decrypted on the way are wiped.
+pub(crate) fn authenticated_walk_reaches(
+    files: &LogFiles,
+    keys: &Keys,
+    from: Lsn,
+    to: Lsn,
+) -> Result<bool> {
+    let mut cursor = Cursor::new(files, from);
+    cursor.looked_at = Some(Vec::new());
+    loop {
+        let step = cursor.next();
+        let looked_at = cursor.looked_at.replace(Vec::new()).unwrap_or_default();
+        if looked_at.contains(&to) {
+            return Ok(true);
+        }
+        match step {
+            Ok(Step::Record(mut stored)) if stored.end_lsn <= to => {
+                let genuine = stored.authenticate(keys)?;
+                stored.discard();
+                if !genuine {
+                    return Ok(false);
+                }
+            }
+            Ok(Step::Record(stored)) => {
+                stored.discard();
+                return Ok(false);
+            }
+            Ok(Step::End(_)) => return Ok(false),
+            // Damage the walk cannot read past: the scan from further back meets it.
+            Err(Error::Corrupt { .. } | Error::AuthenticationFailed { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn invalid(lsn: Lsn, at: Lsn, kind: CorruptionKind) -> Invalid {
     Invalid { lsn, at, kind }
 }

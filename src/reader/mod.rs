@@ -21,7 +21,9 @@ mod follow;
 mod made;
 mod prefetched;
 
-pub(crate) use cursor::{Cursor, Invalid, Step, Stored, check_record_start, record_start};
+pub(crate) use cursor::{
+    Cursor, Invalid, Step, Stored, authenticated_walk_reaches, check_record_start, record_start,
+};
 pub(crate) use files::{LogFiles, changed_under_reader, list_segments, read_segment_header};
 pub use files::{PageInfo, SegmentInfo, check_page_header};
 pub use follow::{Follower, Visibility};

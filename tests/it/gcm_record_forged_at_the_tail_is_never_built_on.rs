@@ -110,3 +110,71 @@ fn a_record_failing_its_tag_below_a_durable_hint_fails_the_open() {
         Ok(wal) => panic!("opened, ending at {}", wal.end_lsn()),
     }
 }
+
+/// A segment file added after the last one, its header copied from that segment with the start
+/// moved on and its first page's header saying the log is durable into it (both checksums need
+/// no key). Before, that page made the added segment the open's proven start: the scan began
+/// there, read none of the real tail, and the writer resumed in the added segment, so every
+/// record it acknowledged sat behind the rest of the real tail segment, which readers stop at.
+/// The open now takes such a start only when the records before it, tags checked, lead there;
+/// here they do not, and the open fails instead of building on the gap.
+#[test]
+fn a_segment_added_past_the_end_with_a_durable_hint_is_not_a_start_to_build_on() {
+    use std::os::unix::fs::FileExt;
+    use walcrypt::inspect::{PAGE_HEADER_LEN, PageHeader, SegmentHeader, segment_file_name};
+    let keys = KeyRing::generate().unwrap();
+    let config = small_config(Mode::PerRecordGcm, &keys).prepare_segments(false);
+    let segment = 8 * PAGE;
+    // A log spanning segments whose end leaves at least a page of its segment unwritten.
+    let (dir, records, end) = (60..200)
+        .find_map(|count| {
+            let dir = tempfile::tempdir().unwrap();
+            let wal = Wal::open(dir.path(), config.clone()).unwrap();
+            let records: Vec<_> = (0..count).map(|i| (7u8, payload(i, 40))).collect();
+            append_all(&wal, &records);
+            let end = u64::from(wal.end_lsn());
+            wal.close().unwrap();
+            (end > segment && end % segment < segment - PAGE).then_some((dir, records, end))
+        })
+        .expect("a log whose end leaves room in its segment");
+    let (last, added) = (end - end % segment, end - end % segment + segment);
+
+    let mut bytes = std::fs::read(dir.path().join(segment_file_name(Lsn(last)))).unwrap();
+    let mut header = SegmentHeader::decode(&bytes).unwrap();
+    header.start = Lsn(added);
+    header.encode(&mut bytes[..PAGE as usize]);
+    bytes[PAGE as usize..].fill(0);
+    let page1 = PAGE as usize..PAGE as usize + PAGE_HEADER_LEN;
+    let mut page = PageHeader::decode(
+        header.log_id,
+        &std::fs::read(dir.path().join(segment_file_name(Lsn(last)))).unwrap()[page1.clone()],
+    )
+    .unwrap();
+    page.page_lsn = Lsn(added + PAGE);
+    page.rem_len = 0;
+    page.durable_hint = Lsn(added + PAGE + PAGE_HEADER_LEN as u64);
+    page.encode(header.log_id, &mut bytes[page1]);
+    let file = std::fs::File::create_new(dir.path().join(segment_file_name(Lsn(added)))).unwrap();
+    file.write_all_at(&bytes, 0).unwrap();
+    drop(file);
+
+    match Wal::open(dir.path(), config) {
+        Ok(wal) => {
+            let resumed = u64::from(wal.end_lsn());
+            assert!(
+                resumed < added,
+                "the writer resumed at {resumed}, in the added segment"
+            );
+        }
+        Err(Error::AuthenticationFailed { .. } | Error::Corrupt { .. }) => {}
+        Err(e) => panic!("unexpected: {e}"),
+    }
+    // Whatever the open did, every record written reads back.
+    let read: Vec<_> = Reader::open(dir.path(), Some(keys.clone()))
+        .unwrap()
+        .records_from(Lsn::default())
+        .take(records.len())
+        .map(|r| r.unwrap().payload)
+        .collect();
+    assert_eq!(read.len(), records.len());
+}
