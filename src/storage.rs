@@ -166,7 +166,11 @@ impl Storage for FsStorage {
             .write(write)
             .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
             .open(path)?;
-        if !file.metadata()?.is_file() {
+        let kind = file.metadata()?.file_type();
+        if kind.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::IsADirectory, "a directory"));
+        }
+        if !kind.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "not a regular file",
