@@ -309,9 +309,10 @@ fn replay_prefetched(
 /// (its checksums made right without the key) was a proven start past the real end of the log,
 /// so the open scanned (and checked the tags of) none of what lay between. The writer then
 /// resumed in the added segment, and every record it acknowledged sat behind the gap or a
-/// forged record that readers stop at. So the start is taken only when the records of the
-/// segment before it, tags checked, lead to it; otherwise the scan starts at the oldest
-/// record and meets whatever broke the walk. Other modes promise nothing against a writer of
+/// forged record that readers stop at. So the start is taken only when the records from the
+/// nearest record boundary before it, tags checked, lead to it (records sealed at their
+/// LSNs, which only the key's holder makes: the log ran on to the start); otherwise the scan
+/// starts at the oldest record and meets whatever broke the walk. Other modes promise nothing against a writer of
 /// the files, and keep the start as it is.
 fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn> {
     let geo = files.geo;
@@ -322,20 +323,28 @@ fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn
     if files.mode != crate::Mode::PerRecordGcm || proven <= oldest_first {
         return Ok(proven);
     }
-    // The first record boundary of the segment before the one holding `proven` (a record
-    // that runs into the next segment keeps the start in the segment it began in).
-    let segment = geo.segment_start(proven);
-    let walk_from = match segment > oldest {
-        true => {
-            let before = segment - geo.segment_size;
-            match files.segment(before) {
-                Some(_) => files
-                    .first_record_in_segment(before)?
-                    .unwrap_or_else(|| geo.skip_headers(before)),
-                None => return Ok(oldest_first),
-            }
+    // The nearest record boundary before `proven`: the first record starting in the nearest
+    // page before it where one starts (as far back as the longest record reaches, at most to
+    // the oldest record). A continuation length rewritten to point elsewhere fails the walk
+    // and the scan goes back to the oldest record.
+    let mut page = geo.page_start(proven);
+    let walk_from = loop {
+        if page <= oldest_first {
+            break oldest_first;
         }
-        false => oldest_first,
+        page = page - geo.page_size;
+        if geo.is_header_page(page) {
+            continue;
+        }
+        // A page never written (after a segment switch, the rest of its segment) or damaged:
+        // further back, and the walk steps over it as a reader does, or fails.
+        let Some(header) = files.read_page_header(page)? else {
+            continue;
+        };
+        let first = geo.advance(page + format::PAGE_HEADER_LEN as u64, header.rem_len.into());
+        if first < proven && geo.page_start(first) == page {
+            break first;
+        }
     };
     match crate::reader::authenticated_walk_reaches(files, keys, walk_from, proven)? {
         true => Ok(proven),
