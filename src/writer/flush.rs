@@ -837,8 +837,9 @@ impl Wal {
     }
 
     /// [`Wal::close`] for a log shared by reference (an `Arc<Wal>` that other threads still
-    /// hold): makes everything appended durable as `close` does, then refuses every later
-    /// call with [`Error::Closed`]. The directory lock is released when the last reference is
+    /// hold): refuses appends from its start ([`Error::Closed`]: an append racing it either
+    /// returns Ok and is made durable, or is refused), makes everything appended durable as
+    /// `close` does, then refuses every later call with [`Error::Closed`]. The directory lock is released when the last reference is
     /// dropped. A second `shutdown` returns `Error::Closed`.
     pub fn shutdown(&self) -> Result<()> {
         // Appends are refused from here on (`Error::Closed`), before the final flush reads
