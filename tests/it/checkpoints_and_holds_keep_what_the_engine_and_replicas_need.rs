@@ -302,27 +302,49 @@ fn a_hold_moved_then_purged_behind_is_kept_where_it_moved_after_a_restart() {
             wal.hold("replica", moved).unwrap();
             assert!(wal.purge_before(checkpoint).unwrap() >= 1, "{what}");
             assert!(oldest_segment(&dir) > u64::from(old), "{what}");
-            if clean {
-                wal.close().unwrap();
-            } else {
-                drop(wal);
-            }
-
-            let wal = Wal::open(&dir, config.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let holds = wal.holds();
-            assert_eq!(holds.len(), 1, "{what}");
-            assert_eq!((holds[0].lsn, holds[0].lost), (moved, false), "{what}");
-            // A later checkpoint still keeps what the replica needs.
+            let wal = restart_with_the_hold_at(wal, clean, (&dir, &config), moved, &what);
             fill(&wal, u64::from(wal.end_lsn()) + 4 * SEGMENT, 150);
-            wal.checkpoint(wal.end_lsn(), b"snap-2").unwrap();
-            assert!(oldest_segment(&dir) <= u64::from(moved), "{what}");
-            let mut follower = Follower::open(&dir, Some(keys.clone()), moved)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
-            assert_eq!(first.map(|r| r.lsn), Some(moved), "{what}");
-            wal.close().unwrap();
+            checkpoint_keeps_the_replica(&wal, (&dir, &keys), moved, &what);
         }
     }
+}
+
+/// Closes `wal` (`clean`) or drops it as a crash would, opens the log again and checks that
+/// its one hold, "replica", is in force at `at`.
+fn restart_with_the_hold_at(
+    wal: Wal,
+    clean: bool,
+    (dir, config): (&std::path::Path, &Config),
+    at: Lsn,
+    what: &str,
+) -> Wal {
+    if clean {
+        wal.close().unwrap();
+    } else {
+        drop(wal);
+    }
+    let wal = Wal::open(dir, config.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let holds = wal.holds();
+    assert_eq!(holds.len(), 1, "{what}");
+    assert_eq!((holds[0].lsn, holds[0].lost), (at, false), "{what}");
+    wal
+}
+
+/// A checkpoint at the end keeps what the replica holding `at` needs: its follower reads on
+/// from there. Closes `wal`.
+fn checkpoint_keeps_the_replica(
+    wal: &Wal,
+    (dir, keys): (&std::path::Path, &KeyRing),
+    at: Lsn,
+    what: &str,
+) {
+    wal.checkpoint(wal.end_lsn(), b"snap-2").unwrap();
+    assert!(oldest_segment(dir) <= u64::from(at), "{what}");
+    let mut follower =
+        Follower::open(dir, Some(keys.clone()), at).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(first.map(|r| r.lsn), Some(at), "{what}");
+    wal.shutdown().unwrap();
 }
 
 /// A replica that re-syncs from an earlier position moves its hold back. A restart must not
@@ -345,23 +367,8 @@ fn a_hold_moved_back_is_where_it_moved_after_a_restart() {
             assert!(u64::from(ahead) >= u64::from(back) + 2 * SEGMENT, "{what}");
             wal.hold("replica", ahead).unwrap();
             wal.hold("replica", back).unwrap();
-            if clean {
-                wal.close().unwrap();
-            } else {
-                drop(wal);
-            }
-
-            let wal = Wal::open(&dir, config.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let holds = wal.holds();
-            assert_eq!(holds.len(), 1, "{what}");
-            assert_eq!((holds[0].lsn, holds[0].lost), (back, false), "{what}");
-            wal.checkpoint(wal.end_lsn(), b"snap").unwrap();
-            assert!(oldest_segment(&dir) <= u64::from(back), "{what}");
-            let mut follower = Follower::open(&dir, Some(keys.clone()), back)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let first = follower.next_timeout(Duration::from_secs(5)).unwrap();
-            assert_eq!(first.map(|r| r.lsn), Some(back), "{what}");
-            wal.close().unwrap();
+            let wal = restart_with_the_hold_at(wal, clean, (&dir, &config), back, &what);
+            checkpoint_keeps_the_replica(&wal, (&dir, &keys), back, &what);
         }
     }
 }
