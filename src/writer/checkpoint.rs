@@ -81,9 +81,12 @@ impl Wal {
     /// lie wholly before `lsn` and before every retention hold are purged. Returns how many
     /// segments were purged.
     ///
-    /// `lsn` may be any position up to [`Wal::end_lsn`], in a segment not purged yet, nor being
-    /// purged by a purge running meanwhile ([`Error::Purged`] otherwise), and must not be older
-    /// than the last checkpoint; `meta` is
+    /// `lsn` is a record boundary up to [`Wal::end_lsn`]: a position the log handed out (an
+    /// append's LSN, a record's end, `end_lsn()`, `flushed_lsn()`), also on a page or segment
+    /// boundary. A restart replays from the record that starts there and refuses a position
+    /// inside a record ([`Error::NotRecordStart`]). It must lie in a segment not purged yet,
+    /// nor being purged by a purge running meanwhile ([`Error::Purged`] otherwise), and must
+    /// not be older than the last checkpoint; `meta` is
     /// at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
     /// `meta` names durable before calling this: a crash afterwards restarts from it.
     pub fn checkpoint(&self, lsn: Lsn, meta: &[u8]) -> Result<usize> {
