@@ -181,6 +181,11 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             .read_page_header(geo.page_start(end))?
             .map(|h| h.durable_hint),
     };
+    // The log ends where a page's body begins: its last records lie in the page before,
+    // which the writer holds no image of; that page's header gets the hint in place.
+    if !fresh_page && !needs_switch && tail_page.is_none() {
+        stamp_last_page_hint(&files, end)?;
+    }
     let resume = Resume {
         log_id: files.log_id,
         geo,
@@ -288,6 +293,56 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
 /// pagelevel mode, when `end` lies inside a page body that already holds records.
+/// Rewrites the durable hint in the header of the last page written before `end` (a page's
+/// first body position: the page holding `end` has no record), when recovery found records
+/// past it: the open synced them (`tail::truncate_after`), and a follower of the files, which
+/// goes by hints, would otherwise stop before them until the writer writes again. One sector,
+/// as the writer's own hint refresh writes, then an fdatasync. The header is plaintext in every
+/// mode (a pagelevel page's body keeps its ciphertext: its IV and key are in the header, which
+/// stays as it was but for the hint).
+fn stamp_last_page_hint(files: &LogFiles, end: Lsn) -> Result<()> {
+    let geo = files.geo;
+    let mut page = geo.page_start(end);
+    if end > page + format::PAGE_HEADER_LEN as u64 {
+        return Ok(());
+    }
+    loop {
+        let Some(before) = page.0.checked_sub(geo.page_size) else {
+            return Ok(());
+        };
+        page = Lsn(before);
+        if !geo.is_header_page(page) {
+            break;
+        }
+    }
+    let Some(header) = files.read_page_header(page)? else {
+        return Ok(());
+    };
+    if header.durable_hint >= end {
+        return Ok(());
+    }
+    let Some(segment) = files.segment(geo.segment_start(page)) else {
+        return Ok(());
+    };
+    let file = files
+        .storage
+        .open(&segment.path, true)
+        .map_err(|e| Error::io("open segment", &segment.path, e))?;
+    let offset = page - segment.header.start;
+    let mut sector = [0u8; format::MIN_PAGE_SIZE as usize];
+    crate::storage::read_full(file.as_ref(), &mut sector, offset)
+        .map_err(|e| Error::io("read page", &segment.path, e))?;
+    let stamped = format::PageHeader {
+        durable_hint: end,
+        ..header
+    };
+    stamped.encode(files.log_id, &mut sector[..format::PAGE_HEADER_LEN]);
+    file.write_all_at(&sector, offset)
+        .map_err(|e| Error::io("write page", &segment.path, e))?;
+    file.sync_data()
+        .map_err(|e| Error::io("fdatasync segment", &segment.path, e))
+}
+
 fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: Lsn) -> bool {
     let page = geo.page_start(end);
     mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64

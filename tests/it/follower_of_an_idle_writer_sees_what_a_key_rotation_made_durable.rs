@@ -55,52 +55,67 @@ fn follower_of_an_idle_writer_sees_what_a_key_rotation_made_durable() {
 }
 
 /// Records a crashed writer wrote but never synced, which the next open recovers (and syncs):
-/// a follower of the files sees them once that writer closes, although it appends nothing.
-/// Before, the tail page kept the crashed writer's durable hint, and the follower stopped there
-/// until the next write-out: an idle or retired primary left its replica short of records its
-/// own engine had replayed. Found by an outside probe.
+/// a follower of the files sees them once that writer closes, although it appends nothing,
+/// also when they end exactly at a page's end (the page holding the end then has no record,
+/// and the hint goes into the page before). Before, the pages kept the crashed writer's
+/// durable hint, and the follower stopped there until the next write-out: an idle or retired
+/// primary left its replica short of records its own engine had replayed. Found by an outside
+/// probe (the page's end by a second look).
 #[test]
 fn follower_sees_what_a_reopen_recovered_from_a_crashed_writer() {
     for mode in Mode::ALL {
-        let tmp = tempfile::tempdir().unwrap();
-        let (dir, image) = (tmp.path().join("wal"), tmp.path().join("image"));
-        let keys = KeyRing::generate().unwrap();
-        let config = Config::new(mode)
-            .keys(keys.clone())
-            .sync(SyncMode::Buffered)
-            .page_size(4096)
-            .segment_size(64 * 4096);
-        let wal = Wal::open(&dir, config.clone()).unwrap();
-        for i in 0..10u8 {
-            wal.append(1, &[i; 100]).unwrap();
-        }
-        wal.sync().unwrap();
-        let mut last = Lsn(0);
-        for i in 0..5u8 {
-            last = wal.append(2, &[i; 100]).unwrap();
-        }
-        // Written to the files, not synced: a crash of the process keeps them.
-        wal.flush(last).unwrap();
-        crate::support::copy_dir(&dir, &image);
-        drop(wal);
+        for on_page_end in [false, true] {
+            let what = format!("{mode}, ending on a page's end {on_page_end}");
+            let tmp = tempfile::tempdir().unwrap();
+            let (dir, image) = (tmp.path().join("wal"), tmp.path().join("image"));
+            let keys = KeyRing::generate().unwrap();
+            let config = Config::new(mode)
+                .keys(keys.clone())
+                .sync(SyncMode::Buffered)
+                .page_size(4096)
+                .segment_size(64 * 4096);
+            let wal = Wal::open(&dir, config.clone()).unwrap();
+            for i in 0..10u8 {
+                wal.append(1, &[i; 100]).unwrap();
+            }
+            wal.sync().unwrap();
+            let mut last = Lsn(0);
+            for i in 0..5u8 {
+                let before = u64::from(wal.end_lsn());
+                last = wal.append(2, &[i; 100]).unwrap();
+                let overhead = u64::from(wal.end_lsn()) - before - 100;
+                let room = 4096 - u64::from(wal.end_lsn()) % 4096;
+                if on_page_end && i == 4 {
+                    // One more record, filling the page to its last byte.
+                    assert!(room > overhead + 16, "{what}: room for a record");
+                    last = wal.append(3, &vec![i; (room - overhead) as usize]).unwrap();
+                    assert_eq!(u64::from(wal.end_lsn()) % 4096, 0, "{what}");
+                }
+            }
+            // Written to the files, not synced: a crash of the process keeps them.
+            wal.flush(last).unwrap();
+            crate::support::copy_dir(&dir, &image);
+            drop(wal);
 
-        let wal = Wal::open(&image, config.clone()).unwrap();
-        assert!(wal.end_lsn() > last, "{mode}: the open recovered the five");
-        wal.close().unwrap();
-        let ring = (mode != Mode::Plaintext).then(|| keys.clone());
-        let mut follower = Follower::open(&image, ring, Lsn(0))
-            .unwrap()
-            .poll_interval(Duration::from_millis(5));
-        let mut got = Vec::new();
-        while let Some(record) = follower.next_timeout(Duration::from_millis(300)).unwrap() {
-            got.push(record.lsn);
+            let wal = Wal::open(&image, config.clone()).unwrap();
+            assert!(wal.end_lsn() > last, "{what}: the open recovered the five");
+            wal.close().unwrap();
+            let ring = (mode != Mode::Plaintext).then(|| keys.clone());
+            let mut follower = Follower::open(&image, ring, Lsn(0))
+                .unwrap()
+                .poll_interval(Duration::from_millis(5));
+            let mut got = Vec::new();
+            while let Some(record) = follower.next_timeout(Duration::from_millis(300)).unwrap() {
+                got.push(record.lsn);
+            }
+            let written = 15 + usize::from(on_page_end);
+            assert_eq!(
+                got.len(),
+                written,
+                "{what}: the follower stopped at {:?}",
+                got.last()
+            );
+            assert_eq!(got.last(), Some(&last), "{what}");
         }
-        assert_eq!(
-            got.len(),
-            15,
-            "{mode}: the follower stopped at {:?}",
-            got.last()
-        );
-        assert_eq!(got.last(), Some(&last), "{mode}");
     }
 }
