@@ -803,6 +803,29 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
     }
 }
 
+/// Whether a record whose checksum and tag check starts at `at` (perrecord-gcm): one that
+/// the key's holder sealed at that LSN. Anything else there (no record, damage, a failed tag)
+/// is `false`; the payload decrypted to check the tag is wiped.
+pub(crate) fn authenticated_record_at(files: &LogFiles, at: Lsn) -> Result<bool> {
+    let Some(keys) = files.keys.as_deref() else {
+        return Ok(false);
+    };
+    match Cursor::new(files, at).next() {
+        Ok(Step::Record(mut stored)) if stored.lsn == at => {
+            let genuine = stored.authenticate(keys)?;
+            stored.discard();
+            Ok(genuine)
+        }
+        Ok(Step::Record(stored)) => {
+            stored.discard();
+            Ok(false)
+        }
+        Ok(Step::End(_)) => Ok(false),
+        Err(Error::Corrupt { .. } | Error::AuthenticationFailed { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the records from the boundary `from` on, each checked whole (checksum and, in
 /// perrecord-gcm, tag), lead to a record boundary at `to`: the log runs on from `from` to
 /// `to` as its writer wrote it. Damage, a failed tag or the end of the log before `to` is

@@ -506,10 +506,59 @@ impl LogFiles {
                 },
             ));
         }
+        if header.rem_len != 0 {
+            self.check_continuation(page, header.rem_len.into())?;
+            // perrecord-gcm: a record whose tag checks at the first body position was sealed
+            // there by the key's holder, so nothing continued into the page.
+            if self.mode == Mode::PerRecordGcm
+                && super::cursor::authenticated_record_at(self, self.geo.skip_headers(page))?
+            {
+                return Err(self.position_error(
+                    page,
+                    page,
+                    CorruptionKind::ContinuationMismatch {
+                        expected: 0,
+                        got: header.rem_len.into(),
+                    },
+                ));
+            }
+        }
         Ok(Some(self.geo.advance(
             self.geo.skip_headers(page),
             header.rem_len as u64,
         )))
+    }
+
+    /// Checks a continuation length of `rem_len` at `page` (a segment's first page) against
+    /// the pages it runs over: each later page it reaches whose header is valid must say how
+    /// much of it is left there. A continuation length rewritten to move the first record
+    /// (past records, or past the end of the log) disagrees with them. Pages without a valid
+    /// header prove nothing (not written yet), and the walk stops at the first.
+    fn check_continuation(&self, page: Lsn, rem_len: u64) -> Result<()> {
+        let body = self.geo.page_size - PAGE_HEADER_LEN as u64;
+        let mut left = rem_len;
+        let mut at = page;
+        while left > body {
+            left -= body;
+            at += self.geo.page_size;
+            if self.geo.is_header_page(at) {
+                at += self.geo.page_size;
+            }
+            let Some(header) = self.read_page_header(at)? else {
+                return Ok(());
+            };
+            if u64::from(header.rem_len) != left {
+                return Err(self.position_error(
+                    at,
+                    at,
+                    CorruptionKind::ContinuationMismatch {
+                        expected: left,
+                        got: header.rem_len.into(),
+                    },
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Reads and checks the header of the page at `page`; `None` when it is not valid.

@@ -154,7 +154,18 @@ fn forged_continuation_length_after_a_checkpoint_at_a_segment_start_is_refused()
         file.write_all_at(&bytes, page1).unwrap();
         drop(file);
 
-        let refused = |e: &Error| matches!(e, Error::NotRecordStart(_));
+        // Not a record start there; in perrecord-gcm the open's scan may meet the forgery
+        // first: a record whose tag checks starts where the length says one continues.
+        let refused = |e: &Error| {
+            matches!(
+                e,
+                Error::NotRecordStart(_)
+                    | Error::Corrupt {
+                        kind: CorruptionKind::ContinuationMismatch { expected: 0, .. },
+                        ..
+                    }
+            )
+        };
         let reader = Reader::open(dir.path(), Some(keys.clone()))
             .unwrap()
             .require_mode(mode)
@@ -186,6 +197,101 @@ fn forged_continuation_length_after_a_checkpoint_at_a_segment_start_is_refused()
             Err(e) if refused(&e) => {}
             Err(e) => panic!("{mode}: replay: {e}"),
             Ok(_) => panic!("{mode}: replay opened the log, replaying {replayed:?}"),
+        }
+    }
+}
+
+/// The first page of the oldest (and only) segment of a purged log, rewritten to say that the
+/// record continuing there from the purged segment runs on past the end of the log: a plain
+/// open started its scan there, found nothing and resumed past every record left, so the
+/// writer built on a gap (an outside probe). The pages that continuation runs over say how
+/// much of it is left at each, and disagree: the open refuses the log, in every mode. In
+/// perrecord-gcm, a length rewritten where nothing continued (a record whose tag checks starts
+/// at the page's first body position) is refused even when it stays inside that page.
+#[test]
+fn forged_continuation_length_in_a_purged_logs_first_page_is_refused() {
+    for mode in Mode::ALL {
+        for inside_page_1 in [false, true] {
+            if inside_page_1 && mode != Mode::PerRecordGcm {
+                continue;
+            }
+            let what = format!("{mode}, inside page 1 {inside_page_1}");
+            let first_key = KeyRing::generate().unwrap();
+            let (mut keys, key) = (first_key.clone(), Key::generate().unwrap());
+            keys.add(2, key.clone()).unwrap();
+            let len = if inside_page_1 { 20 } else { 150 };
+            // A log purged down to the segment holding its end, which lies past page 2 and
+            // (inside page 1) starts with a record of its own: the first after a key rotation,
+            // which starts a segment.
+            let (dir, end, oldest, log_id, first) = (40..200)
+                .find_map(|count| {
+                    let dir = tempfile::tempdir().unwrap();
+                    let wal = Wal::open(dir.path(), small_config(mode, &first_key)).unwrap();
+                    let records: Vec<_> = (0..count).map(|i| (1u8, payload(i, len))).collect();
+                    append_all(&wal, &records);
+                    if inside_page_1 {
+                        wal.activate_key(2, key.clone()).unwrap();
+                        append_all(&wal, &records[..40]);
+                    }
+                    wal.purge_before(wal.end_lsn()).unwrap();
+                    let end = u64::from(wal.end_lsn());
+                    wal.close().unwrap();
+                    let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+                    let segment = &reader.segments()[0].header;
+                    let (oldest, log_id) = (segment.start, segment.log_id);
+                    let first: Vec<Lsn> = reader
+                        .records_from(Lsn::default())
+                        .take(3)
+                        .map(|r| r.unwrap().lsn)
+                        .collect();
+                    let body = u64::from(oldest) + PAGE + PAGE_HEADER_LEN as u64;
+                    let usable = u64::from(oldest) > 0
+                        && end - u64::from(oldest) >= 3 * PAGE
+                        && (!inside_page_1 || u64::from(first[0]) == body);
+                    drop(reader);
+                    usable.then_some((dir, end, oldest, log_id, first))
+                })
+                .expect("a purged log of the shape wanted");
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(dir.path().join(segment_file_name(oldest)))
+                .unwrap();
+            let mut bytes = [0u8; PAGE_HEADER_LEN];
+            file.read_exact_at(&mut bytes, PAGE).unwrap();
+            let mut header = PageHeader::decode(log_id, &bytes).unwrap();
+            let body = u64::from(oldest) + PAGE + PAGE_HEADER_LEN as u64;
+            // Body bytes from page 1's body to `to`, over page headers.
+            let stream = |to: u64| {
+                (body..to)
+                    .filter(|&at| at % PAGE >= PAGE_HEADER_LEN as u64)
+                    .count()
+            };
+            let forged = if inside_page_1 {
+                assert_eq!(header.rem_len, 0, "{what}: a record starts the segment");
+                assert!(u64::from(first[2]) < u64::from(oldest) + 2 * PAGE, "{what}");
+                stream(u64::from(first[2]))
+            } else {
+                // The page after the end's, past everything left.
+                stream(end - end % PAGE + PAGE + PAGE_HEADER_LEN as u64)
+            };
+            header.rem_len = forged as u32;
+            header.encode(log_id, &mut bytes);
+            file.write_all_at(&bytes, PAGE).unwrap();
+            drop(file);
+
+            match Wal::open(dir.path(), small_config(mode, &keys)) {
+                Err(e)
+                    if matches!(
+                        e,
+                        Error::Corrupt {
+                            kind: CorruptionKind::ContinuationMismatch { .. },
+                            ..
+                        }
+                    ) => {}
+                Err(e) => panic!("{what}: {e}"),
+                Ok(wal) => panic!("{what}: the open resumed at {}", wal.end_lsn()),
+            }
         }
     }
 }
