@@ -317,8 +317,7 @@ fn replay_prefetched(
 fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn> {
     let geo = files.geo;
     let oldest = files.segments[0].header.start;
-    let oldest_first = files
-        .first_record_in_segment(oldest)?
+    let oldest_first = crate::reader::first_record_in_segment(files, oldest)?
         .unwrap_or_else(|| geo.skip_headers(oldest));
     if files.mode != crate::Mode::PerRecordGcm || proven <= oldest_first {
         return Ok(proven);
@@ -359,8 +358,7 @@ fn replay_start(files: &LogFiles, from: Lsn, proven: Lsn) -> Result<Lsn> {
     // Only the start of the log takes the first record from the oldest segment's page header
     // (`record_start` says why).
     if from == Lsn(0) {
-        return Ok(files
-            .first_record_in_segment(oldest)?
+        return Ok(crate::reader::first_record_in_segment(files, oldest)?
             .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
     // Purged: as a reader says it, naming the oldest segment left (an older control file put

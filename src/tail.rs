@@ -30,8 +30,7 @@ use crate::storage::{StorageFile, read_full};
 pub(crate) fn proven_start(files: &LogFiles) -> Result<Lsn> {
     let geo = files.geo;
     let oldest = files.segments[0].header.start;
-    let oldest_first = files
-        .first_record_in_segment(oldest)?
+    let oldest_first = crate::reader::first_record_in_segment(files, oldest)?
         .unwrap_or_else(|| geo.skip_headers(oldest));
     // Highest durable hint of the segments after the one looked at whose pages were read.
     let mut later_hint = Lsn(0);
@@ -87,9 +86,7 @@ fn candidate(files: &LogFiles, i: usize) -> Result<Option<Lsn>> {
         Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
         Some(_) => {
             let previous = files.segments[i - 1].header.start;
-            files
-                .first_record_in_segment(previous)?
-                .filter(|&first| first < start)
+            crate::reader::first_record_in_segment(files, previous)?.filter(|&first| first < start)
         }
         None => None,
     })
@@ -290,8 +287,7 @@ mod tests {
     fn proven_start_rescanning(files: &LogFiles) -> Result<Lsn> {
         let geo = files.geo;
         let oldest = files.segments[0].header.start;
-        let oldest_first = files
-            .first_record_in_segment(oldest)?
+        let oldest_first = crate::reader::first_record_in_segment(files, oldest)?
             .unwrap_or_else(|| geo.skip_headers(oldest));
         let mut tail = oldest_first;
         for i in (1..files.segments.len()).rev() {

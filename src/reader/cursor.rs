@@ -740,7 +740,7 @@ impl<'a> Cursor<'a> {
 pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
     let oldest = files.segments.first().map_or(Lsn(0), |s| s.header.start);
     if lsn == Lsn(0) {
-        let first = files.first_record_in_segment(oldest)?;
+        let first = first_record_in_segment(files, oldest)?;
         return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
     // Past the files, a position in the segment right after the last is one the writer may
@@ -803,10 +803,36 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
     }
 }
 
+/// The first record boundary of the segment at `start`, as [`LogFiles::first_record_in_segment`]
+/// finds it from its first page's continuation length, checked against the pages it runs
+/// over. In perrecord-gcm also against the record at the page's first body position: one
+/// whose tag checks was sealed there by the key's holder, so nothing continued into the
+/// page, and a continuation length there is `ContinuationMismatch`.
+pub(crate) fn first_record_in_segment(files: &LogFiles, start: Lsn) -> Result<Option<Lsn>> {
+    let first = files.first_record_in_segment(start)?;
+    let body = files.geo.skip_headers(start);
+    if let Some(first) = first
+        && first != body
+        && files.mode == Mode::PerRecordGcm
+        && authenticated_record_at(files, body)?
+    {
+        let page = files.geo.page_start(body);
+        let got = files
+            .read_page_header(page)?
+            .map_or(0, |header| header.rem_len.into());
+        return Err(files.position_error(
+            page,
+            page,
+            CorruptionKind::ContinuationMismatch { expected: 0, got },
+        ));
+    }
+    Ok(first)
+}
+
 /// Whether a record whose checksum and tag check starts at `at` (perrecord-gcm): one that
 /// the key's holder sealed at that LSN. Anything else there (no record, damage, a failed tag)
 /// is `false`; the payload decrypted to check the tag is wiped.
-pub(crate) fn authenticated_record_at(files: &LogFiles, at: Lsn) -> Result<bool> {
+fn authenticated_record_at(files: &LogFiles, at: Lsn) -> Result<bool> {
     let Some(keys) = files.keys.as_deref() else {
         return Ok(false);
     };
