@@ -86,10 +86,12 @@ pub(crate) struct Control {
     /// sync, so purges keep what that checkpoint needs too, until a write succeeds.
     pub(crate) purge_floor: Option<Lsn>,
     /// The holds as the control file last written (or read, given up where their position
-    /// was purged) holds them (not stored). A hold moved since ([`Control::holds_unsaved`])
-    /// is where it was on disk: a purge saves it first, so that it never removes what the
-    /// saved position needs (a restart brings the hold back there), and while that save fails
-    /// it keeps what the lower of the two positions needs.
+    /// was purged) holds them (not stored), and, after writes that failed since (each may
+    /// have reached the disk after all), as each of those held them too: a hold's name may
+    /// appear more than once. A hold moved since ([`Control::holds_unsaved`]) is where it was
+    /// on disk: a purge saves it first, so that it never removes what a saved position needs
+    /// (a restart brings the hold back there), and while that save fails it keeps what the
+    /// lowest of the positions needs; a move behind the furthest is saved at once.
     pub(crate) saved_holds: Vec<Hold>,
 }
 

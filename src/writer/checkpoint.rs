@@ -185,13 +185,15 @@ impl Wal {
         }
         self.check_not_purging(lsn)?;
         let count = control.holds.len();
-        // Where a restart would find this hold: a move behind it is saved now, as a new hold
-        // is (a restart would otherwise bring back a position that keeps less than this one).
+        // The furthest place a restart may find this hold: a move behind it is saved now, as
+        // a new hold is (a restart would otherwise bring back a position that keeps less
+        // than this one).
         let saved = control
             .saved_holds
             .iter()
-            .find(|h| h.name == name && !h.lost)
-            .map(|h| h.lsn);
+            .filter(|h| h.name == name && !h.lost)
+            .map(|h| h.lsn)
+            .max();
         match control.holds.iter_mut().find(|h| h.name == name) {
             Some(hold) if !hold.lost && saved.is_some_and(|saved| lsn >= saved) => {
                 hold.lsn = lsn;
@@ -203,8 +205,9 @@ impl Wal {
                 if result.is_err()
                     && let Some(hold) = control.holds.iter_mut().find(|h| h.name == name)
                 {
-                    // Not durable: the hold stays where it was (the position saved, or the
-                    // unsaved one after it, which purges keep too).
+                    // Maybe not durable: the hold stays where it was, and purges keep what
+                    // the position the failed write may have put on disk needs too
+                    // (`save_control`).
                     hold.lsn = before;
                 }
                 return result;
@@ -287,8 +290,13 @@ impl Wal {
             .iter()
             .filter(|h| !h.lost)
             .map(|h| {
-                let saved = control.saved_holds.iter().find(|s| s.name == h.name);
-                saved.map_or(h.lsn, |s| s.lsn.min(h.lsn))
+                // Every position a file on disk may give it after a restart.
+                control
+                    .saved_holds
+                    .iter()
+                    .filter(|s| s.name == h.name && !s.lost)
+                    .map(|s| s.lsn)
+                    .fold(h.lsn, Lsn::min)
             })
             .fold(lsn.min(checkpoint), Lsn::min);
         {
@@ -364,7 +372,14 @@ impl Wal {
         control.generation += 1;
         let ring = self.data_keys();
         let bytes = control.encode(self.log_id, ring.as_ref())?;
-        control::write(self.storage.as_ref(), &self.dir, &bytes)?;
+        if let Err(e) = control::write(self.storage.as_ref(), &self.dir, &bytes) {
+            // The new file may have been renamed into place before the failure and become
+            // durable with a later directory sync: until a write succeeds, a restart may find
+            // the holds where this write put them, or where an earlier one did.
+            let attempted = control.holds.clone();
+            control.saved_holds.extend(attempted);
+            return Err(e);
+        }
         // Every hold is on disk where it is now.
         control.saved_holds = control.holds.clone();
         Ok(())

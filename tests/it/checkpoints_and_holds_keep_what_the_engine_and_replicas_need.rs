@@ -418,3 +418,62 @@ fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs(
         wal.close().unwrap();
     }
 }
+
+/// Writes of the control file that fail after their rename (the directory sync fails): the
+/// file on disk may hold what the failed write put there. Both sequences an outside probe
+/// found lost a replica's log after a restart:
+/// - a hold moved back whose save failed so: the purge kept only the position in memory, and
+///   the restart found the hold where the failed write put it, purged, and gave it up;
+/// - a hold moved forward (unsaved), then a checkpoint whose write failed so, then the hold
+///   moved back between the two: the move back was taken for one behind nothing saved and not
+///   saved, and the restart found the hold forward, past what the next checkpoint kept.
+///
+/// A purge now saves holds whose file on disk may say otherwise, keeping what every position
+/// such a file may hold needs if that save fails too, and a move back behind any of them is
+/// saved at once.
+#[test]
+fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_finds() {
+    use crate::support::faults::{Effect, FaultStorage, Op};
+    for (mode, back_failed) in [(Mode::PerRecord, true), (Mode::PageLevel, false)] {
+        for clean in [true, false] {
+            let what = format!("{mode}, failed move back {back_failed}, clean close {clean}");
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("wal");
+            let keys = KeyRing::generate().unwrap();
+            let storage = FaultStorage::new();
+            let config = config(mode, &keys, SyncMode::Durable).storage(storage.arc());
+            let wal = Wal::open(&dir, config.clone()).unwrap();
+            let lsns = fill(&wal, 8 * SEGMENT, 150);
+            // Written and synced: the checkpoint below writes nothing but the control file.
+            wal.sync().unwrap();
+            let (early, middle, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
+            let fail_next_dir_sync = || {
+                storage.fail_nth(
+                    Op::SyncDir,
+                    storage.count(Op::SyncDir) + 1,
+                    Effect::Errno(libc::EIO),
+                )
+            };
+            let kept = if back_failed {
+                wal.hold("replica", late).unwrap();
+                fail_next_dir_sync();
+                assert!(wal.hold("replica", early).is_err(), "{what}");
+                assert_eq!(wal.holds()[0].lsn, late, "{what}: in force where it was");
+                // The purge saves it there (the file may say `early`): not given up.
+                late
+            } else {
+                wal.hold("replica", early).unwrap();
+                wal.hold("replica", late).unwrap();
+                fail_next_dir_sync();
+                assert!(wal.checkpoint(lsns[5], b"snap").is_err(), "{what}");
+                wal.hold("replica", middle).unwrap();
+                middle
+            };
+            assert_eq!(storage.injected(), 1, "{what}");
+            wal.purge_before(wal.end_lsn()).unwrap();
+            let wal = restart_with_the_hold_at(wal, clean, (&dir, &config), kept, &what);
+            fill(&wal, u64::from(wal.end_lsn()) + 2 * SEGMENT, 150);
+            checkpoint_keeps_the_replica(&wal, (&dir, &keys), kept, &what);
+        }
+    }
+}
