@@ -181,9 +181,10 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
             .read_page_header(geo.page_start(end))?
             .map(|h| h.durable_hint),
     };
-    // The log ends where a page's body begins: its last records lie in the page before,
-    // which the writer holds no image of; that page's header gets the hint in place.
-    if !fresh_page && !needs_switch && tail_page.is_none() {
+    // The writer will not rewrite the page its last records lie in: the log ends where a
+    // page's body begins (they lie in the page before), or a pagelevel writer resumes on a
+    // fresh page. That page's header gets the hint in place.
+    if !needs_switch && (fresh_page || tail_page.is_none()) {
         stamp_last_page_hint(&files, end)?;
     }
     let resume = Resume {
@@ -293,27 +294,22 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
 
 /// True when a writer opening a log that ends at `end` must continue on the next page: in
 /// pagelevel mode, when `end` lies inside a page body that already holds records.
-/// Rewrites the durable hint in the header of the last page written before `end` (a page's
-/// first body position: the page holding `end` has no record), when recovery found records
-/// past it: the open synced them (`tail::truncate_after`), and a follower of the files, which
-/// goes by hints, would otherwise stop before them until the writer writes again. One sector,
+/// Rewrites the durable hint in the header of the last page holding records before `end`
+/// (the page holding `end`, or the one before when `end` is a page's first body position),
+/// when recovery found records past it: the open synced them (`tail::truncate_after`), and a
+/// follower of the files, which goes by hints, would otherwise stop before them until the
+/// writer writes again. One sector,
 /// as the writer's own hint refresh writes, then an fdatasync. The header is plaintext in every
 /// mode (a pagelevel page's body keeps its ciphertext: its IV and key are in the header, which
 /// stays as it was but for the hint).
 fn stamp_last_page_hint(files: &LogFiles, end: Lsn) -> Result<()> {
     let geo = files.geo;
     let mut page = geo.page_start(end);
-    if end > page + format::PAGE_HEADER_LEN as u64 {
-        return Ok(());
-    }
-    loop {
+    while end <= page + format::PAGE_HEADER_LEN as u64 || geo.is_header_page(page) {
         let Some(before) = page.0.checked_sub(geo.page_size) else {
             return Ok(());
         };
         page = Lsn(before);
-        if !geo.is_header_page(page) {
-            break;
-        }
     }
     let Some(header) = files.read_page_header(page)? else {
         return Ok(());

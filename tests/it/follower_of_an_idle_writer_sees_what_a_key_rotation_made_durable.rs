@@ -55,9 +55,10 @@ fn follower_of_an_idle_writer_sees_what_a_key_rotation_made_durable() {
 }
 
 /// Records a crashed writer wrote but never synced, which the next open recovers (and syncs):
-/// a follower of the files sees them once that writer closes, although it appends nothing,
-/// also when they end exactly at a page's end (the page holding the end then has no record,
-/// and the hint goes into the page before). Before, the pages kept the crashed writer's
+/// a follower of the files sees them while that writer stays idle, appending nothing, also
+/// when they end exactly at a page's end (the page holding the end then has no record,
+/// and the hint goes into the page before) and in pagelevel (whose writer resumes on a fresh
+/// page and rewrites none of the old). Before, the pages kept the crashed writer's
 /// durable hint, and the follower stopped there until the next write-out: an idle or retired
 /// primary left its replica short of records its own engine had replayed. Found by an outside
 /// probe (the page's end by a second look).
@@ -97,9 +98,10 @@ fn follower_sees_what_a_reopen_recovered_from_a_crashed_writer() {
             crate::support::copy_dir(&dir, &image);
             drop(wal);
 
+            // The reopened writer stays open and idle while the follower reads (a pagelevel
+            // writer resumes on a fresh page, which only its next write-out writes).
             let wal = Wal::open(&image, config.clone()).unwrap();
             assert!(wal.end_lsn() > last, "{what}: the open recovered the five");
-            wal.close().unwrap();
             let ring = (mode != Mode::Plaintext).then(|| keys.clone());
             let mut follower = Follower::open(&image, ring, Lsn(0))
                 .unwrap()
@@ -116,6 +118,7 @@ fn follower_sees_what_a_reopen_recovered_from_a_crashed_writer() {
                 got.last()
             );
             assert_eq!(got.last(), Some(&last), "{what}");
+            wal.close().unwrap();
         }
     }
 }
