@@ -453,6 +453,29 @@ impl Wal {
                 return Err(Error::Purged { needed, oldest });
             }
         }
+        // A checkpoint taken inside a record: the replay could not start there. Said before
+        // `restore`, naming the control file and the way out.
+        if let Some(checkpoint) = &checkpoint
+            && checkpoint.lsn > Lsn(0)
+        {
+            let ring = config
+                .key_store
+                .as_ref()
+                .map_or(config.keys.clone(), |s| s.ring());
+            let files = LogFiles::open(dir, config.storage.clone(), Some(&ring))?;
+            if let Err(Error::NotRecordStart(lsn)) =
+                crate::reader::record_start(&files, checkpoint.lsn)
+            {
+                return Err(Error::Control {
+                    path: dir.join(crate::control::CONTROL_FILE),
+                    reason: format!(
+                        "the checkpoint's lsn {lsn} is not where a record starts (it was taken \
+                         inside a record), so no replay can start there; open the log with \
+                         Wal::open and take a checkpoint at a position the log handed out"
+                    ),
+                });
+            }
+        }
         restore(checkpoint.as_ref())?;
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
         Wal::open_and_replay(dir, config, from, replay)

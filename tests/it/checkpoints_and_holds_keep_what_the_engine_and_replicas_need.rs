@@ -477,3 +477,51 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
         }
     }
 }
+
+/// A checkpoint taken inside a record (a position no call handed out): no replay can start
+/// there. `open_from_checkpoint` says so before `restore`, naming the control file and the way
+/// out, instead of failing the replay with a bare `NotRecordStart` after the engine restored
+/// its snapshot (an outside probe of an engine built from the README found the bare error).
+#[test]
+fn a_checkpoint_inside_a_record_is_refused_before_restore_with_the_way_out() {
+    for mode in Mode::ALL {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        let keys = KeyRing::generate().unwrap();
+        let config = config(mode, &keys, SyncMode::Durable);
+        let wal = Wal::open(&dir, config.clone()).unwrap();
+        let lsns = fill(&wal, 2 * SEGMENT, 150);
+        let inside = Lsn(u64::from(lsns[lsns.len() / 2]) + 3);
+        wal.checkpoint(inside, b"snap").unwrap();
+        wal.close().unwrap();
+        let mut restored = false;
+        let err = Wal::open_from_checkpoint(
+            &dir,
+            config.clone(),
+            |_| {
+                restored = true;
+                Ok(())
+            },
+            |_| Ok(()),
+        )
+        .map(drop)
+        .expect_err("a replay from inside a record");
+        assert!(!restored, "{mode}: restore was called");
+        let text = err.to_string();
+        assert!(
+            matches!(err, Error::Control { .. })
+                && text.contains(CONTROL_FILE)
+                && text.contains(&inside.to_string())
+                && text.contains("Wal::open"),
+            "{mode}: {text}"
+        );
+        // The way out works: a plain open, a checkpoint where a record starts, a restart.
+        let wal = Wal::open(&dir, config.clone()).unwrap();
+        wal.checkpoint(wal.end_lsn(), b"snap-2").unwrap();
+        wal.close().unwrap();
+        Wal::open_from_checkpoint(&dir, config, |_| Ok(()), |_| Ok(()))
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+}

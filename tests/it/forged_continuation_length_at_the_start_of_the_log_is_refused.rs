@@ -154,12 +154,14 @@ fn forged_continuation_length_after_a_checkpoint_at_a_segment_start_is_refused()
         file.write_all_at(&bytes, page1).unwrap();
         drop(file);
 
-        // Not a record start there; in perrecord-gcm the open's scan may meet the forgery
-        // first: a record whose tag checks starts where the length says one continues.
+        // Not a record start there (`open_from_checkpoint` says so of its checkpoint, naming
+        // the control file); in perrecord-gcm the open's scan may meet the forgery first: a
+        // record whose tag checks starts where the length says one continues.
         let refused = |e: &Error| {
             matches!(
                 e,
                 Error::NotRecordStart(_)
+                    | Error::Control { .. }
                     | Error::Corrupt {
                         kind: CorruptionKind::ContinuationMismatch { expected: 0, .. },
                         ..
