@@ -83,8 +83,9 @@ impl Wal {
     ///
     /// `lsn` is a record boundary up to [`Wal::end_lsn`]: a position the log handed out (an
     /// append's LSN, a record's end, `end_lsn()`, `flushed_lsn()`), also on a page or segment
-    /// boundary. A restart replays from the record that starts there and refuses a position
-    /// inside a record ([`Error::NotRecordStart`]). It must lie in a segment not purged yet,
+    /// boundary. A restart replays from the record that starts there; `open_from_checkpoint`
+    /// refuses a checkpoint inside a record before `restore` ([`Error::Control`], naming the
+    /// control file: open with [`Wal::open`] and take a checkpoint again). It must lie in a segment not purged yet,
     /// nor being purged by a purge running meanwhile ([`Error::Purged`] otherwise), and must
     /// not be older than the last checkpoint; `meta` is
     /// at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
