@@ -340,9 +340,14 @@ fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn
         let Some(header) = files.read_page_header(page)? else {
             continue;
         };
-        let first = geo.advance(page + format::PAGE_HEADER_LEN as u64, header.rem_len.into());
-        if first < proven && geo.page_start(first) == page {
-            break first;
+        // A continuation that fills the page body leaves no record start in it (no `advance`
+        // over the pages it runs on: a long record would make this walk quadratic).
+        let body = geo.page_size - format::PAGE_HEADER_LEN as u64;
+        if u64::from(header.rem_len) < body {
+            let first = page + format::PAGE_HEADER_LEN as u64 + u64::from(header.rem_len);
+            if first < proven {
+                break first;
+            }
         }
     };
     match crate::reader::authenticated_walk_reaches(files, keys, walk_from, proven)? {
@@ -355,9 +360,8 @@ fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn
 /// record starts, or `Lsn::default()` for the oldest record) and the proven start.
 fn replay_start(files: &LogFiles, from: Lsn, proven: Lsn) -> Result<Lsn> {
     let oldest = files.segments[0].header.start;
-    // Only the start of the log takes the first record from the oldest segment's page header
-    // (`record_start` says why).
-    if from == Lsn(0) {
+    // The first record of the oldest segment, checked (`record_start` says how).
+    if from == Lsn(0) || from == oldest {
         return Ok(crate::reader::first_record_in_segment(files, oldest)?
             .unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }

@@ -85,8 +85,16 @@ fn candidate(files: &LogFiles, i: usize) -> Result<Option<Lsn>> {
     Ok(match files.read_page_header(page1)? {
         Some(h) if h.rem_len == 0 => Some(geo.skip_headers(page1)),
         Some(_) => {
+            // Where the segment before says its first record is, checked only when that lies
+            // in it: a record that runs on past its end is no candidate, and checking its
+            // continuation again for every segment it spans would make this quadratic.
             let previous = files.segments[i - 1].header.start;
-            crate::reader::first_record_in_segment(files, previous)?.filter(|&first| first < start)
+            match files.first_record_in_segment_unchecked(previous)? {
+                Some(first) if first < start => {
+                    crate::reader::first_record_in_segment(files, previous)?
+                }
+                _ => None,
+            }
         }
         None => None,
     })

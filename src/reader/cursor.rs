@@ -728,18 +728,17 @@ impl<'a> Cursor<'a> {
 }
 
 /// The record boundary where reading from `lsn` starts: the first record of the oldest
-/// segment for `Lsn(0)`, else `lsn` itself once checked. A record's `end_lsn` that falls on
-/// a page or segment boundary starts the next record after the headers there (the oldest
-/// segment's start included: a checkpoint at `end_lsn()` there); the end of the last segment
-/// file is where the log goes on.
+/// segment for `Lsn(0)` or the oldest segment's start, else `lsn` itself once checked. A
+/// record's `end_lsn` that falls on a page or segment boundary starts the next record after
+/// the headers there; the end of the last segment file is where the log goes on.
 ///
-/// Only `Lsn(0)` takes the first record from the oldest segment's page header, whose
-/// continuation length carries no tag: for any other start the record there is checked to be
-/// one ([`check_record_start`]), so a continuation length rewritten in the first page of the
-/// oldest segment cannot move a reader past records after the position it asked for.
+/// The first record of the oldest segment comes from its first page's continuation length,
+/// which carries no tag: [`first_record_in_segment`] checks it against the pages it runs over
+/// and, in perrecord-gcm, against a record sealed at the page's first body position, so a
+/// length rewritten there cannot move a reader past records after the position it asked for.
 pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
     let oldest = files.segments.first().map_or(Lsn(0), |s| s.header.start);
-    if lsn == Lsn(0) {
+    if lsn == Lsn(0) || lsn == oldest {
         let first = first_record_in_segment(files, oldest)?;
         return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
     }
@@ -867,7 +866,9 @@ pub(crate) fn authenticated_walk_reaches(
     loop {
         let step = cursor.next();
         let looked_at = cursor.looked_at.replace(Vec::new()).unwrap_or_default();
-        if looked_at.contains(&to) {
+        // `to` may be a page boundary (a continuation that fills its page exactly): the
+        // cursor looks for the next record past the headers there.
+        if looked_at.contains(&files.geo.skip_headers(to)) {
             return Ok(true);
         }
         match step {

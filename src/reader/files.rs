@@ -515,6 +515,17 @@ impl LogFiles {
         )))
     }
 
+    /// Where the first page of the segment at `start` says its first record starts, taken as
+    /// it stands (no check): for a caller that only needs to know whether that lies inside
+    /// the segment before calling [`LogFiles::first_record_in_segment`].
+    pub(crate) fn first_record_in_segment_unchecked(&self, start: Lsn) -> Result<Option<Lsn>> {
+        let page = start + self.geo.page_size;
+        Ok(self.read_page_header(page)?.map(|header| {
+            self.geo
+                .advance(self.geo.skip_headers(page), header.rem_len.into())
+        }))
+    }
+
     /// Checks a continuation length of `rem_len` at `page` (a segment's first page) against
     /// the pages it runs over: each later page it reaches whose header is valid must say how
     /// much of it is left there. A continuation length rewritten to move the first record
@@ -524,13 +535,39 @@ impl LogFiles {
         let body = self.geo.page_size - PAGE_HEADER_LEN as u64;
         let mut left = rem_len;
         let mut at = page;
+        // One open file per segment: a continuation may run over many pages.
+        let mut file: Option<(Lsn, Box<dyn crate::storage::StorageFile>)> = None;
         while left > body {
             left -= body;
             at += self.geo.page_size;
             if self.geo.is_header_page(at) {
                 at += self.geo.page_size;
             }
-            let Some(header) = self.read_page_header(at)? else {
+            let seg_start = self.geo.segment_start(at);
+            if file.as_ref().is_none_or(|(s, _)| *s != seg_start) {
+                let Some(seg) = self.segment(seg_start) else {
+                    return Ok(());
+                };
+                let opened = self
+                    .storage
+                    .open(&seg.path, false)
+                    .map_err(|e| Error::io("open segment", &seg.path, e))?;
+                file = Some((seg_start, opened));
+            }
+            let Some((_, handle)) = file.as_ref() else {
+                return Ok(());
+            };
+            let mut buf = [0u8; PAGE_HEADER_LEN];
+            let n = read_full(handle.as_ref(), &mut buf, at - seg_start).map_err(|e| {
+                Error::io(
+                    "read page header",
+                    self.dir.join(format::segment_file_name(seg_start)),
+                    e,
+                )
+            })?;
+            let Some(header) =
+                PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == at)
+            else {
                 return Ok(());
             };
             if u64::from(header.rem_len) != left {

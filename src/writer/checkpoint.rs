@@ -379,6 +379,7 @@ impl Wal {
             // the holds where this write put them, or where an earlier one did.
             let attempted = control.holds.clone();
             control.saved_holds.extend(attempted);
+            keep_bounds(&mut control.saved_holds);
             return Err(e);
         }
         // Every hold is on disk where it is now.
@@ -481,6 +482,34 @@ impl Wal {
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
         Wal::open_and_replay(dir, config, from, replay)
     }
+}
+
+/// Keeps, of the positions a file on disk may give each hold (`Control::saved_holds`), the
+/// lowest and the highest (given up or not, apart): purges need the lowest, a move back
+/// compares with the highest. Writes that keep failing then do not grow the list.
+fn keep_bounds(saved: &mut Vec<Hold>) {
+    let mut kept: Vec<Hold> = Vec::new();
+    for hold in saved.iter() {
+        let same = |h: &Hold| h.name == hold.name && h.lost == hold.lost;
+        if kept.iter().any(same) {
+            continue;
+        }
+        let positions = saved.iter().filter(|h| same(h)).map(|h| h.lsn);
+        let (low, high) = positions.fold((hold.lsn, hold.lsn), |(lo, hi), at| {
+            (lo.min(at), hi.max(at))
+        });
+        kept.push(Hold {
+            lsn: low,
+            ..hold.clone()
+        });
+        if high != low {
+            kept.push(Hold {
+                lsn: high,
+                ..hold.clone()
+            });
+        }
+    }
+    *saved = kept;
 }
 
 impl Checkpoint {

@@ -838,9 +838,11 @@ impl Wal {
 
     /// [`Wal::close`] for a log shared by reference (an `Arc<Wal>` that other threads still
     /// hold): refuses appends from its start ([`Error::Closed`]: an append racing it either
-    /// returns Ok and is made durable, or is refused), makes everything appended durable as
-    /// `close` does, then refuses every later call with [`Error::Closed`]. The directory lock is released when the last reference is
-    /// dropped. A second `shutdown` returns `Error::Closed`.
+    /// returns Ok and is made durable, or is refused; also when the shutdown then fails),
+    /// makes everything appended durable as `close` does, then refuses every later call with
+    /// [`Error::Closed`]. The directory lock is released when the last reference is dropped.
+    /// A `shutdown` after one that returned gets `Error::Closed` (two running at once may both
+    /// return Ok: each made everything appended durable).
     pub fn shutdown(&self) -> Result<()> {
         // Appends are refused from here on (`Error::Closed`), before the final flush reads
         // the end: an append that succeeds meanwhile reserved its place before, and is

@@ -292,8 +292,6 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// True when a writer opening a log that ends at `end` must continue on the next page: in
-/// pagelevel mode, when `end` lies inside a page body that already holds records.
 /// Rewrites the durable hint in the header of the last page holding records before `end`
 /// (the page holding `end`, or the one before when `end` is a page's first body position),
 /// when recovery found records past it: the open synced them (`tail::truncate_after`), and a
@@ -339,6 +337,8 @@ fn stamp_last_page_hint(files: &LogFiles, end: Lsn) -> Result<()> {
         .map_err(|e| Error::io("fdatasync segment", &segment.path, e))
 }
 
+/// True when a writer opening a log that ends at `end` must continue on the next page: in
+/// pagelevel mode, when `end` lies inside a page body that already holds records.
 fn resumes_on_fresh_page(mode: Mode, geo: Geometry, end: Lsn) -> bool {
     let page = geo.page_start(end);
     mode == Mode::PageLevel && end > page + format::PAGE_HEADER_LEN as u64
