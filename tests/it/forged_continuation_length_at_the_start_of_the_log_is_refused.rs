@@ -99,7 +99,8 @@ fn forged_continuation_length_at_the_start_of_the_log_is_refused() {
 /// records there anyway.)
 #[test]
 fn forged_continuation_length_after_a_checkpoint_at_a_segment_start_is_refused() {
-    for mode in [Mode::PerRecordGcm] {
+    {
+        let mode = Mode::PerRecordGcm;
         let dir = tempfile::tempdir().unwrap();
         let mut keys = KeyRing::generate().unwrap();
         let wal = Wal::open(dir.path(), small_config(mode, &keys)).unwrap();
