@@ -373,22 +373,55 @@ fn a_hold_moved_back_is_where_it_moved_after_a_restart() {
     }
 }
 
+/// A Durable log on a fault-injecting storage, filled with 150-byte records over `segments`
+/// segments, written and synced (a checkpoint then writes nothing but the control file).
+struct FaultyLog {
+    _tmp: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    keys: KeyRing,
+    storage: crate::support::faults::FaultStorage,
+    config: Config,
+    wal: Wal,
+    lsns: Vec<Lsn>,
+}
+
+fn faulty_log(mode: Mode, segments: u64) -> FaultyLog {
+    let _tmp = tempfile::tempdir().unwrap();
+    let dir = _tmp.path().join("wal");
+    let keys = KeyRing::generate().unwrap();
+    let storage = crate::support::faults::FaultStorage::new();
+    let config = config(mode, &keys, SyncMode::Durable).storage(storage.arc());
+    let wal = Wal::open(&dir, config.clone()).unwrap();
+    let lsns = fill(&wal, segments * SEGMENT, 150);
+    wal.sync().unwrap();
+    FaultyLog {
+        _tmp,
+        dir,
+        keys,
+        storage,
+        config,
+        wal,
+        lsns,
+    }
+}
+
 /// A moved hold whose save fails inside a purge (the control file's rename fails): the purge
 /// still goes on, keeping what the hold's saved position needs as well as its current one,
 /// and after a restart the hold is where the file has it, not given up. A full disk thus
 /// never stops every purge while a replica keeps moving its hold.
 #[test]
 fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs() {
-    use crate::support::faults::{Effect, FaultStorage, Op};
+    use crate::support::faults::{Effect, Op};
     for mode in [Mode::Plaintext, Mode::PerRecordGcm] {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("wal");
-        let keys = KeyRing::generate().unwrap();
-        let storage = FaultStorage::new();
-        let config = config(mode, &keys, SyncMode::Durable).storage(storage.arc());
-        let wal = Wal::open(&dir, config.clone()).unwrap();
-        let lsns = fill(&wal, 6 * SEGMENT, 150);
-        wal.sync().unwrap();
+        let FaultyLog {
+            _tmp,
+            dir,
+            storage,
+            config,
+            wal,
+            lsns,
+            ..
+        } = faulty_log(mode, 6);
         let (old, moved, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
         wal.hold("replica", old).unwrap();
         wal.checkpoint(late, b"snap").unwrap();
@@ -433,19 +466,19 @@ fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs(
 /// saved at once.
 #[test]
 fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_finds() {
-    use crate::support::faults::{Effect, FaultStorage, Op};
+    use crate::support::faults::{Effect, Op};
     for (mode, back_failed) in [(Mode::PerRecord, true), (Mode::PageLevel, false)] {
         for clean in [true, false] {
             let what = format!("{mode}, failed move back {back_failed}, clean close {clean}");
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("wal");
-            let keys = KeyRing::generate().unwrap();
-            let storage = FaultStorage::new();
-            let config = config(mode, &keys, SyncMode::Durable).storage(storage.arc());
-            let wal = Wal::open(&dir, config.clone()).unwrap();
-            let lsns = fill(&wal, 8 * SEGMENT, 150);
-            // Written and synced: the checkpoint below writes nothing but the control file.
-            wal.sync().unwrap();
+            let FaultyLog {
+                _tmp,
+                dir,
+                keys,
+                storage,
+                config,
+                wal,
+                lsns,
+            } = faulty_log(mode, 8);
             let (early, middle, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
             let fail_next_dir_sync = || {
                 storage.fail_nth(
