@@ -288,13 +288,15 @@ fn a_hold_moved_then_purged_behind_is_kept_where_it_moved_after_a_restart() {
     for mode in Mode::ALL {
         for clean in [true, false] {
             let what = format!("{mode}, clean close {clean}");
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("wal");
-            let keys = KeyRing::generate().unwrap();
-            let config = config(mode, &keys, SyncMode::Durable);
-            let wal = Wal::open(&dir, config.clone()).unwrap();
-            let lsns = fill(&wal, 6 * SEGMENT, 150);
-            wal.sync().unwrap();
+            let FilledLog {
+                _tmp,
+                dir,
+                keys,
+                config,
+                wal,
+                lsns,
+                ..
+            } = filled_log(mode, 6);
             let (old, moved, checkpoint) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
             assert!(u64::from(moved) >= u64::from(old) + 2 * SEGMENT, "{what}");
             wal.hold("replica", old).unwrap();
@@ -357,12 +359,15 @@ fn a_hold_moved_back_is_where_it_moved_after_a_restart() {
     for mode in [Mode::PerRecord, Mode::PageLevel] {
         for clean in [true, false] {
             let what = format!("{mode}, clean close {clean}");
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("wal");
-            let keys = KeyRing::generate().unwrap();
-            let config = config(mode, &keys, SyncMode::Durable);
-            let wal = Wal::open(&dir, config.clone()).unwrap();
-            let lsns = fill(&wal, 6 * SEGMENT, 150);
+            let FilledLog {
+                _tmp,
+                dir,
+                keys,
+                config,
+                wal,
+                lsns,
+                ..
+            } = filled_log(mode, 6);
             let (back, ahead) = (lsns[2], lsns[lsns.len() - 3]);
             assert!(u64::from(ahead) >= u64::from(back) + 2 * SEGMENT, "{what}");
             wal.hold("replica", ahead).unwrap();
@@ -373,9 +378,10 @@ fn a_hold_moved_back_is_where_it_moved_after_a_restart() {
     }
 }
 
-/// A Durable log on a fault-injecting storage, filled with 150-byte records over `segments`
-/// segments, written and synced (a checkpoint then writes nothing but the control file).
-struct FaultyLog {
+/// A Durable log on a fault-injecting storage (no fault unless a test arms one), filled with
+/// 150-byte records over `segments` segments, written and synced (a checkpoint then writes
+/// nothing but the control file).
+struct FilledLog {
     _tmp: tempfile::TempDir,
     dir: std::path::PathBuf,
     keys: KeyRing,
@@ -385,7 +391,7 @@ struct FaultyLog {
     lsns: Vec<Lsn>,
 }
 
-fn faulty_log(mode: Mode, segments: u64) -> FaultyLog {
+fn filled_log(mode: Mode, segments: u64) -> FilledLog {
     let _tmp = tempfile::tempdir().unwrap();
     let dir = _tmp.path().join("wal");
     let keys = KeyRing::generate().unwrap();
@@ -394,7 +400,7 @@ fn faulty_log(mode: Mode, segments: u64) -> FaultyLog {
     let wal = Wal::open(&dir, config.clone()).unwrap();
     let lsns = fill(&wal, segments * SEGMENT, 150);
     wal.sync().unwrap();
-    FaultyLog {
+    FilledLog {
         _tmp,
         dir,
         keys,
@@ -413,7 +419,7 @@ fn faulty_log(mode: Mode, segments: u64) -> FaultyLog {
 fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs() {
     use crate::support::faults::{Effect, Op};
     for mode in [Mode::Plaintext, Mode::PerRecordGcm] {
-        let FaultyLog {
+        let FilledLog {
             _tmp,
             dir,
             storage,
@@ -421,7 +427,7 @@ fn a_purge_whose_save_of_a_moved_hold_fails_keeps_what_the_saved_position_needs(
             wal,
             lsns,
             ..
-        } = faulty_log(mode, 6);
+        } = filled_log(mode, 6);
         let (old, moved, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
         wal.hold("replica", old).unwrap();
         wal.checkpoint(late, b"snap").unwrap();
@@ -470,7 +476,7 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
     for (mode, back_failed) in [(Mode::PerRecord, true), (Mode::PageLevel, false)] {
         for clean in [true, false] {
             let what = format!("{mode}, failed move back {back_failed}, clean close {clean}");
-            let FaultyLog {
+            let FilledLog {
                 _tmp,
                 dir,
                 keys,
@@ -478,7 +484,7 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
                 config,
                 wal,
                 lsns,
-            } = faulty_log(mode, 8);
+            } = filled_log(mode, 8);
             let (early, middle, late) = (lsns[2], lsns[lsns.len() / 2], lsns[lsns.len() - 3]);
             let fail_next_dir_sync = || {
                 storage.fail_nth(
