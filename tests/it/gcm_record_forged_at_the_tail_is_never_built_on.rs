@@ -178,3 +178,45 @@ fn a_segment_added_past_the_end_with_a_durable_hint_is_not_a_start_to_build_on()
         .collect();
     assert_eq!(read.len(), records.len());
 }
+
+/// An honest perrecord-gcm log whose proven start is a page boundary: a record that ran into
+/// a segment ends exactly at a page's end there. The walk that vouches for a proven start
+/// takes it (the open scans from there, not from the oldest record). Before, the walk looked
+/// for the boundary itself where the reader looks past the page's header, never found it, and
+/// every open of such a log read, checked and synced the whole log again (found by review).
+#[test]
+fn an_honest_proven_start_on_a_page_boundary_is_taken() {
+    const SEGMENT: u64 = 8 * PAGE;
+    // Body bytes from `from` to `to`, over page and segment headers.
+    let body_between = |from: u64, to: u64| {
+        (from..to)
+            .filter(|&at| at % SEGMENT >= PAGE && at % PAGE >= 48)
+            .count() as u64
+    };
+    let keys = KeyRing::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(Mode::PerRecordGcm, &keys).segment_size(SEGMENT);
+    let wal = Wal::open(dir.path(), config.clone()).unwrap();
+    let before = u64::from(wal.end_lsn());
+    wal.append(1, &payload(1, 10)).unwrap();
+    let overhead = body_between(before, u64::from(wal.end_lsn())) - 10;
+    let append_ending_at = |to: u64| {
+        let from = u64::from(wal.end_lsn());
+        let body = body_between(from, to);
+        wal.append(1, &payload(to, (body - overhead) as usize))
+            .unwrap();
+        assert_eq!(u64::from(wal.end_lsn()), to, "a record from {from} to {to}");
+    };
+    append_ending_at(5 * PAGE + 100);
+    // Into segment 1, ending at its page 2's end; then one into segment 2.
+    append_ending_at(SEGMENT + 2 * PAGE);
+    append_ending_at(SEGMENT + 7 * PAGE + 100);
+    append_ending_at(2 * SEGMENT + PAGE + 200);
+    wal.append(1, b"tail").unwrap();
+    wal.close().unwrap();
+
+    let wal = Wal::open(dir.path(), config).unwrap();
+    let summary = wal.recovery_summary().unwrap();
+    assert_eq!(summary.scanned_from, Lsn(SEGMENT + 2 * PAGE));
+    wal.close().unwrap();
+}
