@@ -32,6 +32,42 @@ pub trait StorageFile: Send + Sync {
 }
 
 /// Reads as much of `buf` as the file holds at `offset`.
+/// The most a key or KEK file may hold: far more than any ring of keys needs, and a bound on
+/// what a file put in its place makes the library read.
+pub(crate) const MAX_KEY_FILE: u64 = 16 << 20;
+
+/// Reads a small file whole (a key file, a KEK file): opened non-blocking and refused unless
+/// it is a regular file of at most `limit` bytes, so a FIFO put in its place is an error, not
+/// a wait, and a huge file is not read. The buffer is sized once, so no partial copy of the
+/// contents is left in a freed allocation; the caller wipes it.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} bytes, more than the {limit} a key file may hold",
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    (&mut file).take(meta.len()).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {

@@ -170,8 +170,10 @@ impl KekFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Kek> {
         let path = path.as_ref();
         let name = format!("kek file {}", path.display());
-        let bytes =
-            Zeroizing::new(std::fs::read(path).map_err(|e| Error::io("read KEK file", path, e))?);
+        let bytes = Zeroizing::new(
+            crate::storage::read_regular(path, crate::storage::MAX_KEY_FILE)
+                .map_err(|e| Error::io("read KEK file", path, e))?,
+        );
         let key = parse_kek(&bytes).map_err(|reason| Error::KeyProvider {
             provider: name.clone(),
             reason,

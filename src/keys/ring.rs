@@ -227,8 +227,10 @@ impl KeyRing {
     /// [`KeyRing::file_is_private`] and warn. No error repeats the contents of a key line.
     pub fn load(path: impl AsRef<Path>) -> Result<KeyRing> {
         let path = path.as_ref();
-        let bytes =
-            Zeroizing::new(fs::read(path).map_err(|e| Error::io("read key file", path, e))?);
+        let bytes = Zeroizing::new(
+            crate::storage::read_regular(path, crate::storage::MAX_KEY_FILE)
+                .map_err(|e| Error::io("read key file", path, e))?,
+        );
         let parsed = std::str::from_utf8(&bytes)
             .map_err(|_| (0, "the file is not UTF-8 text".to_string()))
             .and_then(Self::parse);

@@ -81,3 +81,43 @@ fn key_files_written_privately_and_never_echoed() {
     ring.save_new(&fresh).unwrap();
     assert_eq!(mode(&fresh), 0o600);
 }
+
+/// A FIFO in place of a key file or a KEK file is an error naming it, not a wait for a writer
+/// on the pipe (before, loading blocked forever), and a file far larger than any key file is
+/// refused before it is read.
+#[test]
+fn a_key_file_that_is_a_fifo_or_huge_is_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("keys.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo");
+    let (done, results) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let ring = KeyRing::load(&path).map(drop);
+        let kek = walcrypt::KekFile::open(&path).map(drop);
+        let _ = done.send((ring, kek));
+    });
+    let (ring, kek) = results
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("still blocked after 20 s");
+    for err in [ring.unwrap_err(), kek.unwrap_err()] {
+        let text = err.to_string();
+        assert!(
+            text.contains("keys.fifo") && text.contains("not a regular file"),
+            "{text}"
+        );
+    }
+
+    let huge = dir.path().join("keys.huge");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len(1 << 30).unwrap();
+    let text = KeyRing::load(&huge).unwrap_err().to_string();
+    assert!(
+        text.contains("keys.huge") && text.contains("more than"),
+        "{text}"
+    );
+}
