@@ -499,6 +499,7 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
                 assert!(wal.hold("replica", early).is_err(), "{what}");
                 assert_eq!(wal.holds()[0].lsn, late, "{what}: in force where it was");
                 // The purge saves it there (the file may say `early`): not given up.
+                wal.purge_before(wal.end_lsn()).unwrap();
                 late
             } else {
                 wal.hold("replica", early).unwrap();
@@ -509,7 +510,6 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
                 middle
             };
             assert_eq!(storage.injected(), 1, "{what}");
-            wal.purge_before(wal.end_lsn()).unwrap();
             let wal = restart_with_the_hold_at(wal, clean, (&dir, &config), kept, &what);
             fill(&wal, u64::from(wal.end_lsn()) + 2 * SEGMENT, 150);
             checkpoint_keeps_the_replica(&wal, (&dir, &keys), kept, &what);
