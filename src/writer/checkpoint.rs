@@ -465,17 +465,22 @@ impl Wal {
                 .as_ref()
                 .map_or(config.keys.clone(), |s| s.ring());
             let files = LogFiles::open(dir, config.storage.clone(), Some(&ring))?;
-            if let Err(Error::NotRecordStart(lsn)) =
-                crate::reader::record_start(&files, checkpoint.lsn)
-            {
-                return Err(Error::Control {
-                    path: dir.join(crate::control::CONTROL_FILE),
-                    reason: format!(
-                        "the checkpoint's lsn {lsn} is not where a record starts (it was taken \
-                         inside a record), so no replay can start there; open the log with \
-                         Wal::open and take a checkpoint at a position the log handed out"
-                    ),
-                });
+            match crate::reader::record_start(&files, checkpoint.lsn) {
+                Err(Error::NotRecordStart(lsn)) => {
+                    return Err(Error::Control {
+                        path: dir.join(crate::control::CONTROL_FILE),
+                        reason: format!(
+                            "the checkpoint's lsn {lsn} is not where a record starts (it was \
+                             taken inside a record), so no replay can start there; open the \
+                             log with Wal::open and take a checkpoint at a position the log \
+                             handed out"
+                        ),
+                    });
+                }
+                // Damage where the replay would start (a first page's continuation length
+                // that disagrees with the log, say): the replay would fail there too.
+                Err(e @ Error::Corrupt { .. }) => return Err(e),
+                _ => {}
             }
         }
         restore(checkpoint.as_ref())?;
