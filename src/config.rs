@@ -233,6 +233,15 @@ impl Config {
         self
     }
 
+    /// The data keys the log is read with: its key store's as the store holds them now (a
+    /// rotation may have added one since this configuration was made), else the ring given.
+    pub(crate) fn current_ring(&self) -> KeyRing {
+        match &self.key_store {
+            Some(store) => store.ring(),
+            None => self.keys.clone(),
+        }
+    }
+
     /// Directories of sealed files ([`crate::SealedFiles`]) under this log's key store. When
     /// `purge_before` retires the data keys that no remaining segment lists, it also reads the
     /// headers of the files directly in these directories and keeps every key one of them is

@@ -312,8 +312,8 @@ fn replay_prefetched(
 /// forged record that readers stop at. So the start is taken only when the records from the
 /// nearest record boundary before it, tags checked, lead to it (records sealed at their
 /// LSNs, which only the key's holder makes: the log ran on to the start); otherwise the scan
-/// starts at the oldest record and meets whatever broke the walk. Other modes promise nothing against a writer of
-/// the files, and keep the start as it is.
+/// starts at the oldest record and meets whatever broke the walk. Other modes promise nothing
+/// against a writer of the files, and keep the start as it is.
 fn authenticated_start(files: &LogFiles, keys: &Keys, proven: Lsn) -> Result<Lsn> {
     let geo = files.geo;
     let oldest = files.segments[0].header.start;

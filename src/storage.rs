@@ -31,7 +31,6 @@ pub trait StorageFile: Send + Sync {
     }
 }
 
-/// Reads as much of `buf` as the file holds at `offset`.
 /// The most a key or KEK file may hold: far more than any ring of keys needs, and a bound on
 /// what a file put in its place makes the library read.
 pub(crate) const MAX_KEY_FILE: u64 = 16 << 20;
@@ -42,18 +41,8 @@ pub(crate) const MAX_KEY_FILE: u64 = 16 << 20;
 /// contents is left in a freed allocation; the caller wipes it.
 pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
+    let mut file = open_regular(OpenOptions::new().read(true), path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
     if meta.len() > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -68,6 +57,29 @@ pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Opens `path` with `options`, non-blocking, and refuses anything but a regular file: a FIFO
+/// (or a device) put under a log file's or key file's name is an error, not a wait for a
+/// writer on the pipe; a directory is `IsADirectory`. The flag changes nothing for a regular
+/// file's reads and writes.
+fn open_regular(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = options
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::IsADirectory, "a directory"));
+    }
+    if !kind.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads as much of `buf` as the file holds at `offset`.
 pub(crate) fn read_full(file: &dyn StorageFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
@@ -193,25 +205,9 @@ impl Storage for FsStorage {
         Ok(names)
     }
     fn open(&self, path: &Path, write: bool) -> io::Result<Box<dyn StorageFile>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Non-blocking, so that a FIFO (or a device) put under a segment's or the control
-        // file's name is refused below instead of blocking the open, a reader or wal-dump
-        // forever; the flag changes nothing for a regular file's reads and writes.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-            .open(path)?;
-        let kind = file.metadata()?.file_type();
-        if kind.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::IsADirectory, "a directory"));
-        }
-        if !kind.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
+        // A FIFO under a segment's or the control file's name would block the open, a reader
+        // or wal-dump forever.
+        let file = open_regular(OpenOptions::new().read(true).write(write), path)?;
         Ok(Box::new(FsFile(file)))
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {

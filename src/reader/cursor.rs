@@ -836,19 +836,32 @@ fn authenticated_record_at(files: &LogFiles, at: Lsn) -> Result<bool> {
         return Ok(false);
     };
     match Cursor::new(files, at).next() {
-        Ok(Step::Record(mut stored)) if stored.lsn == at => {
-            let genuine = stored.authenticate(keys)?;
-            stored.discard();
-            Ok(genuine)
-        }
+        Ok(Step::Record(stored)) if stored.lsn == at => genuine(stored, keys),
         Ok(Step::Record(stored)) => {
             stored.discard();
             Ok(false)
         }
         Ok(Step::End(_)) => Ok(false),
-        Err(Error::Corrupt { .. } | Error::AuthenticationFailed { .. }) => Ok(false),
+        Err(e) if is_damage(&e) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `stored`'s tag checks (perrecord-gcm; the checksum was checked as it was read), its
+/// payload wiped either way.
+fn genuine(mut stored: Stored, keys: &Keys) -> Result<bool> {
+    let genuine = stored.authenticate(keys)?;
+    stored.discard();
+    Ok(genuine)
+}
+
+/// Damage a read met (a checksum, a tag or a structure that does not check), as opposed to a
+/// failure to read at all.
+fn is_damage(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Corrupt { .. } | Error::AuthenticationFailed { .. }
+    )
 }
 
 /// Whether the records from the boundary `from` on, each checked whole (checksum and, in
@@ -872,10 +885,8 @@ pub(crate) fn authenticated_walk_reaches(
             return Ok(true);
         }
         match step {
-            Ok(Step::Record(mut stored)) if stored.end_lsn <= to => {
-                let genuine = stored.authenticate(keys)?;
-                stored.discard();
-                if !genuine {
+            Ok(Step::Record(stored)) if stored.end_lsn <= to => {
+                if !genuine(stored, keys)? {
                     return Ok(false);
                 }
             }
@@ -885,7 +896,7 @@ pub(crate) fn authenticated_walk_reaches(
             }
             Ok(Step::End(_)) => return Ok(false),
             // Damage the walk cannot read past: the scan from further back meets it.
-            Err(Error::Corrupt { .. } | Error::AuthenticationFailed { .. }) => return Ok(false),
+            Err(e) if is_damage(&e) => return Ok(false),
             Err(e) => return Err(e),
         }
     }

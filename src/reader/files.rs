@@ -13,6 +13,14 @@ use crate::format::{self, Geometry, HeaderError, PAGE_HEADER_LEN, PageHeader, Se
 use crate::storage::Storage;
 pub(crate) use crate::storage::read_full;
 
+/// A segment file opened for reading: where the segment starts, its path (for errors) and
+/// the file.
+struct SegmentFile {
+    start: Lsn,
+    path: PathBuf,
+    file: Box<dyn crate::storage::StorageFile>,
+}
+
 /// What a log directory holds: its segments, geometry and keys.
 pub(crate) struct LogFiles {
     pub(crate) dir: PathBuf,
@@ -509,10 +517,14 @@ impl LogFiles {
         if header.rem_len != 0 {
             self.check_continuation(page, header.rem_len.into())?;
         }
-        Ok(Some(self.geo.advance(
-            self.geo.skip_headers(page),
-            header.rem_len as u64,
-        )))
+        Ok(Some(self.first_record_past(page, header.rem_len)))
+    }
+
+    /// The first record boundary of the page at `page` whose header says `rem_len` bytes of a
+    /// record continue at its body's start (they may run on over later pages).
+    fn first_record_past(&self, page: Lsn, rem_len: u32) -> Lsn {
+        self.geo
+            .advance(self.geo.skip_headers(page), rem_len.into())
     }
 
     /// Where the first page of the segment at `start` says its first record starts, taken as
@@ -520,10 +532,9 @@ impl LogFiles {
     /// the segment before calling [`LogFiles::first_record_in_segment`].
     pub(crate) fn first_record_in_segment_unchecked(&self, start: Lsn) -> Result<Option<Lsn>> {
         let page = start + self.geo.page_size;
-        Ok(self.read_page_header(page)?.map(|header| {
-            self.geo
-                .advance(self.geo.skip_headers(page), header.rem_len.into())
-        }))
+        Ok(self
+            .read_page_header(page)?
+            .map(|header| self.first_record_past(page, header.rem_len)))
     }
 
     /// Checks a continuation length of `rem_len` at `page` (a segment's first page) against
@@ -536,38 +547,23 @@ impl LogFiles {
         let mut left = rem_len;
         let mut at = page;
         // One open file per segment: a continuation may run over many pages.
-        let mut file: Option<(Lsn, Box<dyn crate::storage::StorageFile>)> = None;
+        let mut segment: Option<SegmentFile> = None;
         while left > body {
             left -= body;
             at += self.geo.page_size;
             if self.geo.is_header_page(at) {
                 at += self.geo.page_size;
             }
-            let seg_start = self.geo.segment_start(at);
-            if file.as_ref().is_none_or(|(s, _)| *s != seg_start) {
-                let Some(seg) = self.segment(seg_start) else {
-                    return Ok(());
-                };
-                let opened = self
-                    .storage
-                    .open(&seg.path, false)
-                    .map_err(|e| Error::io("open segment", &seg.path, e))?;
-                file = Some((seg_start, opened));
+            if segment
+                .as_ref()
+                .is_none_or(|s| s.start != self.geo.segment_start(at))
+            {
+                segment = self.open_segment_of(at)?;
             }
-            let Some((_, handle)) = file.as_ref() else {
+            let Some(open) = segment.as_ref() else {
                 return Ok(());
             };
-            let mut buf = [0u8; PAGE_HEADER_LEN];
-            let n = read_full(handle.as_ref(), &mut buf, at - seg_start).map_err(|e| {
-                Error::io(
-                    "read page header",
-                    self.dir.join(format::segment_file_name(seg_start)),
-                    e,
-                )
-            })?;
-            let Some(header) =
-                PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == at)
-            else {
+            let Some(header) = self.page_header_in(open, at)? else {
                 return Ok(());
             };
             if u64::from(header.rem_len) != left {
@@ -586,17 +582,36 @@ impl LogFiles {
 
     /// Reads and checks the header of the page at `page`; `None` when it is not valid.
     pub(crate) fn read_page_header(&self, page: Lsn) -> Result<Option<PageHeader>> {
-        let seg_start = self.geo.segment_start(page);
-        let Some(seg) = self.segment(seg_start) else {
+        let Some(file) = self.open_segment_of(page)? else {
+            return Ok(None);
+        };
+        self.page_header_in(&file, page)
+    }
+
+    /// The segment holding `page`, opened for reading with its start; `None` when it is not
+    /// among the files.
+    fn open_segment_of(&self, page: Lsn) -> Result<Option<SegmentFile>> {
+        let start = self.geo.segment_start(page);
+        let Some(seg) = self.segment(start) else {
             return Ok(None);
         };
         let file = self
             .storage
             .open(&seg.path, false)
             .map_err(|e| Error::io("open segment", &seg.path, e))?;
+        Ok(Some(SegmentFile {
+            start,
+            path: seg.path.clone(),
+            file,
+        }))
+    }
+
+    /// Reads and checks the header of the page at `page` in `segment`, the segment's file
+    /// opened already; `None` when it is not valid.
+    fn page_header_in(&self, segment: &SegmentFile, page: Lsn) -> Result<Option<PageHeader>> {
         let mut buf = [0u8; PAGE_HEADER_LEN];
-        let n = read_full(file.as_ref(), &mut buf, page - seg_start)
-            .map_err(|e| Error::io("read page header", &seg.path, e))?;
+        let n = read_full(segment.file.as_ref(), &mut buf, page - segment.start)
+            .map_err(|e| Error::io("read page header", &segment.path, e))?;
         Ok(PageHeader::decode(self.log_id, &buf[..n]).filter(|h| h.page_lsn == page))
     }
 

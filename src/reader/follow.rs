@@ -74,9 +74,10 @@ const REREAD_PATIENCE: Duration = Duration::from_secs(1);
 ///
 /// The follower must stay ahead of [`Wal::purge_before`] (a retention hold, [`Wal::hold`],
 /// keeps what it needs): a segment purged before the follower reached it gives
-/// [`Error::Purged`], naming the position it needed and the oldest segment left. Segments that a writer opening the
-/// log removes after its end (one prepared ahead, or one holding only a torn tail) and creates
-/// again as it writes are not an error: the follower takes the files as they are and waits.
+/// [`Error::Purged`], naming the position it needed and the oldest segment left. Segments
+/// that a writer opening the log removes after its end (one prepared ahead, or one holding
+/// only a torn tail) and creates again as it writes are not an error: the follower takes the
+/// files as they are and waits.
 ///
 /// ```
 /// use std::time::Duration;

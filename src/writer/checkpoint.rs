@@ -85,11 +85,11 @@ impl Wal {
     /// append's LSN, a record's end, `end_lsn()`, `flushed_lsn()`), also on a page or segment
     /// boundary. A restart replays from the record that starts there; `open_from_checkpoint`
     /// refuses a checkpoint inside a record before `restore` ([`Error::Control`], naming the
-    /// control file: open with [`Wal::open`] and take a checkpoint again). It must lie in a segment not purged yet,
-    /// nor being purged by a purge running meanwhile ([`Error::Purged`] otherwise), and must
-    /// not be older than the last checkpoint; `meta` is
-    /// at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state
-    /// `meta` names durable before calling this: a crash afterwards restarts from it.
+    /// control file: open with [`Wal::open`] and take a checkpoint again). It must lie in a
+    /// segment not purged yet, nor being purged by a purge running meanwhile
+    /// ([`Error::Purged`] otherwise), and must not be older than the last checkpoint; `meta`
+    /// is at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state `meta` names durable
+    /// before calling this: a crash afterwards restarts from it.
     pub fn checkpoint(&self, lsn: Lsn, meta: &[u8]) -> Result<usize> {
         self.check_poison()?;
         self.check_process()?;
@@ -460,10 +460,7 @@ impl Wal {
         if let Some(checkpoint) = &checkpoint
             && checkpoint.lsn > Lsn(0)
         {
-            let ring = config
-                .key_store
-                .as_ref()
-                .map_or(config.keys.clone(), |s| s.ring());
+            let ring = config.current_ring();
             let files = LogFiles::open(dir, config.storage.clone(), Some(&ring))?;
             match crate::reader::record_start(&files, checkpoint.lsn) {
                 Err(Error::NotRecordStart(lsn)) => {
@@ -522,10 +519,7 @@ impl Checkpoint {
     /// keys (its key store's, when it has one); `None` when there is no log or no checkpoint.
     pub fn read(dir: impl AsRef<Path>, config: &Config) -> Result<Option<Checkpoint>> {
         let dir = dir.as_ref();
-        let ring = match &config.key_store {
-            Some(store) => store.ring(),
-            None => config.keys.clone(),
-        };
+        let ring = config.current_ring();
         let files = match LogFiles::open(dir, config.storage.clone(), None) {
             Ok(files) => files,
             Err(Error::NoLog(_)) => return Ok(None),

@@ -296,10 +296,9 @@ fn check_every_listed_key(files: &LogFiles, config: &Config) -> Result<()> {
 /// (the page holding `end`, or the one before when `end` is a page's first body position),
 /// when recovery found records past it: the open synced them (`tail::truncate_after`), and a
 /// follower of the files, which goes by hints, would otherwise stop before them until the
-/// writer writes again. One sector,
-/// as the writer's own hint refresh writes, then an fdatasync. The header is plaintext in every
-/// mode (a pagelevel page's body keeps its ciphertext: its IV and key are in the header, which
-/// stays as it was but for the hint).
+/// writer writes again. One sector, as the writer's own hint refresh writes, then an
+/// fdatasync. The header is plaintext in every mode (a pagelevel page's body keeps its
+/// ciphertext: its IV and key are in the header, which stays as it was but for the hint).
 fn stamp_last_page_hint(files: &LogFiles, end: Lsn) -> Result<()> {
     let geo = files.geo;
     let mut page = geo.page_start(end);

@@ -131,26 +131,17 @@ fn a_fifo_under_a_log_files_name_is_refused_not_waited_on() {
         let path = dir.path().join(&planted);
         assert!(path.exists(), "{planted} exists to be replaced");
         std::fs::remove_file(&path).unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(&path)
-            .status()
-            .unwrap();
-        assert!(made.success(), "mkfifo {planted}");
-        // Each on a thread of its own, so that a regression fails the test instead of hanging it.
-        let (done, results) = std::sync::mpsc::channel();
+        crate::support::mkfifo(&path);
         let (d, k) = (dir.path().to_path_buf(), keys.clone());
-        std::thread::spawn(move || {
+        let (open, read) = crate::support::within_20s(&planted, move || {
             let open = Wal::open(&d, config(Mode::PerRecord, &k)).map(drop);
             let read = Reader::open(&d, Some(k.clone())).and_then(|r| {
                 r.records_from(Lsn(0))
                     .collect::<Result<Vec<_>, _>>()
                     .map(drop)
             });
-            let _ = done.send((open, read));
+            (open, read)
         });
-        let (open, read) = results
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("{planted}: still blocked after 20 s"));
         let err = open.expect_err("the open refuses the log").to_string();
         assert!(
             err.contains(&planted) && err.contains("not a regular file"),

@@ -243,6 +243,28 @@ pub fn append_all(wal: &Wal, records: &[(u8, Vec<u8>)]) -> Vec<Lsn> {
         .collect()
 }
 
+/// Makes a FIFO at `path` (with the system's `mkfifo`).
+pub fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Runs `work` on a thread of its own and returns what it returns, failing the test if it
+/// has not returned within 20 s (`what` says what blocked): a call that blocks then fails the
+/// test instead of hanging it.
+pub fn within_20s<T: Send + 'static>(what: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(work());
+    });
+    result
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: still blocked after 20 s"))
+}
+
 /// Copies the regular files of `from` into `to`, creating `to` if needed.
 pub fn copy_dir(from: &Path, to: &Path) {
     fs::create_dir_all(to).expect("create copy directory");
