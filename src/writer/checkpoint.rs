@@ -484,6 +484,42 @@ impl Wal {
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
         Wal::open_and_replay(dir, config, from, replay)
     }
+
+    /// [`Wal::open_from_checkpoint`] with callbacks that return the engine's own error type,
+    /// as [`Wal::open_and_apply`] is to [`Wal::open_and_replay`]: an error from `restore` or
+    /// `apply` aborts the open (nothing is truncated) and comes back as it was; walcrypt's
+    /// own errors, the refusals before `restore` included, come back converted with `From`.
+    pub fn open_from_checkpoint_and_apply<R, F, E>(
+        dir: impl AsRef<Path>,
+        config: Config,
+        restore: R,
+        mut apply: F,
+    ) -> std::result::Result<Wal, E>
+    where
+        R: FnOnce(Option<&Checkpoint>) -> std::result::Result<(), E>,
+        F: FnMut(Record) -> std::result::Result<(), E>,
+        E: From<Error>,
+    {
+        // Only one of the two callbacks can fail the open, and the open stops at its error.
+        let failed: std::cell::Cell<Option<E>> = std::cell::Cell::new(None);
+        let stop = |e: E, which: &str| {
+            failed.set(Some(e));
+            Error::Config(format!(
+                "the open was stopped by the engine's {which} callback"
+            ))
+        };
+        let opened = Wal::open_from_checkpoint(
+            dir,
+            config,
+            |checkpoint| restore(checkpoint).map_err(|e| stop(e, "restore")),
+            |record| apply(record).map_err(|e| stop(e, "apply")),
+        );
+        match (opened, failed.take()) {
+            (_, Some(e)) => Err(e),
+            (Ok(wal), None) => Ok(wal),
+            (Err(e), None) => Err(E::from(e)),
+        }
+    }
 }
 
 /// Keeps, of the positions a file on disk may give each hold (`Control::saved_holds`), the

@@ -1,5 +1,6 @@
 //! Small things an engine embedding the log needs: a replay callback that fails with the
-//! engine's own error type gets it back as it was (and the open changes nothing); a log shared
+//! engine's own error type gets it back as it was (and the open changes nothing), from a
+//! checkpoint too; a log shared
 //! as an `Arc<Wal>` can be shut down by reference, after which every call says it was shut
 //! down; a follower knows how far the log is durable as soon as it is opened.
 
@@ -73,6 +74,88 @@ fn a_replay_callback_returns_the_engines_own_error() {
     ) {
         Err(EngineError::Log(Error::CheckpointBeyondEnd { .. })) => {}
         other => panic!("expected the log's error, converted: {other:?}"),
+    }
+}
+
+/// The same from a checkpoint: the engine's error from `restore` or from `apply` comes back
+/// as it was, the open cuts nothing, and walcrypt's refusals before `restore` convert.
+#[test]
+fn a_restart_from_a_checkpoint_returns_the_engines_own_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = KeyRing::generate().unwrap();
+    let config = || small_config(Mode::PerRecordGcm, &keys);
+    let wal = Wal::open(tmp.path(), config()).unwrap();
+    let lsns: Vec<Lsn> = (0..20)
+        .map(|i| wal.append(1, &payload(i, 100)).unwrap())
+        .collect();
+    wal.checkpoint(lsns[5], b"state 5").unwrap();
+    wal.close().unwrap();
+
+    let mut applied = 0;
+    let refused = Wal::open_from_checkpoint_and_apply(
+        tmp.path(),
+        config(),
+        |c| match c {
+            Some(c) if c.meta.as_slice() == b"state 5" => Err(EngineError::BadRecord(c.lsn)),
+            other => panic!("restore got {other:?}"),
+        },
+        |_| -> Result<(), EngineError> {
+            applied += 1;
+            Ok(())
+        },
+    );
+    match refused {
+        Err(EngineError::BadRecord(lsn)) => assert_eq!(lsn, lsns[5]),
+        other => panic!("expected the restore's own error, got {other:?}"),
+    }
+    assert_eq!(applied, 0, "records applied after restore failed");
+
+    let bad = lsns[12];
+    let mut seen = Vec::new();
+    let refused = Wal::open_from_checkpoint_and_apply(
+        tmp.path(),
+        config(),
+        |_| Ok(()),
+        |r| {
+            if r.lsn == bad {
+                return Err(EngineError::BadRecord(r.lsn));
+            }
+            seen.push(r.lsn);
+            Ok(())
+        },
+    );
+    match refused {
+        Err(EngineError::BadRecord(lsn)) => assert_eq!(lsn, bad),
+        other => panic!("expected the apply's own error, got {other:?}"),
+    }
+    assert_eq!(seen, lsns[5..12].to_vec());
+
+    // Nothing was cut: the replay from the checkpoint hands out every record after it.
+    let mut all = Vec::new();
+    let wal = Wal::open_from_checkpoint_and_apply(
+        tmp.path(),
+        config(),
+        |_| Ok(()),
+        |r| -> Result<(), EngineError> {
+            all.push(r.lsn);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(all, lsns[5..].to_vec());
+    wal.checkpoint(lsns[10] + 3, b"inside a record").unwrap();
+    wal.close().unwrap();
+
+    // walcrypt's own refusal before restore comes back converted, and restore never runs.
+    let refused = Wal::open_from_checkpoint_and_apply(
+        tmp.path(),
+        config(),
+        |c| -> Result<(), EngineError> { panic!("restore ran on {c:?}") },
+        |_| Ok(()),
+    );
+    match refused {
+        Err(EngineError::Log(Error::Control { .. })) => {}
+        other => panic!("expected the log's refusal, converted: {other:?}"),
     }
 }
 
