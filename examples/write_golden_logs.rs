@@ -269,7 +269,13 @@ fn write_golden(golden: &Golden, dir: &Path) -> BoxResult<()> {
     let records = records(golden);
     let half = records.len() / 2;
     let mut appended = Vec::new();
-    let wal = Wal::open(&log, config(&keys))?;
+    // A torn tail is a crash during a write the log never acknowledged as durable: the last
+    // records are written out but never synced, so no page's durable hint covers them (a
+    // durable record cut short would be damage, not a torn tail).
+    let wal = match golden.shape {
+        Shape::TornTail => Wal::open(&log, config(&keys).sync(SyncMode::Buffered))?,
+        _ => Wal::open(&log, config(&keys))?,
+    };
     match golden.shape {
         Shape::Complete => {
             for (kind, payload) in &records {
@@ -302,10 +308,14 @@ fn write_golden(golden: &Golden, dir: &Path) -> BoxResult<()> {
                 if i < half {
                     wal.flush(last)?;
                 }
+                if i + 1 == half {
+                    wal.sync()?;
+                }
                 appended.push(last);
             }
             wal.flush(last)?;
-            wal.close()?;
+            // Dropped, not closed: a Buffered log's drop writes out what is left, unsynced.
+            drop(wal);
         }
     }
     for entry in fs::read_dir(&log)? {

@@ -359,7 +359,7 @@ fn open_meta(
     }
     let key = keys
         .and_then(|k| k.get(key_id))
-        .ok_or(Error::MissingKey(key_id))?;
+        .ok_or(Error::missing_key(key_id))?;
     let failed = || {
         control_error(
             path,

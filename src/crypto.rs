@@ -150,7 +150,7 @@ impl Keys {
             .iter()
             .find(|(k, _)| *k == key_id)
             .map(|(_, gcm)| gcm)
-            .ok_or(Error::MissingKey(key_id))
+            .ok_or(Error::missing_key(key_id))
     }
 
     pub(crate) fn active(&self) -> Option<u32> {
@@ -184,7 +184,7 @@ impl Keys {
             .iter()
             .find(|(k, _, _)| *k == key_id)
             .map(|(_, aes, _)| aes)
-            .ok_or(Error::MissingKey(key_id))?;
+            .ok_or(Error::missing_key(key_id))?;
         apply_keystream(aes, iv, data);
         Ok(())
     }

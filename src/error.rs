@@ -258,7 +258,13 @@ pub enum Error {
         segment: Lsn,
     },
     /// The log uses a key id the key ring does not contain (or no key ring was given).
-    MissingKey(u32),
+    MissingKey {
+        /// The key id the record, page or control file names.
+        key_id: u32,
+        /// Where the record or page sealed under it is; `None` where no log position applies
+        /// (a checkpoint's metadata in the control file, a key looked up by id).
+        at: Option<Position>,
+    },
     /// A segment lists a key id the key ring or store given to [`crate::Wal::open`] lacks.
     MissingSegmentKey {
         /// The key id the segment's header lists.
@@ -413,10 +419,18 @@ impl fmt::Display for Error {
                  key file or store is this log's",
                 crate::format::segment_file_name(*segment)
             ),
-            Self::MissingKey(id) => write!(
+            Self::MissingKey { key_id, at: None } => write!(
                 f,
-                "the log needs key id {id}, which the key ring lacks; give the key file or \
-                 store that holds it"
+                "the log needs key id {key_id}, which the key ring lacks; give the key file \
+                 or store that holds it"
+            ),
+            Self::MissingKey {
+                key_id,
+                at: Some(at),
+            } => write!(
+                f,
+                "the record or page at {at} is sealed under key id {key_id}, which the key \
+                 ring lacks; give the key file or store that holds it"
             ),
             Self::MissingSegmentKey { key_id, segment } => write!(
                 f,
@@ -527,6 +541,22 @@ impl Error {
             op,
             path: path.into(),
             source,
+        }
+    }
+
+    /// A key id the key ring lacks, at no position yet ([`Error::located`] adds one).
+    pub(crate) fn missing_key(key_id: u32) -> Self {
+        Self::MissingKey { key_id, at: None }
+    }
+
+    /// Says where: a [`Error::MissingKey`] without a position gets `at`; other errors pass.
+    pub(crate) fn located(self, at: Position) -> Self {
+        match self {
+            Self::MissingKey { key_id, at: None } => Self::MissingKey {
+                key_id,
+                at: Some(at),
+            },
+            other => other,
         }
     }
 

@@ -29,8 +29,8 @@ pub const KCV_LEN: usize = 8;
 /// position fails it. Version 2: data is encrypted under per-log working keys derived from the
 /// data keys (HKDF-SHA256 over the data key and the log id), and segment headers list the
 /// working keys' check values.
-pub const FORMAT_VERSION: u32 = 4;
-/// Oldest format version this build reads: readers accept segments of version 2 to 4, and
+pub const FORMAT_VERSION: u32 = 5;
+/// Oldest format version this build reads: readers accept segments of version 2 to 5, and
 /// check each record by the version of the segment it starts in.
 pub const OLDEST_READ_VERSION: u32 = 2;
 /// First format version whose record checksums bind the record's LSN.
@@ -39,6 +39,12 @@ pub const LSN_BOUND_CRC_VERSION: u32 = 3;
 /// switch record carries a GCM tag bound to its LSN) and binds the mode code into every tag.
 /// In the segments of earlier versions a switch record is unauthenticated.
 pub const AUTHENTICATED_CONTROL_VERSION: u32 = 4;
+/// First format version in which every perrecord-gcm tag's associated data carries the log's
+/// geometry (page size and pages per segment): a segment header rewritten to another
+/// geometry, which would move where segments and their header pages lie and where a segment
+/// switch continues, fails every tag read under it. In the segments of earlier versions those
+/// bytes are zero.
+pub const GEOMETRY_BOUND_VERSION: u32 = 5;
 /// First 8 bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"WALCRYPT";
 
@@ -180,11 +186,15 @@ pub const AAD_FLAGS_AT: usize = AAD_KIND_AT + 1;
 /// Associated data: offset of the mode code (u8; [`mode_code`]) from format version
 /// [`AUTHENTICATED_CONTROL_VERSION`] on, zero before.
 pub const AAD_MODE_AT: usize = AAD_FLAGS_AT + 1;
-/// Associated data: offset of 5 zero bytes.
-pub const AAD_ZERO_AT: usize = AAD_MODE_AT + 1;
+/// Associated data: offset of the page size's base-2 logarithm (u8) from format version
+/// [`GEOMETRY_BOUND_VERSION`] on, zero before.
+pub const AAD_PAGE_SHIFT_AT: usize = AAD_MODE_AT + 1;
+/// Associated data: offset of the pages per segment (u32) from format version
+/// [`GEOMETRY_BOUND_VERSION`] on, zero before.
+pub const AAD_SEGMENT_PAGES_AT: usize = AAD_PAGE_SHIFT_AT + 1;
 /// Offset of the LSN in the associated data: the whole last 8 bytes, so the writer can bind
 /// the position after sealing (see `aead.rs`).
-pub const AAD_LSN_AT: usize = AAD_ZERO_AT + 5;
+pub const AAD_LSN_AT: usize = AAD_SEGMENT_PAGES_AT + 4;
 /// Length of the associated data an authenticated record's tag covers.
 pub const AAD_LEN: usize = AAD_LSN_AT + 8;
 
@@ -736,10 +746,18 @@ pub fn header_len_for_flags(flags: u8) -> usize {
 /// The associated data of an authenticated record at `lsn` in a segment of format `version`:
 /// what the tag binds besides the ciphertext. Layout (little-endian): log id (8), key id (4),
 /// stored length with the tag (4), kind (1), flags (1), mode code (1; zero before version
-/// [`AUTHENTICATED_CONTROL_VERSION`]), zero (5), LSN (8). Only perrecord-gcm records carry a
+/// [`AUTHENTICATED_CONTROL_VERSION`]), the base-2 logarithm of the page size (1) and the pages
+/// per segment (4) of the log's geometry `geo` (both zero before version
+/// [`GEOMETRY_BOUND_VERSION`]), LSN (8). Only perrecord-gcm records carry a
 /// tag, so the mode code is always perrecord-gcm's: a reader that took the segment for another
 /// mode would not accept a tag at all, and a future authenticated mode gets its own code.
-pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: Lsn) -> [u8; AAD_LEN] {
+pub fn auth_aad(
+    version: u32,
+    geo: Geometry,
+    log_id: u64,
+    header: &RecordHeader,
+    lsn: Lsn,
+) -> [u8; AAD_LEN] {
     let mut aad = [0u8; AAD_LEN];
     let key_id = header.encryption.map_or(0, |(id, _)| id);
     put(&mut aad, AAD_LOG_ID_AT, &log_id.to_le_bytes());
@@ -749,6 +767,17 @@ pub fn auth_aad(version: u32, log_id: u64, header: &RecordHeader, lsn: Lsn) -> [
     put(&mut aad, AAD_FLAGS_AT, &[header.flags]);
     if version >= AUTHENTICATED_CONTROL_VERSION {
         put(&mut aad, AAD_MODE_AT, &[mode_code(Mode::PerRecordGcm)]);
+    }
+    if version >= GEOMETRY_BOUND_VERSION {
+        // A valid geometry's page size is a power of two from 2^9 to 2^20 and its segment at
+        // most 2^40 bytes, so at most 2^31 pages: both fit, and neither is ever zero.
+        put(
+            &mut aad,
+            AAD_PAGE_SHIFT_AT,
+            &[geo.page_size.trailing_zeros() as u8],
+        );
+        let pages = (geo.segment_size / geo.page_size.max(1)).min(u32::MAX as u64) as u32;
+        put(&mut aad, AAD_SEGMENT_PAGES_AT, &pages.to_le_bytes());
     }
     put(&mut aad, AAD_LSN_AT, &lsn.0.to_le_bytes());
     aad
@@ -1198,12 +1227,56 @@ mod tests {
             flags: SEALED_SWITCH_FLAGS,
             encryption: Some((1, [0; IV_LEN])),
         };
-        let old = auth_aad(AUTHENTICATED_CONTROL_VERSION - 1, 7, &header, Lsn(4096));
-        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, 7, &header, Lsn(4096));
+        let geo = Geometry {
+            page_size: 4096,
+            segment_size: 1 << 20,
+        };
+        let old = auth_aad(
+            AUTHENTICATED_CONTROL_VERSION - 1,
+            geo,
+            7,
+            &header,
+            Lsn(4096),
+        );
+        let new = auth_aad(AUTHENTICATED_CONTROL_VERSION, geo, 7, &header, Lsn(4096));
         assert_eq!(old[AAD_MODE_AT], 0);
         assert_eq!(new[AAD_MODE_AT], mode_code(Mode::PerRecordGcm));
         assert_eq!(old[..AAD_MODE_AT], new[..AAD_MODE_AT]);
         assert_eq!(old[AAD_MODE_AT + 1..], new[AAD_MODE_AT + 1..]);
+    }
+
+    #[test]
+    fn the_geometry_enters_the_associated_data_from_version_5() {
+        let header = RecordHeader {
+            crc: 0,
+            len: TAG_LEN as u32 + 3,
+            kind: 9,
+            flags: RECORD_FLAG_ENCRYPTED | RECORD_FLAG_AUTHENTICATED,
+            encryption: Some((1, [0; IV_LEN])),
+        };
+        let geo = |page_size: u64, segment_size: u64| Geometry {
+            page_size,
+            segment_size,
+        };
+        let aad = |version, g| auth_aad(version, g, 7, &header, Lsn(1 << 21));
+        let v = GEOMETRY_BOUND_VERSION;
+        // Before the version the geometry's bytes are zero, whatever it is.
+        let before = aad(v - 1, geo(4096, 1 << 20));
+        assert_eq!(before, aad(v - 1, geo(512, 1 << 30)));
+        assert_eq!(before[AAD_PAGE_SHIFT_AT..AAD_LSN_AT], [0; 5]);
+        // From it, each differs for every other page size, segment size, or both.
+        let now = aad(v, geo(4096, 1 << 20));
+        assert_eq!(now[AAD_PAGE_SHIFT_AT], 12);
+        assert_eq!(now[AAD_SEGMENT_PAGES_AT..AAD_LSN_AT], 256u32.to_le_bytes());
+        assert_eq!(now[..AAD_PAGE_SHIFT_AT], before[..AAD_PAGE_SHIFT_AT]);
+        assert_eq!(now[AAD_LSN_AT..], before[AAD_LSN_AT..]);
+        let mut seen = std::collections::HashSet::new();
+        for page_size in [512u64, 4096, 8192, 1 << 20] {
+            for pages in [2u64, 3, 256, 2048, (1u64 << 40) / page_size] {
+                assert!(seen.insert(aad(v, geo(page_size, page_size * pages))));
+            }
+        }
+        assert!(!seen.contains(&before));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::Lsn;
 use crate::config::Mode;
 use crate::crypto::Keys;
 use crate::error::{CorruptionKind, Error, Position, Result};
+use crate::format::Geometry;
 use crate::format::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader, RECORD_FLAG_AUTHENTICATED,
     RECORD_FLAG_RESUME, RECORD_FLAG_SWITCH, RECORD_HEADER_PLAIN, RESUME_PAYLOAD_LEN, RecordHeader,
@@ -34,6 +35,8 @@ pub(crate) struct Stored {
     pub(crate) stored: Vec<u8>,
     /// The log id, part of an authenticated record's associated data.
     pub(crate) log_id: u64,
+    /// The log's geometry, part of it too (format version 5 on).
+    pub(crate) geo: Geometry,
     /// Format version of the segment the record starts in (its checksum's rule).
     pub(crate) version: u32,
     /// Where the record is, for errors found while decoding its payload.
@@ -53,6 +56,7 @@ impl Stored {
     pub(crate) fn decrypt(&mut self, keys: Option<&Keys>) -> Result<()> {
         let found = Found {
             log_id: self.log_id,
+            geo: self.geo,
             version: self.version,
             at: self.at,
         };
@@ -71,6 +75,7 @@ impl Stored {
         }
         let found = Found {
             log_id: self.log_id,
+            geo: self.geo,
             version: self.version,
             at: self.at,
         };
@@ -335,7 +340,7 @@ impl<'a> Cursor<'a> {
         start: Lsn,
     ) -> Result<std::result::Result<(), Invalid>> {
         let body_start = self.files.geo.page_start(start) + PAGE_HEADER_LEN as u64;
-        let seal = Seal::new(self.files.mode, self.files.log_id);
+        let seal = Seal::new(self.files.mode, self.files.log_id, self.files.geo);
         match seal.check_header(header, version, start == body_start) {
             Ok(()) => Ok(Ok(())),
             Err(Disagreement::Header(what)) => Ok(Err(invalid(
@@ -452,6 +457,7 @@ impl<'a> Cursor<'a> {
             header,
             stored,
             log_id: self.files.log_id,
+            geo: self.files.geo,
             version,
             at: Position::of(&self.files.geo, start),
         }))
@@ -711,6 +717,7 @@ impl<'a> Cursor<'a> {
     /// Decrypts the pagelevel body of the page `image` (whose header is `header`) in place.
     fn decrypt_page_body(&self, header: &PageHeader, image: &mut [u8]) -> Result<()> {
         seal::open_page(self.files.keys.as_deref(), header, image)
+            .map_err(|e| e.located(Position::of(&self.files.geo, header.page_lsn)))
     }
 
     /// The decrypted image of the page at `page`, if it is the page last loaded.

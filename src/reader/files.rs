@@ -397,10 +397,11 @@ impl LogFiles {
     }
 
     /// Refuses these files unless their log is of `mode` (`Error::Mismatch` naming both modes
-    /// and the first segment). A perrecord-gcm log must also be of format version 4 or later
-    /// in every segment: earlier versions do not authenticate their segment switches, so a
-    /// segment relabelled as one of them could hide records. Kept and checked again by every
-    /// later read of the directory.
+    /// and the first segment). A perrecord-gcm log must also be of format version 5 or later
+    /// in every segment: earlier versions do not authenticate their segment switches (before
+    /// 4) or the geometry (before 5), so a segment relabelled as one of them, or an old
+    /// segment's geometry rewritten, could hide records. Kept and checked again by every later
+    /// read of the directory.
     pub(crate) fn require_mode(&mut self, mode: Mode) -> Result<()> {
         self.required = Some(mode);
         self.check_required()
@@ -423,19 +424,22 @@ impl LogFiles {
         match self
             .segments
             .iter()
-            .find(|s| s.header.version < format::AUTHENTICATED_CONTROL_VERSION)
+            .find(|s| s.header.version < format::GEOMETRY_BOUND_VERSION)
         {
             Some(old) => Err(Error::Mismatch {
                 what: "mode",
                 on_disk: format!(
-                    "{mode} of format version {} (segment {}), whose segment switches are not \
-                     authenticated",
+                    "{mode} of format version {} (segment {}), whose {} not authenticated",
                     old.header.version,
-                    old.path.display()
+                    old.path.display(),
+                    match old.header.version < format::AUTHENTICATED_CONTROL_VERSION {
+                        true => "segment switches and geometry are",
+                        false => "geometry is",
+                    }
                 ),
                 configured: format!(
                     "{mode} of format version {} or later",
-                    format::AUTHENTICATED_CONTROL_VERSION
+                    format::GEOMETRY_BOUND_VERSION
                 ),
             }),
             None => Ok(()),

@@ -391,7 +391,7 @@ impl Follower {
         let mut picked = None;
         for _ in 0..MAX_KEY_PICKUPS {
             match polled {
-                Err(Error::MissingKey(key_id))
+                Err(Error::MissingKey { key_id, .. })
                     if picked != Some(key_id) && self.pick_up_key(key_id)? =>
                 {
                     picked = Some(key_id);

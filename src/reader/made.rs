@@ -290,6 +290,7 @@ impl<'a> Walker<'a> {
         let len = if header.flags & RECORD_FLAG_AUTHENTICATED != 0 {
             let found = seal::Found {
                 log_id: self.files.log_id,
+                geo,
                 version,
                 at: Position::of(&geo, start),
             };

@@ -131,8 +131,9 @@ impl Reader {
     /// perrecord-gcm log rewritten as perrecord, or a plaintext log given the log's id) are
     /// refused instead of read under that mode's weaker rules. A log of another mode is
     /// [`Error::Mismatch`] naming both modes and the first segment. For
-    /// [`Mode::PerRecordGcm`], every segment must also be of format version 4 or later: the
-    /// segment switches of earlier versions are not authenticated (docs/SECURITY.md).
+    /// [`Mode::PerRecordGcm`], every segment must also be of format version 5 or later: the
+    /// segment switches of versions before 4 are not authenticated, and before 5 the tags do
+    /// not bind the log's geometry (docs/SECURITY.md).
     ///
     /// ```no_run
     /// # use walcrypt::{KeyRing, Mode, Reader};
@@ -370,7 +371,7 @@ pub(crate) fn settle(files: &LogFiles, mut invalid: Invalid) -> Result<Settled<'
 pub(crate) fn raw_record(rec: Stored, keys: Option<&crate::crypto::Keys>) -> Result<RawRecord> {
     let payload = match rec.plaintext(keys) {
         Ok(plain) => Some(plain),
-        Err(Error::MissingKey(_)) => None,
+        Err(Error::MissingKey { .. }) => None,
         Err(e) => return Err(e),
     };
     Ok(RawRecord {

@@ -29,6 +29,7 @@ use crate::compress;
 use crate::config::{Compression, Mode};
 use crate::crypto::{IV_LEN, Keys};
 use crate::error::{CorruptionKind, Error, Position, Result};
+use crate::format::Geometry;
 use crate::format::{
     self, AUTHENTICATED_CONTROL_VERSION, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, PageHeader,
     RECORD_FLAG_AUTHENTICATED, RECORD_FLAG_COMPRESSED, RECORD_FLAG_ENCRYPTED, RECORD_FLAG_SWITCH,
@@ -143,15 +144,19 @@ pub(crate) enum Disagreement {
 pub(crate) struct Seal {
     mode: Mode,
     log_id: u64,
+    /// The log's geometry, bound into an authenticated record's tag from format version
+    /// [`format::GEOMETRY_BOUND_VERSION`] on.
+    geo: Geometry,
     compression: Compression,
 }
 
 impl Seal {
-    /// Sealing for a log of `mode` with id `log_id`, without compression.
-    pub(crate) fn new(mode: Mode, log_id: u64) -> Seal {
+    /// Sealing for a log of `mode` with id `log_id` and geometry `geo`, without compression.
+    pub(crate) fn new(mode: Mode, log_id: u64, geo: Geometry) -> Seal {
         Seal {
             mode,
             log_id,
+            geo,
             compression: Compression::Off,
         }
     }
@@ -260,7 +265,7 @@ impl Seal {
                 RecordSeal::Plain => {}
                 RecordSeal::Ctr => ctr::apply(key.keys, key.key_id, &iv, &mut out[hlen..])?,
                 RecordSeal::Gcm => {
-                    let aad = format::auth_aad(at.version, self.log_id, &header, at.lsn);
+                    let aad = format::auth_aad(at.version, self.geo, self.log_id, &header, at.lsn);
                     gcm::seal(key.keys, (key.key_id, &iv), &aad, &mut out[hlen..])?;
                 }
             }
@@ -350,6 +355,9 @@ impl Seal {
 pub(crate) struct Found {
     /// The log id (part of an authenticated record's associated data).
     pub(crate) log_id: u64,
+    /// The log's geometry (part of it too, from format version
+    /// [`format::GEOMETRY_BOUND_VERSION`] on).
+    pub(crate) geo: Geometry,
     /// Format version of the segment the record starts in.
     pub(crate) version: u32,
     /// Segment, offset and LSN of the record, for errors.
@@ -367,9 +375,11 @@ pub(crate) fn open_record(
     stored: &mut Vec<u8>,
 ) -> Result<()> {
     if let Some((key_id, iv)) = header.encryption {
-        let keys = keys.ok_or(Error::MissingKey(key_id))?;
+        let keys = keys.ok_or(Error::missing_key(key_id).located(found.at))?;
         match RecordSeal::of_flags(header.flags) {
-            RecordSeal::Gcm => match open_authenticated(keys, found, header, stored)? {
+            RecordSeal::Gcm => match open_authenticated(keys, found, header, stored)
+                .map_err(|e| e.located(found.at))?
+            {
                 Some(plain) => stored.truncate(plain),
                 None => {
                     return Err(Error::AuthenticationFailed {
@@ -378,7 +388,9 @@ pub(crate) fn open_record(
                     });
                 }
             },
-            RecordSeal::Ctr | RecordSeal::Plain => open_ctr(keys, (key_id, &iv), stored)?,
+            RecordSeal::Ctr | RecordSeal::Plain => {
+                open_ctr(keys, (key_id, &iv), stored).map_err(|e| e.located(found.at))?
+            }
         }
         header.encryption = None;
     }
@@ -412,7 +424,7 @@ pub(crate) fn open_authenticated(
     let Some((key_id, iv)) = header.encryption else {
         return Ok(None);
     };
-    let aad = format::auth_aad(found.version, found.log_id, header, found.at.lsn);
+    let aad = format::auth_aad(found.version, found.geo, found.log_id, header, found.at.lsn);
     gcm::open_in_place(keys, (key_id, &iv), &aad, stored)
 }
 
@@ -453,7 +465,7 @@ pub(crate) fn open_page(keys: Option<&Keys>, header: &PageHeader, image: &mut [u
     if header.flags & PAGE_FLAG_ENCRYPTED == 0 {
         return Ok(());
     }
-    let keys = keys.ok_or(Error::MissingKey(header.key_id))?;
+    let keys = keys.ok_or(Error::missing_key(header.key_id))?;
     ctr::apply(
         keys,
         header.key_id,

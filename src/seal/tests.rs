@@ -4,6 +4,12 @@ use crate::crypto::Keys;
 use crate::format::FORMAT_VERSION;
 use crate::keys::{Key, KeyRing};
 
+/// The geometry the tests' records are sealed and opened under.
+const GEO: format::Geometry = format::Geometry {
+    page_size: 4096,
+    segment_size: 1 << 20,
+};
+
 fn keys() -> Keys {
     let mut ring = KeyRing::empty();
     ring.add(1, Key::from_bytes([7; 32])).unwrap();
@@ -67,6 +73,7 @@ fn open_at(
     let mut stored = stored.to_vec();
     let found = Found {
         log_id: 0x1234,
+        geo: GEO,
         version: FORMAT_VERSION,
         at: Position {
             segment: crate::Lsn(0),
@@ -83,7 +90,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
     let keys = keys();
     for mode in Mode::ALL {
         for compression in [Compression::Off, Compression::Lz4 { min_len: 1 }] {
-            let seal = Seal::new(mode, 0x1234).compressing(compression);
+            let seal = Seal::new(mode, 0x1234, GEO).compressing(compression);
             for (i, payload) in payloads().iter().enumerate() {
                 let lsn = Lsn(0x1_0000_0000 + 4096 * i as u64 + 48);
                 let key = SealKey {
@@ -113,7 +120,7 @@ fn a_record_sealed_at_its_lsn_opens_there_and_nowhere_else() {
     }
     // An authenticated record whose checksum an attacker fixed up at another LSN still fails:
     // its tag covers the LSN.
-    let seal = Seal::new(Mode::PerRecordGcm, 0x1234);
+    let seal = Seal::new(Mode::PerRecordGcm, 0x1234, GEO);
     let key = SealKey {
         keys: &keys,
         key_id: 1,
@@ -148,7 +155,7 @@ fn a_record_under_a_key_without_an_iv_is_refused() {
         version: FORMAT_VERSION,
     };
     for mode in [Mode::PerRecord, Mode::PerRecordGcm] {
-        let seal = Seal::new(mode, 1);
+        let seal = Seal::new(mode, 1, GEO);
         let mut out = vec![0u8; seal.stored_len(FORMAT_VERSION, 3, 0)];
         assert!(
             seal.seal_record_at(&key, (1, 0), b"abc", at, &mut out)
@@ -166,7 +173,7 @@ fn a_sealed_switch_with_the_lsn_known_is_a_tag_over_nothing() {
         iv: Some(iv(3)),
     };
     for mode in Mode::ALL {
-        let seal = Seal::new(mode, 0x1234);
+        let seal = Seal::new(mode, 0x1234, GEO);
         for version in [
             AUTHENTICATED_CONTROL_VERSION - 1,
             AUTHENTICATED_CONTROL_VERSION,
@@ -199,7 +206,7 @@ fn a_wrong_buffer_length_is_an_error() {
         key_id: 1,
         iv: Some(iv(3)),
     };
-    let seal = Seal::new(Mode::PerRecordGcm, 1);
+    let seal = Seal::new(Mode::PerRecordGcm, 1, GEO);
     let at = At {
         lsn: Lsn(4096 + 48),
         version: FORMAT_VERSION,
@@ -224,11 +231,11 @@ fn headers_of_another_mode_disagree() {
             lsn: Lsn(4096 + 48),
             version: FORMAT_VERSION,
         };
-        let record = seal_at(&Seal::new(written, 1), &key, 1, 0, b"abc", at);
+        let record = seal_at(&Seal::new(written, 1, GEO), &key, 1, 0, b"abc", at);
         let hlen = format::header_len_for_flags(record[format::REC_FLAGS_AT]);
         let header = RecordHeader::decode(&record[..hlen]).unwrap();
         for read in Mode::ALL {
-            let agrees = Seal::new(read, 1)
+            let agrees = Seal::new(read, 1, GEO)
                 .check_header(&header, FORMAT_VERSION, false)
                 .is_ok();
             let same_records = RecordSeal::for_record(read, FORMAT_VERSION, 0)

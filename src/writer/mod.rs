@@ -430,7 +430,7 @@ impl Wal {
             geo,
             log_id: resume.log_id,
             sync: config.sync,
-            seal: Seal::new(config.mode, resume.log_id).compressing(config.compression),
+            seal: Seal::new(config.mode, resume.log_id, geo).compressing(config.compression),
             rotation: rotate::Rotation::new(config, end)?,
             keys,
             opener: std::process::id(),

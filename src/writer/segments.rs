@@ -393,8 +393,9 @@ impl Wal {
             .rev()
             .find(|(id, kcv)| self.keys.load().check_value(*id) == Some(*kcv))
             .map(|(id, _)| Some(*id))
-            .ok_or_else(|| {
-                Error::MissingKey(header.key_checks.first().map(|(id, _)| *id).unwrap_or(0))
+            .ok_or_else(|| Error::MissingSegmentKey {
+                key_id: header.key_checks.first().map_or(0, |(id, _)| *id),
+                segment,
             })
     }
 }

@@ -1,6 +1,6 @@
 //! A follower attached to a live Wal (`Follower::attach`) before the Wal rotates its data key
 //! yields every record, those under the new key included: meeting a key id it lacks, it takes
-//! the Wal's current keys. It used to stop with `MissingKey(2)` at the first record after the
+//! the Wal's current keys. It used to stop with `MissingKey` for key 2 at the first record after the
 //! rotation. perrecord, pagelevel and perrecord-gcm.
 
 use crate::support;

@@ -77,8 +77,8 @@ fn follower_with_a_key_store_reads_on_across_a_rotation_by_another_handle() {
             b"first"
         );
         match plain.next_timeout(PATIENCE) {
-            Err(Error::MissingKey(2)) => {}
-            other => panic!("{mode}: expected MissingKey(2), got {other:?}"),
+            Err(Error::MissingKey { key_id: 2, .. }) => {}
+            other => panic!("{mode}: expected MissingKey for key 2, got {other:?}"),
         }
     }
 }

@@ -211,7 +211,13 @@ fn missing_key_id_is_reported() {
             .next()
             .unwrap();
         assert!(
-            matches!(first, Err(Error::MissingKey(5))),
+            matches!(
+                first,
+                Err(Error::MissingKey {
+                    key_id: 5,
+                    at: Some(_)
+                })
+            ),
             "{mode}: {first:?}"
         );
         let reader = Reader::open(dir.path(), None).unwrap();
@@ -220,7 +226,13 @@ fn missing_key_id_is_reported() {
             .next()
             .unwrap();
         assert!(
-            matches!(first, Err(Error::MissingKey(5))),
+            matches!(
+                first,
+                Err(Error::MissingKey {
+                    key_id: 5,
+                    at: Some(_)
+                })
+            ),
             "{mode}: {first:?}"
         );
         // The right ring still reads it.

@@ -1,5 +1,5 @@
 //! Records under key 1, rotate, records under key 2: all readable with the ring {1, 2};
-//! without key 1 the reader says MissingKey(1); another key under id 1 is WrongKey.
+//! without key 1 the reader says MissingKey for key 1, naming the record; another key under id 1 is WrongKey.
 
 use crate::support;
 
@@ -97,10 +97,27 @@ fn rotation_keeps_old_records_readable_and_names_missing_or_wrong_keys() {
         only_two.add(2, keys.get(2).unwrap().clone()).unwrap();
         let reader = Reader::open(dir.path(), Some(only_two)).unwrap();
         let first_result = reader.records_from(Lsn::default()).next().unwrap();
-        assert!(
-            matches!(first_result, Err(Error::MissingKey(1))),
-            "{mode}: {first_result:?}"
-        );
+        // The error says where: the first record (pagelevel: its page) and its segment.
+        match &first_result {
+            Err(
+                e @ Error::MissingKey {
+                    key_id: 1,
+                    at: Some(at),
+                },
+            ) => {
+                assert_eq!(at.segment, Lsn(0), "{mode}");
+                // small_config's pages are 512 bytes.
+                let place = match mode {
+                    Mode::PageLevel => Lsn(first_lsns[0].0 / 512 * 512),
+                    _ => first_lsns[0],
+                };
+                assert_eq!(at.lsn, place, "{mode}");
+                let text = e.to_string();
+                assert!(text.contains("key id 1"), "{mode}: {text}");
+                assert!(text.contains(&at.lsn.to_string()), "{mode}: {text}");
+            }
+            other => panic!("{mode}: expected MissingKey for key 1 with its place: {other:?}"),
+        }
 
         // A different key under id 1 is a wrong key, found before any payload is decrypted.
         let mut impostor = KeyRing::empty();

@@ -142,7 +142,7 @@ fn check_image(image: &Path, keks: &[Arc<dyn KeyProvider>], step: Step, op: Op, 
             assert!(
                 !matches!(
                     e,
-                    walcrypt::Error::MissingKey(_) | walcrypt::Error::WrongKey { .. }
+                    walcrypt::Error::MissingKey { .. } | walcrypt::Error::WrongKey { .. }
                 ),
                 "{what}: {e}"
             );

@@ -51,7 +51,7 @@ fn open_refuses_keys_lacking_one_its_segments_list() {
         assert!(
             reader
                 .records_from(Lsn::default())
-                .any(|r| matches!(r, Err(Error::MissingKey(1)))),
+                .any(|r| matches!(r, Err(Error::MissingKey { key_id: 1, .. }))),
             "{mode}"
         );
         // Both keys open it.

@@ -3,7 +3,7 @@
 //! whose records nothing authenticates. A reader or follower that requires perrecord-gcm
 //! refuses such a log with `Error::Mismatch` naming both modes, as it refuses a plaintext log
 //! relabelled with the id of the authenticated one, and a perrecord-gcm log of a format
-//! version whose segment switches are not authenticated.
+//! version whose segment switches (before 4) or geometry (before 5) are not authenticated.
 
 use crate::support;
 
@@ -108,6 +108,28 @@ fn a_gcm_log_of_format_version_3_does_not_meet_the_requirement() {
     assert_mismatch(
         reader.require_mode(Mode::PerRecordGcm),
         "perrecord-gcm of format version 3",
+        "reader",
+    );
+}
+
+/// A log of format version 4 (the golden one, written by the builds that wrote version 4):
+/// its tags do not bind the geometry, which can then be rewritten in its headers. Read without
+/// the requirement, it reads.
+#[test]
+fn a_gcm_log_of_format_version_4_does_not_meet_the_requirement() {
+    let golden = crate::golden_files::all()
+        .into_iter()
+        .find(|g| g.name == "v4-perrecord-gcm")
+        .expect("the golden v4-perrecord-gcm log");
+    let reader = Reader::open(&golden.log, Some(golden.keys.clone())).unwrap();
+    assert_eq!(
+        reader.records_from(Lsn::default()).count(),
+        golden.records.len()
+    );
+    let reader = Reader::open(&golden.log, Some(golden.keys.clone())).unwrap();
+    assert_mismatch(
+        reader.require_mode(Mode::PerRecordGcm),
+        "perrecord-gcm of format version 4",
         "reader",
     );
 }

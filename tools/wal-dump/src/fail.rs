@@ -97,8 +97,8 @@ impl KeyContext<'_> {
     pub fn describe(&self, e: &walcrypt::Error) -> Option<String> {
         let key_id = match e {
             walcrypt::Error::WrongKey { key_id, .. }
-            | walcrypt::Error::MissingSegmentKey { key_id, .. } => *key_id,
-            walcrypt::Error::MissingKey(key_id) => *key_id,
+            | walcrypt::Error::MissingSegmentKey { key_id, .. }
+            | walcrypt::Error::MissingKey { key_id, .. } => *key_id,
             _ => return None,
         };
         let mut parts = Vec::new();

@@ -152,7 +152,7 @@ pub struct Args {
 
     /// Refuse the log unless its segment headers name this mode (plaintext, perrecord,
     /// pagelevel, perrecord-gcm): a log relabelled with a weaker mode is then an error, not a
-    /// clean read. For perrecord-gcm every segment must also be of format version 4 or later.
+    /// clean read. For perrecord-gcm every segment must also be of format version 5 or later.
     #[arg(long, value_name = "MODE")]
     pub require_mode: Option<walcrypt::Mode>,
 
