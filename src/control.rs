@@ -112,9 +112,12 @@ pub(crate) fn check_hold_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Config(format!(
-            "hold name {name:?}: 1 to {MAX_HOLD_NAME} ASCII letters, digits, '-', '_' or '.'"
-        )))
+        Err(Error::InvalidArgument {
+            op: "hold",
+            reason: format!(
+                "hold name {name:?}: 1 to {MAX_HOLD_NAME} ASCII letters, digits, '-', '_' or '.'"
+            ),
+        })
     }
 }
 

@@ -306,6 +306,15 @@ pub enum Error {
     },
     /// The configuration cannot be used.
     Config(String),
+    /// A call was refused because of its arguments, or because this log cannot do what it
+    /// asks (a plaintext log has no keys to rotate): nothing was changed. The call can be made
+    /// again with other arguments; the log is as it was.
+    InvalidArgument {
+        /// The call (`"checkpoint"`, `"hold"`, `"rotate_data_key"`, ...).
+        op: &'static str,
+        /// What is wrong, and what would do.
+        reason: String,
+    },
     /// The log on disk was created with another mode or geometry than the configuration asks for.
     Mismatch {
         /// Which setting differs.
@@ -419,6 +428,7 @@ impl fmt::Display for Error {
                  key file or store is this log's",
                 crate::format::segment_file_name(*segment)
             ),
+            Self::InvalidArgument { op, reason } => write!(f, "{op}: {reason}"),
             Self::MissingKey { key_id, at: None } => write!(
                 f,
                 "the log needs key id {key_id}, which the key ring lacks; give the key file \

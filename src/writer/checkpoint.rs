@@ -94,10 +94,13 @@ impl Wal {
         self.check_poison()?;
         self.check_process()?;
         if meta.len() > MAX_CHECKPOINT_META {
-            return Err(Error::Config(format!(
-                "checkpoint metadata of {} bytes: at most {MAX_CHECKPOINT_META}",
-                meta.len()
-            )));
+            return Err(Error::InvalidArgument {
+                op: "checkpoint",
+                reason: format!(
+                    "metadata of {} bytes: at most {MAX_CHECKPOINT_META}",
+                    meta.len()
+                ),
+            });
         }
         if lsn > self.reservations.end() {
             return Err(Error::LsnNotAvailable(lsn));
@@ -111,10 +114,13 @@ impl Wal {
             if let Some(last) = &control.checkpoint
                 && last.lsn > lsn
             {
-                return Err(Error::Config(format!(
-                    "checkpoint at lsn {lsn} is older than the last one, at lsn {}",
-                    last.lsn
-                )));
+                return Err(Error::InvalidArgument {
+                    op: "checkpoint",
+                    reason: format!(
+                        "lsn {lsn} is older than the last checkpoint, at lsn {}",
+                        last.lsn
+                    ),
+                });
             }
             // A restart could not replay from a position a purge already removed, or one a
             // purge under way may be removing.
@@ -218,7 +224,10 @@ impl Wal {
                 hold.lost = false;
             }
             None if count >= MAX_HOLDS => {
-                return Err(Error::Config(format!("at most {MAX_HOLDS} holds")));
+                return Err(Error::InvalidArgument {
+                    op: "hold",
+                    reason: format!("at most {MAX_HOLDS} holds; release one first"),
+                });
             }
             None => control.holds.push(Hold {
                 name: name.to_string(),

@@ -115,12 +115,18 @@ impl Wal {
         self.check_poison()?;
         self.check_process()?;
         if !self.mode.is_encrypted() {
-            return Err(Error::Config("a plaintext log uses no keys".into()));
+            return Err(Error::InvalidArgument {
+                op: "activate_key",
+                reason: "a plaintext log uses no keys".into(),
+            });
         }
         let _one = self.rotation.busy.lock();
         let mut ring = self.rotation.ring.lock().clone();
         ring.add(id, key).map_err(|e| match e {
-            Error::KeyFile { reason, .. } => Error::Config(reason),
+            Error::KeyFile { reason, .. } => Error::InvalidArgument {
+                op: "activate_key",
+                reason,
+            },
             other => other,
         })?;
         self.install(ring)
@@ -140,15 +146,20 @@ impl Wal {
 
     fn rotation_store(&self) -> Result<&Arc<KeyStore>> {
         if !self.mode.is_encrypted() {
-            return Err(Error::Config("a plaintext log uses no keys".into()));
+            return Err(Error::InvalidArgument {
+                op: "rotate_data_key",
+                reason: "a plaintext log uses no keys".into(),
+            });
         }
-        self.rotation.store.as_ref().ok_or_else(|| {
-            Error::Config(
-                "rotate_data_key needs a key store (Config::key_store); with a raw key ring \
-                 use activate_key"
+        self.rotation
+            .store
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "rotate_data_key",
+                reason: "it needs a key store (Config::key_store); with a raw key ring use \
+                     activate_key"
                     .into(),
-            )
-        })
+            })
     }
 
     /// Switches to a new segment and installs working keys derived from `ring`. The segment

@@ -58,7 +58,10 @@ fn a_checkpoint_restores_the_engine_after_a_restart_in_every_mode() {
             // Never backwards.
             assert!(matches!(
                 wal.checkpoint(lsns[0], b"older"),
-                Err(Error::Config(_))
+                Err(Error::InvalidArgument {
+                    op: "checkpoint",
+                    ..
+                })
             ));
             assert!(matches!(
                 wal.checkpoint(Lsn(u64::from(wal.end_lsn()) + 1), b"beyond"),
@@ -128,7 +131,7 @@ fn a_hold_keeps_what_a_replica_needs_until_it_moves_or_is_released() {
         wal.hold("replica-1", replica_at).unwrap();
         assert!(matches!(
             wal.hold("bad name!", replica_at),
-            Err(Error::Config(_))
+            Err(Error::InvalidArgument { op: "hold", .. })
         ));
         let more = fill(&wal, 6 * SEGMENT, 150);
         let late = more[more.len() - 2];

@@ -190,7 +190,10 @@ fn a_raw_ring_rotates_with_activate_key() {
     wal.append(1, b"under key 1").unwrap();
     assert!(matches!(
         wal.rotate_data_key(),
-        Err(walcrypt::Error::Config(_))
+        Err(walcrypt::Error::InvalidArgument {
+            op: "rotate_data_key",
+            ..
+        })
     ));
     let key = Key::generate().unwrap();
     ring.add(2, key.clone()).unwrap();
