@@ -256,6 +256,12 @@ impl Wal {
             .map_err(|e| self.poison_error(e))?;
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
         self.jump_unused(next)?;
+        // The end of the log first (still closed to appenders until `ins` drops), then the
+        // flushed and synced positions: `flushed_lsn() <= end_lsn()` at every instant, so a
+        // position read from either is accepted by `hold` and `checkpoint`, which compare with
+        // the end. Raised first, they ran ahead of the end for the hint refresh's write (an
+        // outside probe saw `hold(flushed_lsn())` refused during rotations).
+        ins.move_to(next);
         w.reserved_to = next;
         self.positions.raise_flushed(next);
         self.positions.raise_synced(next);
@@ -266,7 +272,6 @@ impl Wal {
         // after the switch finds nothing left to write or sync. In pagelevel the page is
         // encrypted under the key set above, which its segment lists.
         self.refresh_hint(&mut w)?;
-        ins.move_to(next);
         if let Some(keys) = keys {
             self.keys.store(keys);
             if claim && self.preparable(next) {
