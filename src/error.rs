@@ -265,7 +265,9 @@ pub enum Error {
         /// (a checkpoint's metadata in the control file, a key looked up by id).
         at: Option<Position>,
     },
-    /// A segment lists a key id the key ring or store given to [`crate::Wal::open`] lacks.
+    /// A segment lists a key id the key ring or store given to [`crate::Wal::open`] lacks, or
+    /// (met by the writer later, at a segment switch) none of the ids it lists is among the
+    /// log's current keys with the check value the segment records.
     MissingSegmentKey {
         /// The key id the segment's header lists.
         key_id: u32,

@@ -1,6 +1,7 @@
 //! AES-256-GCM sealing of a perrecord-gcm record: the stored payload is the ciphertext
 //! followed by a [`TAG_LEN`]-byte tag, the nonce is the IV's first 12 bytes and the associated
-//! data is [`format::auth_aad`] (log id, key id, stored length, kind, flags, mode code, LSN).
+//! data is [`format::auth_aad`] (log id, key id, stored length, kind, flags, mode code, the
+//! log's geometry from format version 5 on, LSN).
 //! The GCM itself is `crate::aead`'s.
 
 use crate::aead::NONCE_LEN;

@@ -377,9 +377,7 @@ pub(crate) fn open_record(
     if let Some((key_id, iv)) = header.encryption {
         let keys = keys.ok_or(Error::missing_key(key_id).located(found.at))?;
         match RecordSeal::of_flags(header.flags) {
-            RecordSeal::Gcm => match open_authenticated(keys, found, header, stored)
-                .map_err(|e| e.located(found.at))?
-            {
+            RecordSeal::Gcm => match open_authenticated(keys, found, header, stored)? {
                 Some(plain) => stored.truncate(plain),
                 None => {
                     return Err(Error::AuthenticationFailed {
@@ -425,7 +423,7 @@ pub(crate) fn open_authenticated(
         return Ok(None);
     };
     let aad = format::auth_aad(found.version, found.geo, found.log_id, header, found.at.lsn);
-    gcm::open_in_place(keys, (key_id, &iv), &aad, stored)
+    gcm::open_in_place(keys, (key_id, &iv), &aad, stored).map_err(|e| e.located(found.at))
 }
 
 /// Decrypts (or, over zeros, makes the keystream of) a perrecord record's stored payload in

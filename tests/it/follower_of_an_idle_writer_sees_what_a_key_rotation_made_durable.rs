@@ -74,7 +74,10 @@ fn follower_sees_what_a_reopen_recovered_from_a_crashed_writer() {
                 .keys(keys.clone())
                 .sync(SyncMode::Buffered)
                 .page_size(4096)
-                .segment_size(64 * 4096);
+                .segment_size(64 * 4096)
+                // No segment made ahead: the copy of the live directory below (the crash
+                // image) must not race the preparer renaming its temporary file.
+                .prepare_segments(false);
             let wal = Wal::open(&dir, config.clone()).unwrap();
             for i in 0..10u8 {
                 wal.append(1, &[i; 100]).unwrap();

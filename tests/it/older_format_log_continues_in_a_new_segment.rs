@@ -1,4 +1,4 @@
-//! A log written at an older format version (a copy of each v2 and v3 golden), opened by this
+//! A log written at an older format version (a copy of each v2, v3 and v4 golden), opened by this
 //! build, takes new records in a new segment of the current version: the old segments keep
 //! their bytes (the tail segment only gains the switch record that leaves it, by the old
 //! version's rules: checksummed without the LSN in version 2, unsealed in a version-3
