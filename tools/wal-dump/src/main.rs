@@ -197,9 +197,10 @@ fn main() -> ExitCode {
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let result = run(&args, &mut out).and_then(|code| {
-        out.flush()?;
-        Ok(code)
+    let result = run(&args, &mut out).and_then(|code| match out.flush() {
+        // The reader of the output went away: the code (a verdict, for --verify) stands.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(code),
+        other => other.map(|()| code).map_err(Fail::from),
     });
     match result {
         Ok(code) => ExitCode::from(code),
@@ -226,13 +227,13 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         )));
     }
     if args.repair {
-        return repair::run(args, out);
+        return repair::run(args, &mut output::Verdict::new(out));
     }
     if let Some(lsn) = args.truncate_to {
-        return offline::truncate(args, lsn, out);
+        return offline::truncate(args, lsn, &mut output::Verdict::new(out));
     }
     if let Some(lsn) = args.purge_before {
-        return offline::purge(args, lsn, out);
+        return offline::purge(args, lsn, &mut output::Verdict::new(out));
     }
     if args.raw && args.payload == PayloadFormat::None && !args.stats && !args.verify {
         return Err(Fail::trouble(
@@ -247,7 +248,7 @@ fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         )));
     }
     if args.verify {
-        return verify::run(args, out);
+        return verify::run(args, &mut output::Verdict::new(out));
     }
     if args.stats {
         return stats::run(args, out);

@@ -31,5 +31,6 @@ mod verify_duplicate_iv;
 mod verify_flipped_bit;
 mod verify_log_over_recycled_segments;
 mod verify_reports_authentication_failure;
+mod verify_verdict_holds_with_a_closed_pipe_a_range_or_a_live_writer;
 mod wal_key_manages_rings;
 mod wal_key_manages_stores;
