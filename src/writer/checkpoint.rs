@@ -523,11 +523,7 @@ impl Wal {
             |checkpoint| restore(checkpoint).map_err(|e| stop(e, "restore")),
             |record| apply(record).map_err(|e| stop(e, "apply")),
         );
-        match (opened, failed.take()) {
-            (_, Some(e)) => Err(e),
-            (Ok(wal), None) => Ok(wal),
-            (Err(e), None) => Err(E::from(e)),
-        }
+        super::open::engine_result(opened, failed.take())
     }
 }
 

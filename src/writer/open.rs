@@ -83,11 +83,21 @@ impl Wal {
                 Error::Config("replay stopped by the engine's callback".into())
             })
         });
-        match (opened, failed) {
-            (_, Some(e)) => Err(e),
-            (Ok(wal), None) => Ok(wal),
-            (Err(e), None) => Err(E::from(e)),
-        }
+        engine_result(opened, failed)
+    }
+}
+
+/// What an open whose callback returns the engine's own error type gives back: the engine's
+/// error if a callback failed (it stopped the open), else the open's result, walcrypt's error
+/// converted with `From`.
+pub(super) fn engine_result<E: From<Error>>(
+    opened: Result<Wal>,
+    failed: Option<E>,
+) -> std::result::Result<Wal, E> {
+    match (opened, failed) {
+        (_, Some(e)) => Err(e),
+        (Ok(wal), None) => Ok(wal),
+        (Err(e), None) => Err(E::from(e)),
     }
 }
 
