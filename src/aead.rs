@@ -16,8 +16,9 @@
 //!
 //! For records, the tag covers the ciphertext and, as associated data,
 //! [`crate::format::auth_aad`]: log id, key id, length, kind, flags, mode code, the log's
-//! geometry (page size and pages per segment, format version 5 on) and the record's LSN. An appender learns its record's LSN when it reserves the record's bytes,
-//! before it seals, so the tag is plain AES-GCM over the full associated data.
+//! geometry (page size and pages per segment, format version 5 on) and the record's LSN. An
+//! appender learns its record's LSN when it reserves the record's bytes, before it seals, so
+//! the tag is plain AES-GCM over the full associated data.
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 

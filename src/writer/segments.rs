@@ -265,6 +265,13 @@ impl Wal {
         w.reserved_to = next;
         self.positions.raise_flushed(next);
         self.positions.raise_synced(next);
+        // `Positions::check_order` leaves the end out while it is closed, as it is here.
+        debug_assert!(
+            self.positions.flushed() <= ins.pos(),
+            "the switch raised flushed to {} past the end {}",
+            self.positions.flushed(),
+            ins.pos()
+        );
         // The last page of the segment left (the switch record's) says so in its header: a
         // follower of the files learns what is durable only from page headers, and the records
         // this fdatasync made durable (appended before a rotation, say, and flushed only by

@@ -236,7 +236,9 @@ fn positions_read_during_rotations_are_in_the_log() {
             })
         };
         let (mut reads, mut ahead) = (0u64, Vec::new());
-        while !done.load(Ordering::Acquire) {
+        // Until the rotations are done, or the rotating thread ended early (its panic is
+        // reported by the join below, not waited for here).
+        while !done.load(Ordering::Acquire) && !rotator.is_finished() {
             let flushed = wal.flushed_lsn();
             let end = wal.end_lsn();
             reads += 1;

@@ -70,9 +70,9 @@ struct Verify<'a> {
     /// in segments a live writer made after that listing, which the page and key checks (made
     /// on that listing) did not see, so the records pass stops there.
     listed_end: Lsn,
-    /// The log directory, read again by a fresh reader to tell a live writer's next records
-    /// from a torn tail; `None` where no records are checked.
-    dir: Option<std::path::PathBuf>,
+    /// The log and the keys the records pass read it with, to open a fresh reader that tells
+    /// a live writer's next records from a torn tail; `None` until that pass starts.
+    reopen: Option<(Target, Option<&'a KeyRing>)>,
 }
 
 /// Whether the header bytes of `page` are a valid page header of this log for the same offset
@@ -120,7 +120,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     };
     let range = target.range(&reader, args.start, args.end);
     let mut v = Verify::new(reader, ring.as_ref(), range);
-    v.dir = Some(target.dir.clone());
     // Said, so that "clean" is never read as a verdict on the whole log.
     let skipped = match (args.start, args.end) {
         (Some(s), Some(e)) => Some(format!("before {} and from {} on", fmt_lsn(s), fmt_lsn(e))),
@@ -159,7 +158,7 @@ impl<'a> Verify<'a> {
         Verify {
             disk: Disk::new(&reader),
             listed_end,
-            dir: None,
+            reopen: None,
             reader,
             ring,
             from,
@@ -416,6 +415,7 @@ impl Verify<'_> {
             ));
         }
         let reader = target.open(usable, args.key_file.as_deref())?;
+        self.reopen = Some((target.clone(), usable));
         let (first, last) = crate::progress::span(&reader);
         let mut progress = crate::progress::Progress::new("verify: records", first, last);
         let mut begin = self.disk.boundary_before(self.from)?;
@@ -632,13 +632,13 @@ impl Verify<'_> {
     /// 100 ms, since a write-out may be under way at the first look; a crash's torn tail never
     /// turns into a record.
     fn grows_at(&self, end: Lsn) -> bool {
-        let Some(dir) = &self.dir else {
+        let Some((target, keys)) = &self.reopen else {
             return false;
         };
         for _ in 0..5 {
-            // A fresh reader: the record may run into a segment made since the files were
-            // listed.
-            if let Ok(reader) = Reader::open(dir, self.ring.cloned())
+            // A fresh reader, as the records pass opened its own (keys, required mode): the
+            // record may run into a segment made since the files were listed.
+            if let Ok(reader) = target.open(*keys, None)
                 && let Some(Ok(rec)) = reader.raw_records_from(end).next()
                 && rec.lsn >= end
             {
