@@ -144,7 +144,7 @@ impl KeyProvider for Kek {
 }
 
 /// Parses a KEK from a provider's output: 64 hex digits (surrounding whitespace allowed) or
-/// exactly 32 raw bytes. The reason never quotes the output.
+/// exactly 32 raw bytes that are not all printable text. The reason never quotes the output.
 fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
     let trimmed = output.trim_ascii();
     if trimmed.len() == KEY_LEN * 2 {
@@ -154,6 +154,16 @@ fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
         }
     }
     if output.len() == KEY_LEN {
+        // 32 random bytes are all printable text with probability (95/256)^32, about 2e-14:
+        // such a file is a 32-character passphrase, whose strength is far below a 256-bit
+        // KEK's (a `KekCommand`'s text output is refused the same way).
+        if output.iter().all(|b| (0x20..0x7f).contains(b)) {
+            return Err(
+                "32 bytes of printable text, not a random key: write the KEK as 64 hex \
+                 digits, or derive it from a passphrase (PassphraseKek)"
+                    .into(),
+            );
+        }
         return Key::from_slice(output).ok_or_else(|| "impossible length".to_string());
     }
     Err(format!(
@@ -531,6 +541,21 @@ mod tests {
         let mut flipped = wrapped.clone();
         flipped[20] ^= 1;
         assert!(kek.unwrap(&flipped, b"id 1").is_err());
+    }
+
+    #[test]
+    fn a_kek_file_of_printable_text_is_not_taken_for_a_raw_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kek");
+        std::fs::write(&path, b"correct horse battery staple 123").unwrap();
+        let error = KekFile::open(&path).err().expect("a passphrase is refused");
+        assert!(error.to_string().contains("printable text"), "{error}");
+        assert!(!error.to_string().contains("horse"), "{error}");
+        let mut raw = [0u8; 32];
+        raw[0] = 0x01; // one byte that is not printable: taken as raw
+        raw[1..].copy_from_slice(b"correct horse battery staple 12");
+        std::fs::write(&path, raw).unwrap();
+        assert!(KekFile::open(&path).is_ok());
     }
 
     #[test]

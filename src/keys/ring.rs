@@ -355,7 +355,44 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8], replace: Replace) -> Resu
     write().map_err(|e| {
         let _ = fs::remove_file(&tmp);
         Error::io("write key file", path, e)
-    })
+    })?;
+    remove_stale_temporaries(path);
+    Ok(())
+}
+
+/// How old a leftover temporary of a key file must be before [`write_private`] removes it: a
+/// write holds its temporary for milliseconds, so one this old is a crash's leftover, not
+/// another process's write in progress (which these files have no lock to tell apart).
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes temporaries of `path` (`.<name>.<16 hex>.tmp`) that a crash or a killed process
+/// left beside it, once they are [`STALE_TEMPORARY`] old: they hold the whole file's text (a
+/// raw key ring's keys in hex, a KEK), and would otherwise outlive the file itself and any
+/// rotation or secure removal of it. Best effort: a temporary that cannot be read or removed
+/// is left.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(name), dir) = (path.file_name(), parent_dir(path)) else {
+        return;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        let ours = file_name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        let stale = || {
+            let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
+            Some(modified.elapsed().ok()? >= STALE_TEMPORARY)
+        };
+        if ours && stale() == Some(true) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 pub(crate) fn parent_dir(path: &Path) -> PathBuf {
@@ -405,6 +442,38 @@ fn parse_hex_key(hex: &str) -> std::result::Result<Key, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_save_removes_stale_temporaries_of_its_file_and_keeps_fresh_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ring");
+        let ring = KeyRing::generate().unwrap();
+        let stale = dir.path().join(".ring.0123456789abcdef.tmp");
+        let fresh = dir.path().join(".ring.fedcba9876543210.tmp");
+        let other = dir.path().join(".other.0123456789abcdef.tmp");
+        for file in [&stale, &fresh, &other] {
+            fs::write(file, ring.to_text()).unwrap();
+        }
+        let old = std::time::SystemTime::now() - 2 * STALE_TEMPORARY;
+        for file in [&stale, &other] {
+            let handle = fs::OpenOptions::new().write(true).open(file).unwrap();
+            handle.set_modified(old).unwrap();
+        }
+        ring.save(&path).unwrap();
+        assert!(
+            !stale.exists(),
+            "a crash's leftover holding the keys is removed"
+        );
+        assert!(
+            fresh.exists(),
+            "a temporary that may be another write's in progress is kept"
+        );
+        assert!(
+            other.exists(),
+            "another file's temporary is not this save's to remove"
+        );
+        assert_eq!(KeyRing::load(&path).unwrap().ids(), ring.ids());
+    }
 
     #[test]
     fn key_ring_round_trips_through_text() {

@@ -275,7 +275,8 @@ fn refuse_rolled_back_store(files: &LogFiles, config: &Config) -> Result<()> {
             reason: format!(
                 "its active key id {active} is older than key id {newest}, which the log's \
                  segments list: the store was replaced by an older or altered copy (restore its \
-                 newest generation)"
+                 newest generation), or never held that key (a key activated on the log without \
+                 being written to the store)"
             ),
         }),
         _ => Ok(()),

@@ -111,6 +111,10 @@ impl Wal {
     /// Makes `key` (under the new id `id`) the active key of this live log, for embedders that
     /// manage data keys themselves with a raw [`KeyRing`]: store the key durably (for example
     /// with [`KeyRing::save`]) before calling this, since records written after it need it.
+    /// Refused ([`Error::InvalidArgument`]) for a log opened with a key store
+    /// ([`Config::key_store`](crate::Config::key_store)): the key would be used without being in
+    /// the store, and every record written under it would be unreadable after a restart. Such a
+    /// log rotates with [`Wal::rotate_data_key`], which writes the new key to the store first.
     pub fn activate_key(&self, id: u32, key: Key) -> Result<()> {
         self.check_poison()?;
         self.check_process()?;
@@ -118,6 +122,17 @@ impl Wal {
             return Err(Error::InvalidArgument {
                 op: "activate_key",
                 reason: "a plaintext log uses no keys".into(),
+            });
+        }
+        if let Some(store) = &self.rotation.store {
+            return Err(Error::InvalidArgument {
+                op: "activate_key",
+                reason: format!(
+                    "this log keeps its data keys in the key store {}: a key activated here would \
+                     not be in it, and records written under it would be unreadable after a \
+                     restart; use rotate_data_key, which writes the new key to the store first",
+                    store.path().display()
+                ),
             });
         }
         let _one = self.rotation.busy.lock();

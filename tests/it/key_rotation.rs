@@ -133,3 +133,52 @@ fn rotation_keeps_old_records_readable_and_names_missing_or_wrong_keys() {
         }
     }
 }
+
+/// A log that keeps its data keys in a key store refuses `activate_key`: the key would encrypt
+/// records without being in the store, so a restart could never read them (an outside probe
+/// found it accepted, and the reopen then blamed a rolled-back store). The store's own rotation
+/// still works, and every record reads back after a restart.
+#[test]
+fn activate_key_is_refused_for_a_log_with_a_key_store() {
+    use std::sync::Arc;
+    use walcrypt::{Config, Kek, KeyProvider, KeyStore, SyncMode};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys");
+    let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
+    let store = Arc::new(KeyStore::create(&path, kek.clone()).unwrap());
+    let config = |store| {
+        Config::new(Mode::PerRecord)
+            .key_store(store)
+            .sync(SyncMode::Durable)
+    };
+    let wal = Wal::open(dir.path(), config(store.clone())).unwrap();
+    wal.flush(wal.append(1, b"under key 1").unwrap()).unwrap();
+    let error = wal.activate_key(7, Key::generate().unwrap()).unwrap_err();
+    match &error {
+        Error::InvalidArgument { op, reason } => {
+            assert_eq!(*op, "activate_key");
+            assert!(reason.contains("rotate_data_key"), "{reason}");
+            assert!(reason.contains(&path.display().to_string()), "{reason}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(wal.key_ids(), vec![1], "no key was installed");
+    wal.flush(wal.append(1, b"still under key 1").unwrap())
+        .unwrap();
+    wal.rotate_data_key().unwrap();
+    wal.flush(wal.append(1, b"under key 2").unwrap()).unwrap();
+    wal.close().unwrap();
+
+    let store = Arc::new(KeyStore::open(&path, kek).unwrap());
+    let wal = Wal::open(dir.path(), config(store.clone())).unwrap();
+    wal.close().unwrap();
+    let reader = Reader::open_with_key_store(dir.path(), &store).unwrap();
+    let payloads: Vec<Vec<u8>> = reader
+        .records_from(Lsn::default())
+        .filter_map(|r| r.map(|r| (r.kind == 1).then_some(r.payload)).unwrap())
+        .collect();
+    assert_eq!(
+        payloads,
+        [&b"under key 1"[..], b"still under key 1", b"under key 2"]
+    );
+}
