@@ -24,9 +24,8 @@
 //! stays on the stack.
 
 use std::ops::{Deref, DerefMut};
-use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, MutexGuard, WaitTimeoutResult};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 /// An insertion lane's owner lock (writer/insertions.rs): claimed before the insert lock and
 /// held until the copy ends. A thread holds one lane at a time.
@@ -215,9 +214,14 @@ impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
         self.waited();
     }
 
-    /// Waits on `condvar` for at most `timeout`, releasing the lock while asleep.
-    #[inline]
-    pub(crate) fn wait_for(&mut self, condvar: &Condvar, timeout: Duration) -> WaitTimeoutResult {
+    /// Waits on `condvar` for at most `timeout`, releasing the lock while asleep (the order's
+    /// tests: the writer's waits have no timeout).
+    #[cfg(test)]
+    pub(crate) fn wait_for(
+        &mut self,
+        condvar: &Condvar,
+        timeout: std::time::Duration,
+    ) -> parking_lot::WaitTimeoutResult {
         let result = condvar.wait_for(&mut self.guard, timeout);
         self.waited();
         result
@@ -389,7 +393,7 @@ mod tests {
         let write = OrderedMutex::<u32, WRITE>::new(0, log);
         let condvar = Condvar::new();
         let mut w = write.lock();
-        let timed_out = w.wait_for(&condvar, Duration::from_millis(1));
+        let timed_out = w.wait_for(&condvar, std::time::Duration::from_millis(1));
         assert!(timed_out.timed_out());
         *w += 1;
         let result = std::panic::catch_unwind(|| {

@@ -87,9 +87,7 @@ struct Run {
 /// wait for it.
 pub(super) struct Reserved<'a> {
     wal: &'a Wal,
-    id: u64,
-    /// No earlier range in flight covered its bytes when it was registered.
-    clear: bool,
+    ticket: super::inflight::Ticket,
     buf: WriteBuffer,
     landed: bool,
 }
@@ -255,13 +253,28 @@ impl Wal {
             .runs
             .last()
             .map_or(w.reserved_to, |r| r.segment + r.offset + r.len as u64);
-        let (id, clear) = self.inflight.register(target, lo, hi);
+        let start = w.reserved_to;
+        let registered = self.inflight.register(
+            &mut w.inflight,
+            (start, target),
+            (lo, hi),
+            self.poison.flag(),
+        );
+        let Some(ticket) = registered else {
+            buf.clear();
+            WRITE_BUFFER.set(buf);
+            self.check_poison()?;
+            return Err(self.broken_invariant(
+                "write segment",
+                start,
+                "a registration of a write-out was refused by a log that is not poisoned".into(),
+            ));
+        };
         w.reserved_to = target;
         w.data_end = target;
         Ok(Some(Reserved {
             wal: self,
-            id,
-            clear,
+            ticket,
             buf,
             landed: false,
         }))
@@ -275,17 +288,17 @@ impl Wal {
             self.fill(None, &mut range.buf)
                 .map_err(|e| self.poison_error(e))?;
         }
-        self.write_runs(range.id, range.clear, &range.buf)?;
+        self.write_runs(&range.ticket, &range.buf)?;
         for run in &range.buf.runs {
             self.syncs.landed(run.segment);
         }
-        self.inflight.land(range.id);
+        self.inflight.land(&range.ticket);
         range.landed = true;
         Ok(())
     }
 
-    fn write_runs(&self, id: u64, clear: bool, buf: &WriteBuffer) -> Result<()> {
-        if !clear && !self.inflight.wait_clear(id, self.poison.flag()) {
+    fn write_runs(&self, ticket: &super::inflight::Ticket, buf: &WriteBuffer) -> Result<()> {
+        if !ticket.clear() && !self.inflight.wait_clear(ticket, self.poison.flag()) {
             // Poisoned while it waited: the range is not written.
             self.check_poison()?;
             return Err(self.broken_invariant(

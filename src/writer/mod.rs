@@ -45,12 +45,13 @@
 //!    flush; an appender takes it (with no other lock held) only when the buffer is full and
 //!    it must make room, and the open takes it under the insert lock when it moves the log on
 //!    past a segment switch or to a fresh page (`switch_segment`, `resume_on_fresh_page`).
-//! 4. the **in-flight lock** (`inflight`, with its condition variable, inflight.rs): the list
-//!    of ranges reserved but not yet landed and `landed_to`. Held for a list update or check;
-//!    threads wait on its condition variable (with the insert or write lock held or not) for
-//!    an earlier range covering the same bytes, or for everything below a position, to land.
-//!    Nothing is taken while it is held, so the threads that land ranges never wait for the
-//!    insert or write lock.
+//! 4. the **in-flight sleepers' lock** (`inflight`, with its condition variable,
+//!    inflight.rs): taken only by a thread about to sleep until `written_to` passes a position
+//!    (with the insert or write lock held or not: an earlier range covering the same bytes, or
+//!    everything below a position, to land) and by a thread that moved `written_to` while
+//!    someone sleeps. Ranges are registered under the write lock and land without a lock (a
+//!    compare-and-swap of `written_to`), so the threads that land ranges never wait for the
+//!    insert or write lock. Nothing is taken while it is held.
 //! 5. a **slot lock** per buffer page (`PageBuffer`, buffer.rs), over the page's `rem_len`
 //!    and pagelevel IV only: taken by the appender entering the page at its body's start and
 //!    by the write-out imaging the page (in pagelevel, to draw the page's IV at its first
@@ -88,7 +89,8 @@
 //! have one, and their invariants, so no other file can take a lock out of order or move a
 //! position backwards: the reservations (reserve.rs: the insert lock, the end of the log, the
 //! insertion lanes), the page buffer (buffer.rs: the slots and their locks), the write-outs
-//! in flight (inflight.rs: the in-flight lock, `written_to`), the flushed and synced
+//! in flight (inflight.rs: `written_to`, the parked ranges, the sleepers' lock; its registry
+//! of ranges lives in `WriteState`, under the write lock), the flushed and synced
 //! positions (positions.rs), the fdatasyncs (durable.rs: the sync turn, the dirty list, the
 //! pending target), group commit (group.rs), poisoning (poison.rs: the flag and the cause's
 //! lock), the listener's reports (report.rs) and the statistics (stats.rs). The write lock and its
@@ -117,8 +119,8 @@
 //!   from its header covers an earlier range's bytes. `InFlight::wait_clear` holds back any
 //!   later range covering bytes of one still in flight (a page's image lands before any
 //!   append to it, a shorter image never lands after a longer one).
-//! - `written_to`: everything before it has landed in the files (`InFlight::landed_to`, stored
-//!   under the in-flight lock when a range lands and every range before it has). Not a record
+//! - `written_to`: everything before it has landed in the files (`InFlight::written`, moved
+//!   over a range by a compare-and-swap once it and every range before it have landed). Not a record
 //!   boundary: an appender making room writes out whole pages before the page it enters, so
 //!   while its record (or batch) is partly copied, `written_to` and `reserved_to` may run
 //!   ahead of `inserted_to()` into that unfinished record. On disk that is a torn record, which
@@ -305,6 +307,8 @@ struct WriteState {
     /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
     /// if any: `close` syncs it, so the hint survives a restart too.
     hint_unsynced: Option<Lsn>,
+    /// The write-outs registered in flight and not yet passed by `written_to`.
+    inflight: inflight::Registry,
 }
 
 /// Where recovery left the log, handed to the writer.
@@ -449,6 +453,7 @@ impl Wal {
                     reused: Vec::new(),
                     imaged: (NO_PAGE, Lsn(0)),
                     hint_unsynced: None,
+                    inflight: inflight::Registry::default(),
                 },
                 domain,
             )),

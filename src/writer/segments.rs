@@ -255,7 +255,7 @@ impl Wal {
         self.sync_locked(&mut w, &turn)
             .map_err(|e| self.poison_error(e))?;
         // Nothing is in flight: `sync_locked` waited for every reserved range to land.
-        self.jump_unused(next)?;
+        self.jump_unused(&w, next)?;
         // The end of the log first (still closed to appenders until `ins` drops), then the
         // flushed and synced positions: `flushed_lsn() <= end_lsn()` at every instant, so a
         // position read from either is accepted by `hold` and `checkpoint`, which compare with
@@ -350,7 +350,7 @@ impl Wal {
         {
             // At open: nothing is in flight.
             let mut w = self.write.lock();
-            self.jump_unused(page_end)?;
+            self.jump_unused(&w, page_end)?;
             w.reserved_to = page_end;
         }
         let lsn = self.geo.skip_headers(page_end);
@@ -364,8 +364,8 @@ impl Wal {
     /// Moves the landed position over a part of the log left unused, up to `to`. Under the
     /// write lock, with nothing in flight; a range still in flight is a broken invariant and
     /// poisons the log.
-    fn jump_unused(&self, to: Lsn) -> Result<()> {
-        if self.inflight.jump(to) {
+    fn jump_unused(&self, w: &WriteState, to: Lsn) -> Result<()> {
+        if self.inflight.jump(&w.inflight, to) {
             return Ok(());
         }
         let error = self.broken_invariant(
