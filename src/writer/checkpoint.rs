@@ -83,9 +83,11 @@ impl Wal {
     ///
     /// `lsn` is a record boundary up to [`Wal::end_lsn`]: a position the log handed out (an
     /// append's LSN, a record's end, `end_lsn()`, `flushed_lsn()`), also on a page or segment
-    /// boundary. A restart replays from the record that starts there; `open_from_checkpoint`
-    /// refuses a checkpoint inside a record before `restore` ([`Error::Control`], naming the
-    /// control file: open with [`Wal::open`] and take a checkpoint again). It must lie in a
+    /// boundary. A restart replays from the record that starts there. A position inside a
+    /// record is refused here ([`Error::InvalidArgument`], after the flush and before the
+    /// control file is written): no replay could start there. (A control file that names one
+    /// anyway, written by an earlier build, is refused by `open_from_checkpoint` before
+    /// `restore`: [`Error::Control`], naming the control file.) It must lie in a
     /// segment not purged yet, nor being purged by a purge running meanwhile
     /// ([`Error::Purged`] otherwise), and must not be older than the last checkpoint; `meta`
     /// is at most [`crate::MAX_CHECKPOINT_META`] bytes. Make the state `meta` names durable
@@ -109,6 +111,7 @@ impl Wal {
             SyncMode::Durable => self.flush(lsn)?,
             SyncMode::Buffered => self.sync()?,
         }
+        self.refuse_inside_a_record(lsn)?;
         {
             let mut control = self.retention.lock();
             if let Some(last) = &control.checkpoint
@@ -155,6 +158,35 @@ impl Wal {
             }
         }
         self.purge_before(lsn)
+    }
+
+    /// Refuses a checkpoint at a position inside a record, which no replay could start from:
+    /// `open_from_checkpoint` would refuse it at the next restart, after this call had made it
+    /// durable and purged before it. Checked in the files the flush before it wrote, as the
+    /// restart checks it: by walking the records of the position's page up to it (records
+    /// before it are complete on file, so a write under way after it does not change the
+    /// answer). Only a position found inside a record is refused; anything else the walk meets
+    /// is left to the restart, which reads the log whole.
+    fn refuse_inside_a_record(&self, lsn: Lsn) -> Result<()> {
+        if lsn == Lsn(0) || lsn == self.reservations.end() {
+            return Ok(());
+        }
+        let ring = self.rotation.ring();
+        let keys = self.mode.is_encrypted().then_some(&ring);
+        let Ok(files) = LogFiles::open(&self.dir, self.storage.clone(), keys) else {
+            return Ok(());
+        };
+        match crate::reader::record_start(&files, lsn) {
+            Err(Error::NotRecordStart(_)) => Err(Error::InvalidArgument {
+                op: "checkpoint",
+                reason: format!(
+                    "lsn {lsn} lies inside a record, so no replay could start there: take a \
+                     checkpoint at a position the log handed out (a record's lsn or end_lsn, \
+                     end_lsn(), flushed_lsn())"
+                ),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The last checkpoint recorded (by this open or an earlier one), if any.
@@ -438,7 +470,10 @@ impl Wal {
     /// what the purge removed. So does a checkpoint whose position lies before the oldest
     /// segment left (an older control file put back), naming that position. An engine that
     /// purges by positions of its own, without [`Wal::checkpoint`], replays with
-    /// [`Wal::open_and_replay`] from its position.
+    /// [`Wal::open_and_replay`] from its position. Also refused before `restore`: a log
+    /// another `Wal` has open ([`Error::Locked`]: the directory's lock is taken first and kept
+    /// for the open), and keys whose check values the segments contradict ([`Error::WrongKey`],
+    /// as `Wal::open` says it, not as a checkpoint that fails authentication).
     pub fn open_from_checkpoint<R, F>(
         dir: impl AsRef<Path>,
         config: Config,
@@ -450,6 +485,9 @@ impl Wal {
         F: FnMut(Record) -> Result<()>,
     {
         let dir = dir.as_ref();
+        // Held from here, so a log another `Wal` has open is refused (`Locked`) before
+        // `restore`, not after the engine loaded its snapshot.
+        let held = super::open::lock_existing(&config, dir)?;
         let checkpoint = Checkpoint::read(dir, &config)?;
         // Refused before `restore`, so the engine loads nothing it cannot replay onto: a
         // purged log without a checkpoint, and a checkpoint whose segment was purged (an older
@@ -491,7 +529,8 @@ impl Wal {
         }
         restore(checkpoint.as_ref())?;
         let from = checkpoint.map_or(Lsn::default(), |c| c.lsn);
-        Wal::open_and_replay(dir, config, from, replay)
+        let mut replay = replay;
+        super::open::open_and_replay_holding(dir, config, from, &mut replay, held)
     }
 
     /// [`Wal::open_from_checkpoint`] with callbacks that return the engine's own error type,
@@ -561,7 +600,10 @@ impl Checkpoint {
     pub fn read(dir: impl AsRef<Path>, config: &Config) -> Result<Option<Checkpoint>> {
         let dir = dir.as_ref();
         let ring = config.current_ring();
-        let files = match LogFiles::open(dir, config.storage.clone(), None) {
+        // With the keys, so a key that is not the one the segments' check values name is
+        // reported as `WrongKey` here, not as a checkpoint that fails authentication.
+        let check = (!ring.ids().is_empty()).then_some(&ring);
+        let files = match LogFiles::open(dir, config.storage.clone(), check) {
             Ok(files) => files,
             Err(Error::NoLog(_)) => return Ok(None),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {

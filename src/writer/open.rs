@@ -101,9 +101,54 @@ pub(super) fn engine_result<E: From<Error>>(
     }
 }
 
+/// The single-writer lock on a log directory (`Storage::lock_dir`); dropping it releases it.
+pub(super) type DirLock = Box<dyn Send + Sync>;
+
+/// Takes the single-writer lock of `dir` if the directory exists (`None` if it does not: the
+/// open creates it and takes the lock then), for an open that must know it holds the log
+/// before it calls the engine back (`open_from_checkpoint`'s `restore`). [`Error::Locked`] if
+/// another `Wal` has it open.
+pub(super) fn lock_existing(config: &Config, dir: &Path) -> Result<Option<DirLock>> {
+    let exists = config
+        .storage
+        .exists(dir)
+        .map_err(|e| Error::io("look for log directory", dir, e))?;
+    if !exists {
+        return Ok(None);
+    }
+    config
+        .storage
+        .lock_dir(dir)
+        .map_err(|e| Error::io("lock log directory", dir, e))?
+        .map(Some)
+        .ok_or_else(|| Error::Locked(dir.to_path_buf()))
+}
+
+/// `Wal::open_and_replay` holding the directory's lock already (`lock_existing`), when it
+/// could be taken before.
+pub(super) fn open_and_replay_holding(
+    dir: &Path,
+    config: Config,
+    from: Lsn,
+    replay: &mut dyn FnMut(Record) -> Result<()>,
+    held: Option<DirLock>,
+) -> Result<Wal> {
+    open_holding(dir, config, Some((from, replay)), held)
+}
+
 /// Claims `dir`, then creates a new log there or has recovery find the end of the existing
 /// one, and starts the writer where the log ends.
 fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
+    open_holding(dir, config, replay, None)
+}
+
+/// [`open`], with the directory's lock taken already when `held` is given.
+fn open_holding(
+    dir: &Path,
+    config: Config,
+    replay: Replay<'_>,
+    held: Option<DirLock>,
+) -> Result<Wal> {
     let started = Instant::now();
     let mut config = config;
     if let Some(store) = &config.key_store {
@@ -122,10 +167,13 @@ fn open(dir: &Path, config: Config, replay: Replay<'_>) -> Result<Wal> {
         refuse_checkpoint_without_log(storage.as_ref(), dir, *from, geo)?;
     }
     create_log_dir(storage.as_ref(), dir)?;
-    let lock = storage
-        .lock_dir(dir)
-        .map_err(|e| Error::io("lock log directory", dir, e))?
-        .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
+    let lock = match held {
+        Some(lock) => lock,
+        None => storage
+            .lock_dir(dir)
+            .map_err(|e| Error::io("lock log directory", dir, e))?
+            .ok_or_else(|| Error::Locked(dir.to_path_buf()))?,
+    };
     remove_unfinished_segments(&config, dir)?;
 
     if list_segments(storage.as_ref(), dir)?.is_empty() {

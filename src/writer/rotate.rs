@@ -40,6 +40,11 @@ pub(super) struct Rotation {
 }
 
 impl Rotation {
+    /// The data keys the working keys were derived from, as now.
+    pub(super) fn ring(&self) -> KeyRing {
+        self.ring.lock().clone()
+    }
+
     pub(super) fn new(config: &Config, end: Lsn) -> Result<Rotation> {
         let policy = config.rotation;
         if policy != RotationPolicy::default() && config.key_store.is_none() {
