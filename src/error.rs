@@ -356,9 +356,15 @@ pub enum Error {
         /// The largest payload a record can carry.
         max: usize,
     },
-    /// The requested LSN is not in the log: beyond its end, or (for a few calls that take no
-    /// position from a reader) purged; readers, followers and replay say `Purged` for the latter.
-    LsnNotAvailable(Lsn),
+    /// The requested LSN is not in the log: beyond its end. `end` is where the log ended when
+    /// the call looked (the writer's `end_lsn()`; for a reader, the farthest position the
+    /// files it listed could hold).
+    LsnNotAvailable {
+        /// The position asked for.
+        lsn: Lsn,
+        /// The end it lies beyond.
+        end: Lsn,
+    },
     /// The requested LSN lies inside the log but no record starts there.
     NotRecordStart(Lsn),
     /// The log was shut down ([`crate::Wal::shutdown`]); it takes no more calls.
@@ -499,7 +505,12 @@ impl fmt::Display for Error {
                     "record payload of {len} bytes exceeds the maximum of {max}"
                 )
             }
-            Self::LsnNotAvailable(lsn) => write!(f, "lsn {lsn} is not in the log"),
+            Self::LsnNotAvailable { lsn, end } => {
+                write!(
+                    f,
+                    "lsn {lsn} is not in the log: it lies beyond the end, {end}"
+                )
+            }
             Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),
             Self::NoLog(path) => write!(f, "{} holds no walcrypt log", path.display()),
             Self::Closed(dir) => write!(f, "the log in {} was shut down", dir.display()),

@@ -759,8 +759,9 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
         });
     }
     let files_end = files.end_of_files();
-    if lsn >= files_end.saturating_add(files.geo.segment_size) {
-        return Err(Error::LsnNotAvailable(lsn));
+    let farthest = files_end.saturating_add(files.geo.segment_size);
+    if lsn >= farthest {
+        return Err(Error::LsnNotAvailable { lsn, end: farthest });
     }
     let pos = files.geo.skip_headers(lsn);
     if pos < files.end_of_files() {

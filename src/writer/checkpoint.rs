@@ -104,8 +104,9 @@ impl Wal {
                 ),
             });
         }
-        if lsn > self.reservations.end() {
-            return Err(Error::LsnNotAvailable(lsn));
+        let end = self.reservations.end();
+        if lsn > end {
+            return Err(Error::LsnNotAvailable { lsn, end });
         }
         match self.sync {
             SyncMode::Durable => self.flush(lsn)?,
@@ -211,8 +212,9 @@ impl Wal {
     pub fn hold(&self, name: &str, lsn: Lsn) -> Result<()> {
         self.check_poison()?;
         control::check_hold_name(name)?;
-        if lsn > self.reservations.end() {
-            return Err(Error::LsnNotAvailable(lsn));
+        let end = self.reservations.end();
+        if lsn > end {
+            return Err(Error::LsnNotAvailable { lsn, end });
         }
         let mut control = self.retention.lock();
         let oldest = self.oldest_segment()?;

@@ -593,8 +593,9 @@ impl Wal {
             if self.flushed_through(lsn) {
                 return Ok(());
             }
-            if self.reservations.end() < lsn {
-                return Err(Error::LsnNotAvailable(lsn));
+            let end = self.reservations.end();
+            if end < lsn {
+                return Err(Error::LsnNotAvailable { lsn, end });
             }
             if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
                 // Written, and a leader's fdatasync of it is queued or running: its round's

@@ -65,7 +65,7 @@ fn a_checkpoint_restores_the_engine_after_a_restart_in_every_mode() {
             ));
             assert!(matches!(
                 wal.checkpoint(Lsn(u64::from(wal.end_lsn()) + 1), b"beyond"),
-                Err(Error::LsnNotAvailable(_))
+                Err(Error::LsnNotAvailable { .. })
             ));
             // Dropped, not closed: the checkpoint was durable when it returned, the records
             // after it are what the log kept.
@@ -520,21 +520,54 @@ fn holds_after_a_control_write_that_failed_past_its_rename_keep_what_a_restart_f
     }
 }
 
+/// Reads of the log's segment files past their header page fail while `blind` is set: the
+/// writer's own check of a checkpoint's position then cannot read the page, and lets the
+/// position through, as an earlier build (which had no such check) did.
+#[derive(Default)]
+struct BlindReads {
+    blind: std::sync::atomic::AtomicBool,
+}
+
+impl crate::support::hooked::Hooks for BlindReads {
+    fn read_bytes(&self, path: &std::path::Path, at: u64, _: &mut [u8]) -> std::io::Result<()> {
+        let segment = path.extension().is_some_and(|e| e == "wal") && at >= 512;
+        match segment && self.blind.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(std::io::Error::other("blinded for the test")),
+            false => Ok(()),
+        }
+    }
+}
+
 /// A checkpoint taken inside a record (a position no call handed out): no replay can start
-/// there. `open_from_checkpoint` says so before `restore`, naming the control file and the way
-/// out, instead of failing the replay with a bare `NotRecordStart` after the engine restored
-/// its snapshot (an outside probe of an engine built from the README found the bare error).
+/// there. `Wal::checkpoint` refuses it (`InvalidArgument`), keeping the last checkpoint. A
+/// control file that names such a position anyway (written by an earlier build, which had no
+/// such check: here the writer's check is blinded) makes `open_from_checkpoint` say so before
+/// `restore`, naming the control file and the way out, instead of failing the replay with a
+/// bare `NotRecordStart` after the engine restored its snapshot (an outside probe of an engine
+/// built from the README found the bare error, and later that the checkpoint was accepted).
 #[test]
 fn a_checkpoint_inside_a_record_is_refused_before_restore_with_the_way_out() {
     for mode in Mode::ALL {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("wal");
         let keys = KeyRing::generate().unwrap();
-        let config = config(mode, &keys, SyncMode::Durable);
+        let hooks = Arc::new(BlindReads::default());
+        let config = config(mode, &keys, SyncMode::Durable)
+            .storage(Arc::new(crate::support::hooked::Hooked(hooks.clone())));
         let wal = Wal::open(&dir, config.clone()).unwrap();
         let lsns = fill(&wal, 2 * SEGMENT, 150);
         let inside = Lsn(u64::from(lsns[lsns.len() / 2]) + 3);
+        let refused = wal.checkpoint(inside, b"snap").unwrap_err();
+        assert!(
+            matches!(&refused, Error::InvalidArgument { op: "checkpoint", reason } if reason.contains("inside a record")),
+            "{mode}: {refused:?}"
+        );
+        assert!(wal.last_checkpoint().is_none(), "{mode}");
+        hooks.blind.store(true, std::sync::atomic::Ordering::SeqCst);
         wal.checkpoint(inside, b"snap").unwrap();
+        hooks
+            .blind
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         wal.close().unwrap();
         let mut restored = false;
         let err = Wal::open_from_checkpoint(

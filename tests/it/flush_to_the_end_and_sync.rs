@@ -19,8 +19,17 @@ fn flush_of_the_end_inside_a_record_and_beyond() {
         let end = wal.end_lsn();
         assert!(matches!(
             wal.flush(Lsn(u64::from(end) + 1)),
-            Err(Error::LsnNotAvailable(lsn)) if lsn == Lsn(u64::from(end) + 1)
+            Err(Error::LsnNotAvailable { lsn, end: at }) if lsn == Lsn(u64::from(end) + 1) && at == end
         ));
+        // The message names the end the position lies beyond.
+        let message = wal
+            .hold("replica", Lsn(u64::from(end) + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains(&format!("beyond the end, {end}")),
+            "{message}"
+        );
         // Inside the first record: that record is flushed.
         wal.flush(Lsn(u64::from(a) + 5)).unwrap();
         assert!(wal.flushed_lsn() > Lsn(u64::from(a) + 5), "{sync:?}");
