@@ -264,6 +264,11 @@ pub enum Error {
         /// Where the record or page sealed under it is; `None` where no log position applies
         /// (a checkpoint's metadata in the control file, a key looked up by id).
         at: Option<Position>,
+        /// True when the reader is a follower made with [`crate::Follower::attach`] whose `Wal`
+        /// has been closed or dropped, of a log without a key store: it took its keys from that
+        /// `Wal`, has nowhere left to take new ones from, and only
+        /// [`crate::Follower::set_keys`] gives it the key. False for every other reader.
+        attached_wal_gone: bool,
     },
     /// A segment lists a key id the key ring or store given to [`crate::Wal::open`] lacks, or
     /// (met by the writer later, at a segment switch) none of the ids it lists is among the
@@ -437,7 +442,29 @@ impl fmt::Display for Error {
                 crate::format::segment_file_name(*segment)
             ),
             Self::InvalidArgument { op, reason } => write!(f, "{op}: {reason}"),
-            Self::MissingKey { key_id, at: None } => write!(
+            Self::MissingKey {
+                key_id,
+                at,
+                attached_wal_gone: true,
+            } => {
+                match at {
+                    Some(at) => write!(
+                        f,
+                        "the record or page at {at} is sealed under key id {key_id}, "
+                    )?,
+                    None => write!(f, "the log needs key id {key_id}, ")?,
+                }
+                write!(
+                    f,
+                    "which this follower's keys lack: it took its keys from the Wal it was \
+                     attached to (Follower::attach), that Wal is closed or dropped, and the log \
+                     has no key store to read new keys from; give it a key ring holding the key \
+                     with Follower::set_keys"
+                )
+            }
+            Self::MissingKey {
+                key_id, at: None, ..
+            } => write!(
                 f,
                 "the log needs key id {key_id}, which the key ring lacks; give the key file \
                  or store that holds it"
@@ -445,6 +472,7 @@ impl fmt::Display for Error {
             Self::MissingKey {
                 key_id,
                 at: Some(at),
+                ..
             } => write!(
                 f,
                 "the record or page at {at} is sealed under key id {key_id}, which the key \
@@ -569,15 +597,24 @@ impl Error {
 
     /// A key id the key ring lacks, at no position yet ([`Error::located`] adds one).
     pub(crate) fn missing_key(key_id: u32) -> Self {
-        Self::MissingKey { key_id, at: None }
+        Self::MissingKey {
+            key_id,
+            at: None,
+            attached_wal_gone: false,
+        }
     }
 
     /// Says where: a [`Error::MissingKey`] without a position gets `at`; other errors pass.
     pub(crate) fn located(self, at: Position) -> Self {
         match self {
-            Self::MissingKey { key_id, at: None } => Self::MissingKey {
+            Self::MissingKey {
+                key_id,
+                at: None,
+                attached_wal_gone,
+            } => Self::MissingKey {
                 key_id,
                 at: Some(at),
+                attached_wal_gone,
             },
             other => other,
         }

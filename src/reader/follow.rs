@@ -107,8 +107,9 @@ pub struct Follower {
     ring: Option<KeyRing>,
     shared_keys: Option<Arc<Keys>>,
     wal: Option<Weak<Wal>>,
-    /// Where the keys came from, for a follower opened with a key store: read again when a
-    /// record names a key id the follower lacks.
+    /// Where the keys came from, for a follower opened with a key store, or attached to a `Wal`
+    /// of a log that has one: read again when a record names a key id the follower lacks (and,
+    /// for an attached follower, its `Wal` lacks too or is gone).
     store: Option<Arc<KeyStore>>,
     from: Lsn,
     files: Option<LogFiles>,
@@ -200,14 +201,25 @@ impl Follower {
     /// Follows the log that `wal` writes, in this process, with its keys and storage. The
     /// follower asks the `Wal` how far the log is durable, so durable records show up as soon
     /// as their `flush` has fdatasync'ed them. It holds only a weak reference: once the `Wal`
-    /// is closed or dropped, the page headers' durable hints take over. When a record names a
-    /// key the follower lacks (the `Wal` rotated its data key), it takes the `Wal`'s current
-    /// keys and reads the record again.
+    /// is closed or dropped, the page headers' durable hints take over, and the follower reads
+    /// on through whatever writer opens the directory next.
+    ///
+    /// When a record names a key the follower lacks (the log's data key was rotated), it takes
+    /// the `Wal`'s current keys and reads the record again. A log opened with a key store
+    /// ([`Config::key_store`](crate::Config::key_store)) leaves the follower that store too:
+    /// when the `Wal` is gone (a later `Wal` of the directory rotated the key) or lacks the key,
+    /// the follower takes the store's keys, reading the store file again
+    /// ([`KeyStore::reload`]) if the store in memory lacks the key as well, as
+    /// [`Follower::open_with_key_store`] does. A follower of a log with a raw key ring
+    /// ([`Config::keys`](crate::Config::keys)) has no such source: once its `Wal` is gone, a key
+    /// it lacks is [`Error::MissingKey`] with `attached_wal_gone` set, until
+    /// [`Follower::set_keys`] gives it the key.
     pub fn attach(wal: &Arc<Wal>, from: Lsn) -> Result<Follower> {
         let (storage, keys) = wal.follow_parts();
         let mut follower = Follower::new(wal.dir(), None, storage, from);
         follower.shared_keys = Some(keys);
         follower.wal = Some(Arc::downgrade(wal));
+        follower.store = wal.key_store();
         follower.load()?;
         Ok(follower)
     }
@@ -240,8 +252,10 @@ impl Follower {
     }
 
     /// Replaces the key ring, for example after the writer rotated to a key this follower did
-    /// not have: the follower goes on from where it is, and the new ring is checked against
-    /// every segment's key check values.
+    /// not have and has no source to take it from ([`Error::MissingKey`]; for a follower
+    /// attached to a log with a raw key ring whose `Wal` is gone, with `attached_wal_gone` set):
+    /// the follower goes on from where it is, and the new ring is checked against every
+    /// segment's key check values.
     pub fn set_keys(&mut self, keys: Option<KeyRing>) -> Result<()> {
         if let Some(old) = &self.files {
             // The same log, mode and geometry as read so far (`LogFiles::reopened`).
@@ -403,25 +417,44 @@ impl Follower {
         match polled {
             Err(e) if is_not_found(&e) => self.after_vanished(e),
             Err(e) if is_unlisted_key(&e) => self.after_replaced(e),
+            Err(Error::MissingKey {
+                key_id,
+                at,
+                attached_wal_gone: false,
+            }) if self.lost_its_only_key_source() => Err(Error::MissingKey {
+                key_id,
+                at,
+                attached_wal_gone: true,
+            }),
             other => other,
         }
     }
 
+    /// Whether this follower was attached to a `Wal` that is now gone and has no key store to
+    /// read keys from: nothing but [`Follower::set_keys`] can give it a key it lacks.
+    fn lost_its_only_key_source(&self) -> bool {
+        self.store.is_none()
+            && self.ring.is_none()
+            && self.wal.as_ref().is_some_and(|wal| wal.strong_count() == 0)
+    }
+
     /// Takes keys holding `key_id` from where this follower's keys came from: the attached
-    /// `Wal`'s current keys, or its key store (read from disk again when the store in memory
-    /// lacks the key too). False when there is no such source or it lacks the key as well.
+    /// `Wal`'s current keys, or the key store (the follower's own, or that of the log it was
+    /// attached to; read from disk again when the store in memory lacks the key too). False
+    /// when there is no such source or it lacks the key as well.
     fn pick_up_key(&mut self, key_id: u32) -> Result<bool> {
         if let Some(wal) = self.wal.as_ref().and_then(Weak::upgrade) {
             let (_, keys) = wal.follow_parts();
-            if keys.check_value(key_id).is_none() {
-                return Ok(false);
+            if keys.check_value(key_id).is_some() {
+                if let Some(files) = self.files.as_mut() {
+                    files.share_keys(Some(keys.clone()))?;
+                }
+                self.shared_keys = Some(keys);
+                // Files read again from now on take these keys, not a ring taken earlier.
+                self.ring = None;
+                self.parked = Parked::default();
+                return Ok(true);
             }
-            if let Some(files) = self.files.as_mut() {
-                files.share_keys(Some(keys.clone()))?;
-            }
-            self.shared_keys = Some(keys);
-            self.parked = Parked::default();
-            return Ok(true);
         }
         let Some(store) = &self.store else {
             return Ok(false);

@@ -152,6 +152,13 @@ impl Wal {
         self.install(ring)
     }
 
+    /// The key store this log keeps its data keys in, when it was opened with one
+    /// ([`Config::key_store`]): a follower attached to the log reads new keys from it once the
+    /// `Wal` is gone.
+    pub(crate) fn key_store(&self) -> Option<Arc<KeyStore>> {
+        self.rotation.store.clone()
+    }
+
     /// Ids of the data keys this log holds, the active one last.
     pub fn key_ids(&self) -> Vec<u32> {
         self.rotation.ring.lock().ids()

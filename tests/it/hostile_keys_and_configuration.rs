@@ -215,7 +215,8 @@ fn missing_key_id_is_reported() {
                 first,
                 Err(Error::MissingKey {
                     key_id: 5,
-                    at: Some(_)
+                    at: Some(_),
+                    attached_wal_gone: false,
                 })
             ),
             "{mode}: {first:?}"
@@ -230,7 +231,8 @@ fn missing_key_id_is_reported() {
                 first,
                 Err(Error::MissingKey {
                     key_id: 5,
-                    at: Some(_)
+                    at: Some(_),
+                    attached_wal_gone: false,
                 })
             ),
             "{mode}: {first:?}"

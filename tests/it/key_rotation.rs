@@ -103,6 +103,7 @@ fn rotation_keeps_old_records_readable_and_names_missing_or_wrong_keys() {
                 e @ Error::MissingKey {
                     key_id: 1,
                     at: Some(at),
+                    attached_wal_gone: false,
                 },
             ) => {
                 assert_eq!(at.segment, Lsn(0), "{mode}");
