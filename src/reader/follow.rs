@@ -557,6 +557,30 @@ impl Follower {
         }
     }
 
+    /// [`Error::Purged`] when the segment at `missing`, which the follower reads in and `files`
+    /// do not hold, lies before the oldest segment the directory lists now: a purge removed it
+    /// before the follower got there. Purges remove segments oldest first, so a segment gone
+    /// from below the oldest one left is purged, never missing from the middle; the follower's
+    /// files may have been listed just after such a purge (the follower lists the directory to
+    /// find the segment a record runs on into, and the purge took that segment and its own).
+    /// The directory is listed again, so the error names the oldest segment left now. `None`
+    /// when segments at or below `missing` are listed: a gap among them is for the torn-tail
+    /// rule to judge (damage once later page headers vouch for the log past it).
+    fn purged_under(&self, files: &LogFiles, missing: Lsn) -> Result<Option<Error>> {
+        let listed = list_segments(self.storage.as_ref(), &self.dir)?;
+        let oldest = listed
+            .first()
+            .or_else(|| files.segments.first().map(|s| &s.header.start))
+            .copied();
+        Ok(match oldest {
+            Some(oldest) if missing < oldest => Some(Error::Purged {
+                needed: self.pos,
+                oldest,
+            }),
+            _ => None,
+        })
+    }
+
     fn poll_files<T>(
         &mut self,
         convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
@@ -623,6 +647,14 @@ impl Follower {
                 }
                 Step::End(invalid) => {
                     self.parked = cursor.park(false);
+                    // A segment the follower reads in that its files do not hold: purged, or
+                    // damage for the torn-tail rule below to judge.
+                    if matches!(invalid.kind, CorruptionKind::MissingSegment)
+                        && let Some(purged) =
+                            self.purged_under(files, files.geo.segment_start(invalid.at))?
+                    {
+                        return Err(purged);
+                    }
                     if files.geo.segment_start(invalid.at) >= files.end_of_files()
                         || resumes_in_an_unlisted_segment(files, invalid.at)
                     {
