@@ -456,7 +456,7 @@ mod ledger_tests {
         let condvar = Condvar::new();
         take_thread_counts();
         let mut held = lock.lock();
-        let _ = held.wait_for(&condvar, Duration::from_millis(1));
+        let _ = held.wait_for(&condvar, std::time::Duration::from_millis(1));
         drop(held);
         assert_eq!(take_thread_counts().writes, 4);
     }

@@ -818,9 +818,11 @@ impl Wal {
         // ring length on at any moment (appenders do not take the write lock): the image is
         // used only if the slot still held the page after it was read (`still_holds`).
         let Ok(slot) = self.buffer.holding(page) else {
-            // The page is complete and its slot holds a newer page, whose first write-out
-            // will carry the hint.
-            return Ok(());
+            // The page is complete (landed in full) and its slot holds a newer page: the hint
+            // goes into the header on file. Waiting for the newer page's first write-out to
+            // carry it is not enough: if that write-out or its fdatasync fails, the log is
+            // poisoned and followers would never see records this fdatasync made durable.
+            return self.refresh_hint_on_file(w, page, synced);
         };
         let ps = self.geo.page_size;
         // Up to the end of the log's bytes, not `reserved_to`: after a jump over unused log
@@ -832,11 +834,44 @@ impl Wal {
         let valid = valid.min(image.len() as u64) as usize;
         self.image_from_slot(Some(w), &slot, (page, valid, synced), &mut image)?;
         if !slot.still_holds() {
-            return Ok(());
+            drop(slot);
+            return self.refresh_hint_on_file(w, page, synced);
         }
         let segment = self.geo.segment_start(page);
         let file = self.file_for(w, segment)?;
         file.write_all_at(&image, page - segment)
+            .map_err(|e| self.poison("write page", segment, e))?;
+        w.imaged = (page, synced);
+        w.hint_unsynced = Some(segment);
+        Ok(())
+    }
+
+    /// [`Wal::refresh_hint`] for a page that has landed in full and left the buffer: its first
+    /// sector is read back from the file (what its write-outs put there), its header given the
+    /// hint `synced`, and the sector written again. Nothing else in the sector changes
+    /// (pagelevel's body keeps its ciphertext and the header its IV). A header on file that is
+    /// not this page's is a broken invariant.
+    fn refresh_hint_on_file(&self, w: &mut WriteState, page: Lsn, synced: Lsn) -> Result<()> {
+        let segment = self.geo.segment_start(page);
+        let file = self.file_for(w, segment)?;
+        let mut sector = [0u8; format::MIN_PAGE_SIZE as usize];
+        let read = crate::storage::read_full(file.as_ref(), &mut sector, page - segment)
+            .map_err(|e| self.poison("read page", segment, e))?;
+        let header = (read == sector.len())
+            .then(|| PageHeader::decode(self.log_id, &sector[..PAGE_HEADER_LEN]))
+            .flatten()
+            .filter(|h| h.page_lsn == page);
+        let Some(mut header) = header else {
+            let error = self.broken_invariant(
+                "write page",
+                page,
+                format!("the header of page {page}, landed in full, is not on file"),
+            );
+            return Err(self.poison_error(error));
+        };
+        header.durable_hint = synced;
+        header.encode(self.log_id, &mut sector[..PAGE_HEADER_LEN]);
+        file.write_all_at(&sector, page - segment)
             .map_err(|e| self.poison("write page", segment, e))?;
         w.imaged = (page, synced);
         w.hint_unsynced = Some(segment);
