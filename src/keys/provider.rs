@@ -143,8 +143,27 @@ impl KeyProvider for Kek {
     }
 }
 
+/// Refuses 32 bytes of text taken for a raw key: a passphrase (with its newline, say), whose
+/// strength is far below a 256-bit KEK's. 32 random bytes are all printable or whitespace with
+/// probability (100/256)^32, about 1e-13, so no real key is refused.
+fn refuse_text_as_raw_key(raw: &[u8]) -> std::result::Result<(), String> {
+    if raw
+        .iter()
+        .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+    {
+        return Err(
+            "32 bytes of text, not a random key (a passphrase?): if these 32 bytes are \
+             the KEK, write the same bytes as 64 hex digits (for example `xxd -p -c 64`); \
+             otherwise derive the KEK from the passphrase (PassphraseKek)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// Parses a KEK from a provider's output: 64 hex digits (surrounding whitespace allowed) or
-/// exactly 32 raw bytes that are not all printable text. The reason never quotes the output.
+/// exactly 32 raw bytes that are not all text (`refuse_text_as_raw_key`). The reason never
+/// quotes the output.
 fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
     let trimmed = output.trim_ascii();
     if trimmed.len() == KEY_LEN * 2 {
@@ -154,16 +173,7 @@ fn parse_kek(output: &[u8]) -> std::result::Result<Key, String> {
         }
     }
     if output.len() == KEY_LEN {
-        // 32 random bytes are all printable text with probability (95/256)^32, about 2e-14:
-        // such a file is a 32-character passphrase, whose strength is far below a 256-bit
-        // KEK's (a `KekCommand`'s text output is refused the same way).
-        if output.iter().all(|b| (0x20..0x7f).contains(b)) {
-            return Err(
-                "32 bytes of printable text, not a random key: write the KEK as 64 hex \
-                 digits, or derive it from a passphrase (PassphraseKek)"
-                    .into(),
-            );
-        }
+        refuse_text_as_raw_key(output)?;
         return Key::from_slice(output).ok_or_else(|| "impossible length".to_string());
     }
     Err(format!(
@@ -318,7 +328,10 @@ impl KekCommand {
 fn parse_kek_output(output: &[u8], format: KekFormat) -> std::result::Result<Key, String> {
     if format == KekFormat::Raw {
         return match output.len() {
-            KEY_LEN => Key::from_slice(output).ok_or_else(|| "impossible length".to_string()),
+            KEY_LEN => {
+                refuse_text_as_raw_key(output)?;
+                Key::from_slice(output).ok_or_else(|| "impossible length".to_string())
+            }
             n => Err(format!("expected exactly 32 raw bytes, got {n} bytes")),
         };
     }
@@ -549,8 +562,14 @@ mod tests {
         let path = dir.path().join("kek");
         std::fs::write(&path, b"correct horse battery staple 123").unwrap();
         let error = KekFile::open(&path).err().expect("a passphrase is refused");
-        assert!(error.to_string().contains("printable text"), "{error}");
+        assert!(error.to_string().contains("not a random key"), "{error}");
         assert!(!error.to_string().contains("horse"), "{error}");
+        // As `echo` writes it: 31 characters and a newline.
+        std::fs::write(&path, b"correct horse battery staple 12\n").unwrap();
+        let error = KekFile::open(&path)
+            .err()
+            .expect("a passphrase and its newline");
+        assert!(error.to_string().contains("xxd"), "{error}");
         let mut raw = [0u8; 32];
         raw[0] = 0x01; // one byte that is not printable: taken as raw
         raw[1..].copy_from_slice(b"correct horse battery staple 12");

@@ -24,13 +24,16 @@
 //! position it set or read (a compare-and-swap from the parked range's start), so a slot
 //! reused by a later range can never be read as this one's: a range `PARK_SLOTS` ids later is
 //! registered only once `written_to` has passed this one, after which that compare-and-swap
-//! fails. A range that fails never lands, and the log is poisoned, so `written_to` stops below
+//! fails. That argument needs every write to `written_to` after it is made to be a
+//! read-modify-write (a compare-and-swap or `fetch_max`, never a plain store), so that each
+//! continues the release sequence the registrant's read synchronises with. A range that fails never lands, and the log is poisoned, so `written_to` stops below
 //! it for good ([`InFlight::abandon`] wakes the waiters).
 //!
 //! Threads that must wait for `written_to` announce themselves in `sleepers` and sleep on a
 //! condition variable; a thread that moves `written_to` reads `sleepers` after a fence and
 //! wakes them only when someone sleeps, so the usual landing writes nothing else.
-//! `loom_model` checks the protocol with three ranges landing in every order.
+//! `loom_model` checks the protocol: three ranges landing in every order, slots reused by later
+//! ranges, and a range that never lands in a poisoned log.
 //!
 //! In the shared-line ledger (line_ledger.rs) `written_to`, the slots and `sleepers` are
 //! counted wrappers, and the sleepers' lock is an `OrderedMutex` (its holds count as
@@ -202,7 +205,7 @@ impl InFlight {
             return;
         }
         let slot = &self.parked[(ticket.id & self.mask) as usize];
-        slot.end.store(ticket.end.0, Ordering::Relaxed);
+        slot.end.store(ticket.end.0, Ordering::Release);
         slot.tag.store(ticket.id + 1, Ordering::Release);
         fence(Ordering::SeqCst);
         // A range before it may have landed since, and its carrier not have seen the slot.
@@ -241,7 +244,7 @@ impl InFlight {
             if slot.tag.load(Ordering::Acquire) != next + 1 {
                 break;
             }
-            let end = Lsn(slot.end.load(Ordering::Relaxed));
+            let end = Lsn(slot.end.load(Ordering::Acquire));
             // From `at` exactly: if `written_to` moved meanwhile, whoever moved it carries on,
             // and the slot may already hold a later range.
             if self
@@ -401,6 +404,49 @@ mod loom_model {
                 lander.join().expect("lander");
             }
             assert_eq!(inflight.written(), Lsn(40));
+        });
+    }
+
+    /// A range that never lands (its writer failed: the log is poisoned, then `abandon`), a
+    /// range after it that lands, a thread waiting for both, and a registration beyond the two
+    /// slots: the waiter and the registration both give up, and `written_to` stays below the
+    /// failed range.
+    #[test]
+    fn a_range_that_never_lands_releases_every_waiter_once_poisoned() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let inflight = Arc::new(InFlight::with_slots(
+                Lsn(0),
+                crate::lock_order::Domain::new(),
+                2,
+            ));
+            let poisoned = Arc::new(LineBool::new(false));
+            let mut registry = Registry::default();
+            let _failed = register(&inflight, &mut registry, 0);
+            let second = register(&inflight, &mut registry, 1);
+            let failer = {
+                let (inflight, poisoned) = (inflight.clone(), poisoned.clone());
+                loom::thread::spawn(move || {
+                    poisoned.store(true, loom::sync::atomic::Ordering::Release);
+                    inflight.abandon();
+                })
+            };
+            let lander = spawn_lander(&inflight, second);
+            let waiter = {
+                let (inflight, poisoned) = (inflight.clone(), poisoned.clone());
+                loom::thread::spawn(move || assert!(!inflight.wait_landed(Lsn(20), &poisoned)))
+            };
+            let range = (Lsn(20), Lsn(30));
+            assert!(
+                inflight
+                    .register(&mut registry, range, range, &poisoned)
+                    .is_none()
+            );
+            failer.join().expect("failer");
+            lander.join().expect("lander");
+            waiter.join().expect("waiter");
+            assert_eq!(inflight.written(), Lsn(0));
         });
     }
 }

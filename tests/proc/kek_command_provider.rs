@@ -151,9 +151,17 @@ fn kek_command_provider() {
         let (_, why) = provider_error(KekCommand::run(&prints, &[], t));
         assert!(why.contains("unusable output"), "{name}: {why}");
         assert!(!why.contains(&text[..8]), "{name}: {why}");
-        // Only the raw format, chosen explicitly, takes any 32 bytes.
-        assert!(KekCommand::run_with_format(&prints, &[], t, KekFormat::Raw).is_ok());
+        // Nor in the raw format: 32 bytes of text are not a random key there either.
+        let (_, why) = provider_error(KekCommand::run_with_format(&prints, &[], t, KekFormat::Raw));
+        assert!(why.contains("not a random key"), "{name}: {why}");
     }
+    // The raw format, chosen explicitly, takes 32 bytes that are not all text.
+    let binary = script(
+        dir,
+        "binary",
+        "printf '\\001\\377%s' 'correct horse battery staple'xx",
+    );
+    assert!(KekCommand::run_with_format(&binary, &[], t, KekFormat::Raw).is_ok());
 
     // Base64 of the 32 bytes is the same KEK as the hex.
     let b64 = script(
