@@ -216,7 +216,7 @@ impl<T, const LEVEL: u8> OrderedGuard<'_, T, LEVEL> {
 
     /// Waits on `condvar` for at most `timeout`, releasing the lock while asleep (the order's
     /// tests: the writer's waits have no timeout).
-    #[cfg(test)]
+    #[cfg(all(test, any(debug_assertions, feature = "line-ledger")))]
     pub(crate) fn wait_for(
         &mut self,
         condvar: &Condvar,

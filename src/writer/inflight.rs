@@ -349,6 +349,20 @@ mod loom_model {
         inflight.land(&ticket);
     }
 
+    /// Runs `f` in every interleaving loom makes within `preemptions`, on a fresh `InFlight`
+    /// with `slots` slots for parked ranges and its registry.
+    fn check(preemptions: usize, slots: usize, f: fn(Arc<InFlight>, Registry)) {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(preemptions);
+        model.check(move || {
+            let domain = crate::lock_order::Domain::new();
+            f(
+                Arc::new(InFlight::with_slots(Lsn(0), domain, slots)),
+                Registry::default(),
+            );
+        });
+    }
+
     fn spawn_lander(inflight: &Arc<InFlight>, ticket: Ticket) -> loom::thread::JoinHandle<()> {
         let inflight = inflight.clone();
         loom::thread::spawn(move || land(&inflight, ticket))
@@ -356,15 +370,7 @@ mod loom_model {
 
     #[test]
     fn every_landed_range_is_passed_and_none_early() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(3);
-        model.check(|| {
-            let inflight = Arc::new(InFlight::with_slots(
-                Lsn(0),
-                crate::lock_order::Domain::new(),
-                4,
-            ));
-            let mut registry = Registry::default();
+        check(3, 4, |inflight, mut registry| {
             let landers: Vec<_> = (0..3)
                 .map(|i| register(&inflight, &mut registry, i))
                 .map(|ticket| spawn_lander(&inflight, ticket))
@@ -383,15 +389,7 @@ mod loom_model {
     /// stored there.
     #[test]
     fn a_reused_slot_is_never_read_as_its_old_range() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(2);
-        model.check(|| {
-            let inflight = Arc::new(InFlight::with_slots(
-                Lsn(0),
-                crate::lock_order::Domain::new(),
-                2,
-            ));
-            let mut registry = Registry::default();
+        check(2, 2, |inflight, mut registry| {
             let mut landers = Vec::new();
             for i in 0..3 {
                 let ticket = register(&inflight, &mut registry, i);
@@ -413,16 +411,8 @@ mod loom_model {
     /// failed range.
     #[test]
     fn a_range_that_never_lands_releases_every_waiter_once_poisoned() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(3);
-        model.check(|| {
-            let inflight = Arc::new(InFlight::with_slots(
-                Lsn(0),
-                crate::lock_order::Domain::new(),
-                2,
-            ));
+        check(3, 2, |inflight, mut registry| {
             let poisoned = Arc::new(LineBool::new(false));
-            let mut registry = Registry::default();
             let _failed = register(&inflight, &mut registry, 0);
             let second = register(&inflight, &mut registry, 1);
             let failer = {
