@@ -834,7 +834,6 @@ impl Wal {
         let valid = valid.min(image.len() as u64) as usize;
         self.image_from_slot(Some(w), &slot, (page, valid, synced), &mut image)?;
         if !slot.still_holds() {
-            drop(slot);
             return self.refresh_hint_on_file(w, page, synced);
         }
         let segment = self.geo.segment_start(page);
