@@ -77,7 +77,6 @@ fn follower_sees_a_durable_record_whose_page_left_the_buffer_before_the_hint() {
         wal.flush(wal.append(1, b"first").unwrap()).unwrap();
         // A record that ends exactly where its page ends: the flush lands the page in full.
         let start = wal.end_lsn();
-        let len;
         let probe_end = |len: usize| {
             // The end a record of `len` bytes would have, found with a throwaway log.
             let scratch = tempfile::tempdir().unwrap();
@@ -101,7 +100,7 @@ fn follower_sees_a_durable_record_whose_page_left_the_buffer_before_the_hint() {
                 false => hi = mid,
             }
         }
-        len = lo;
+        let len = lo;
         let lsn = wal.append(1, &vec![0x5A; len]).unwrap();
         assert_eq!(
             u64::from(wal.end_lsn()),
