@@ -629,7 +629,10 @@ impl Follower {
                     // all that vouch for this record. Stopped here a while, the follower reads
                     // every later page header (what the torn-tail rule reads), so it reaches the
                     // damage and reports it instead of waiting for good.
-                    if self.wal.is_none() && stalled(&mut self.checked, stored.lsn) {
+                    // Not while the `Wal` it is attached to lives (its count is exact); once
+                    // that `Wal` is gone, it learns from the headers like any other follower.
+                    let from_headers = self.wal.as_ref().is_none_or(|w| w.strong_count() == 0);
+                    if from_headers && stalled(&mut self.checked, stored.lsn) {
                         let full = files.max_hint_from(files.geo.page_start(stored.lsn))?;
                         if full > self.durable {
                             self.durable = full;

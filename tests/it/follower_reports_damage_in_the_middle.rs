@@ -95,6 +95,53 @@ fn follower_reports_a_damaged_page_header_in_the_middle_of_a_segment() {
     }
 }
 
+/// The same damage met by a follower attached to the `Wal` that wrote the log, after that
+/// `Wal` is gone: it learns what is durable from the page headers, as a follower of the files
+/// does, and must also read every later page header once it has waited a while. It waited
+/// for good: the full look was made only by followers never attached.
+#[test]
+fn follower_attached_to_a_dropped_wal_reports_a_damaged_page_header() {
+    const PAGE: u64 = 1024;
+    for mode in Mode::ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let config = Config::new(mode)
+            .keys(keys.clone())
+            .page_size(PAGE)
+            .segment_size(64 * PAGE);
+        let wal = std::sync::Arc::new(Wal::open(dir.path(), config).unwrap());
+        let mut follower = Follower::attach(&wal, Lsn::default()).unwrap();
+        for i in 0..200u32 {
+            wal.append(1, &i.to_le_bytes().repeat(30)).unwrap();
+        }
+        wal.flush(wal.end_lsn()).unwrap();
+        wal.shutdown().unwrap();
+        drop(wal);
+        let path = dir.path().join(segment_file_name(Lsn(0)));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(10 * PAGE + 2) as usize] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = 0;
+        let err = loop {
+            assert!(
+                Instant::now() < deadline,
+                "{mode}: damage never reported, {seen} records yielded"
+            );
+            match follower.next_timeout(Duration::from_millis(100)) {
+                Ok(Some(_)) => seen += 1,
+                Ok(None) => {}
+                Err(e) => break e,
+            }
+        };
+        assert!(seen > 0, "{mode}: no record before the damage");
+        assert!(
+            matches!(err, Error::Corrupt { at, .. } if at.lsn < Lsn(11 * PAGE)),
+            "{mode}: {err}"
+        );
+    }
+}
+
 /// Follows the log in `dir` from its start, durable and written: it must yield `before`, in
 /// order, then `Corrupt` at `damage`, within ten seconds.
 fn follow_to_the_damage(
