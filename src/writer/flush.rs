@@ -234,6 +234,10 @@ impl Wal {
         }
         let mut buf = WRITE_BUFFER.take();
         buf.clear();
+        // Planning moves `imaged` to the pages it plans; if the range is then never
+        // registered, it goes back, so `imaged` always names a page of a registered range
+        // (`refresh_hint` in a poisoned log relies on it).
+        let imaged = w.imaged;
         let built =
             self.plan_pages(w, target, &mut buf)
                 .and_then(|()| match self.fills_under_lock() {
@@ -241,6 +245,7 @@ impl Wal {
                     false => Ok(()),
                 });
         if let Err(e) = built {
+            w.imaged = imaged;
             buf.clear();
             WRITE_BUFFER.set(buf);
             return Err(self.poison_error(e));
@@ -261,6 +266,7 @@ impl Wal {
             self.poison.flag(),
         );
         let Some(ticket) = registered else {
+            w.imaged = imaged;
             buf.clear();
             WRITE_BUFFER.set(buf);
             self.check_poison()?;
@@ -808,10 +814,17 @@ impl Wal {
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
         let synced = self.positions.synced();
         let (page, hint) = w.imaged;
-        // Not in a poisoned log: a write-out that failed after planning its pages (making
-        // their segment, say) left `imaged` on a page no write reached, which the refresh
-        // would write into (and whose segment it would try to make again).
-        if page == super::NO_PAGE || hint >= synced || self.poison.is_set() {
+        if page == super::NO_PAGE || hint >= synced {
+            return Ok(());
+        }
+        // In a poisoned log only while every range reserved has landed: a range that failed
+        // may hold the image of `imaged`'s page, which then never reached the file. (A
+        // write-out that failed in its planning, making a segment say, put `imaged` back.) The
+        // refresh is still owed there: the fdatasync that raised `synced` succeeded and its
+        // flushes returned Ok before a later round failed, and followers learn what is durable
+        // only from page headers (an outside probe with failing fdatasyncs saw a follower miss
+        // such a record for good).
+        if self.poison.is_set() && self.inflight.written() < w.reserved_to {
             return Ok(());
         }
         // Once the page has landed in full, an appender may claim its slot for the page one
@@ -1001,6 +1014,53 @@ mod tests {
             assert!(matches!(wal.append(1, b"later"), Err(Error::Poisoned(_))));
             assert!(matches!(wal.flush(lsn), Err(Error::Poisoned(_))));
             assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
+        }
+    }
+
+    /// The hint refresh after an fdatasync that succeeded is still made when a later round
+    /// poisoned the log before it (an fdatasync that failed; every range had landed): the
+    /// records that fdatasync made durable were acknowledged, and a follower of the files learns
+    /// it only from the header. It was skipped in any poisoned log, and a follower missed those
+    /// records for good (an outside probe with failing fdatasyncs).
+    #[test]
+    fn the_hint_refresh_is_made_when_a_later_round_poisoned_the_log() {
+        use crate::{Follower, SyncMode};
+        for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
+            let dir = tempfile::tempdir().unwrap();
+            let keys = KeyRing::generate().unwrap();
+            let config = Config::new(mode)
+                .keys(keys.clone())
+                .sync(SyncMode::Buffered)
+                .page_size(4096);
+            let wal = Wal::open(dir.path(), config).unwrap();
+            wal.flush(wal.append(1, b"written").unwrap()).unwrap();
+            let lsn = wal.append(1, b"made durable").unwrap();
+            let end = wal.end_lsn();
+            // `sync`'s steps, with a failure elsewhere between the fdatasync and the refresh.
+            let same = wal.check_process().unwrap();
+            let turn = wal.syncs.turn();
+            let mut w = wal.write.lock();
+            wal.write_locked(&mut w, end, same).unwrap();
+            wal.sync_locked(&mut w, &turn).unwrap();
+            wal.positions.raise_flushed(end);
+            wal.positions.raise_synced(end);
+            let failed = wal.broken_invariant("fdatasync segment", end, "a later round".into());
+            let _ = wal.poison_error(failed);
+            wal.refresh_hint(&mut w).unwrap();
+            drop((w, turn));
+            let mut follower = Follower::open(dir.path(), Some(keys), Lsn(0)).unwrap();
+            let mut seen = false;
+            while let Some(record) = follower
+                .next_timeout(std::time::Duration::from_millis(300))
+                .unwrap()
+            {
+                seen |= record.lsn == lsn;
+            }
+            assert!(
+                seen,
+                "{mode:?}: a follower never saw the record made durable"
+            );
+            drop(wal);
         }
     }
 
