@@ -814,17 +814,28 @@ impl Wal {
     pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
         let synced = self.positions.synced();
         let (page, hint) = w.imaged;
-        if page == super::NO_PAGE || hint >= synced {
+        if page == super::NO_PAGE {
             return Ok(());
         }
-        // In a poisoned log only while every range reserved has landed: a range that failed
-        // may hold the image of `imaged`'s page, which then never reached the file. (A
-        // write-out that failed in its planning, making a segment say, put `imaged` back.) The
-        // refresh is still owed there: the fdatasync that raised `synced` succeeded and its
-        // flushes returned Ok before a later round failed, and followers learn what is durable
-        // only from page headers (an outside probe with failing fdatasyncs saw a follower miss
-        // such a record for good).
+        // In a poisoned log too: the fdatasync that raised `synced` succeeded and its flushes
+        // returned Ok before a later round failed, and followers learn what is durable only
+        // from page headers (an outside probe with failing fdatasyncs and writes saw a follower
+        // miss such a record for good). While every range reserved has landed, `imaged`'s page
+        // is on file (a write-out that failed in its planning, making a segment say, put
+        // `imaged` back); otherwise a range that failed may hold its image.
         if self.poison.is_set() && self.inflight.written() < w.reserved_to {
+            // A range failed, and `imaged`'s page may be one it held. The page of the last
+            // byte `synced` covers landed (`synced <= written_to`): its header goes there, on
+            // file. Best effort: the log is poisoned already, and the fdatasync succeeded.
+            if synced > Lsn(0) {
+                let page = self.geo.page_start(Lsn(synced.0 - 1));
+                let _ = self.refresh_hint_on_file(w, page, synced);
+            }
+            return Ok(());
+        }
+        // (`imaged`'s hint, checked only now: a range that failed may have imaged it with a
+        // hint that never reached the file.)
+        if hint >= synced {
             return Ok(());
         }
         // Once the page has landed in full, an appender may claim its slot for the page one
@@ -1018,14 +1029,16 @@ mod tests {
     }
 
     /// The hint refresh after an fdatasync that succeeded is still made when a later round
-    /// poisoned the log before it (an fdatasync that failed; every range had landed): the
+    /// poisoned the log before it (an fdatasync that failed, or a write whose range never
+    /// landed): the
     /// records that fdatasync made durable were acknowledged, and a follower of the files learns
     /// it only from the header. It was skipped in any poisoned log, and a follower missed those
     /// records for good (an outside probe with failing fdatasyncs).
     #[test]
     fn the_hint_refresh_is_made_when_a_later_round_poisoned_the_log() {
         use crate::{Follower, SyncMode};
-        for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
+        let modes = [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel];
+        for (mode, failed_write) in modes.into_iter().flat_map(|m| [(m, false), (m, true)]) {
             let dir = tempfile::tempdir().unwrap();
             let keys = KeyRing::generate().unwrap();
             let config = Config::new(mode)
@@ -1036,6 +1049,8 @@ mod tests {
             wal.flush(wal.append(1, b"written").unwrap()).unwrap();
             let lsn = wal.append(1, b"made durable").unwrap();
             let end = wal.end_lsn();
+            wal.append(1, b"not yet written").unwrap();
+            let later = wal.end_lsn();
             // `sync`'s steps, with a failure elsewhere between the fdatasync and the refresh.
             let same = wal.check_process().unwrap();
             let turn = wal.syncs.turn();
@@ -1044,8 +1059,19 @@ mod tests {
             wal.sync_locked(&mut w, &turn).unwrap();
             wal.positions.raise_flushed(end);
             wal.positions.raise_synced(end);
-            let failed = wal.broken_invariant("fdatasync segment", end, "a later round".into());
-            let _ = wal.poison_error(failed);
+            match failed_write {
+                // A later round's fdatasync failed: every range had landed.
+                false => {
+                    let failed =
+                        wal.broken_invariant("fdatasync segment", end, "a later round".into());
+                    let _ = wal.poison_error(failed);
+                }
+                // A later round's write failed: its range (imaging the same page) never lands.
+                true => {
+                    let range = wal.reserve(&mut w, later).unwrap().expect("a range");
+                    drop(range);
+                }
+            }
             wal.refresh_hint(&mut w).unwrap();
             drop((w, turn));
             let mut follower = Follower::open(dir.path(), Some(keys), Lsn(0)).unwrap();
@@ -1058,7 +1084,7 @@ mod tests {
             }
             assert!(
                 seen,
-                "{mode:?}: a follower never saw the record made durable"
+                "{mode:?}, a failed write {failed_write}: a follower never saw the record made durable"
             );
             drop(wal);
         }
