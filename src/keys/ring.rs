@@ -371,20 +371,12 @@ const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(60);
 /// rotation or secure removal of it. Best effort: a temporary that cannot be read or removed
 /// is left.
 fn remove_stale_temporaries(path: &Path) {
-    let (Some(name), dir) = (path.file_name(), parent_dir(path)) else {
-        return;
-    };
-    let prefix = format!(".{}.", name.to_string_lossy());
+    let dir = parent_dir(path);
     let Ok(entries) = fs::read_dir(&dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let file_name = entry.file_name();
-        let file_name = file_name.to_string_lossy();
-        let ours = file_name
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(".tmp"))
-            .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        let ours = is_temporary_of(path, &entry.file_name().to_string_lossy());
         let stale = || {
             let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
             Some(modified.elapsed().ok()? >= STALE_TEMPORARY)
@@ -400,6 +392,17 @@ pub(crate) fn parent_dir(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     }
+}
+
+/// Whether `candidate`, a name in `path`'s directory, is one [`temp_name`] makes for `path`.
+pub(crate) fn is_temporary_of(path: &Path, candidate: &str) -> bool {
+    let Some(name) = path.file_name() else {
+        return false;
+    };
+    candidate
+        .strip_prefix(&format!(".{}.", name.to_string_lossy()))
+        .and_then(|rest| rest.strip_suffix(".tmp"))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// `.<name>.<16 random hex>.tmp` beside `path`.

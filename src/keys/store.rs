@@ -25,7 +25,7 @@ use super::layout::{
     decode, encode_body, finish,
 };
 use super::provider::{Kek, KeyProvider, PassphraseKek};
-use super::ring::{Key, KeyRing, parent_dir, temp_name};
+use super::ring::{Key, KeyRing, is_temporary_of, parent_dir, temp_name};
 use super::store_auth::{
     AuthKey, check_authentication, describe_kek_id, kek_mismatch, new_auth_key, store_tag,
 };
@@ -681,18 +681,12 @@ impl KeyStore {
     /// holds it for the whole life of its temporary, so none found then is in use. They hold
     /// only wrapped keys; this keeps them from piling up.
     fn remove_stale_temporaries(&self) {
-        let (Some(name), dir) = (self.path.file_name(), parent_dir(&self.path)) else {
-            return;
-        };
-        let prefix = format!(".{}.", name.to_string_lossy());
+        let dir = parent_dir(&self.path);
         let Ok(names) = self.storage.list(&dir) else {
             return;
         };
         for n in names {
-            let stale = n.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp"));
-            if stale
-                .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-            {
+            if is_temporary_of(&self.path, &n) {
                 let _ = self.storage.remove(&dir.join(&n));
             }
         }

@@ -169,6 +169,14 @@ impl InFlight {
                 _ => break,
             }
         }
+        // A carrier moves `written_to` from a range's predecessor's end to its own end, never
+        // reading its start: ranges in flight must follow each other without a gap. (A jump
+        // over unused log, or the rewrite of the tail page at open, has none in flight.)
+        debug_assert!(
+            registry.ranges.back().is_none_or(|last| last.end == start),
+            "range [{start}, {end}) registered after one in flight ending elsewhere"
+        );
+        debug_assert!(start < end, "an empty range [{start}, {end}) registered");
         registry.next_id += 1;
         // Conservative: a range that has landed but is parked still counts, and waiting for
         // `written_to` to pass it waits for every range before it too.

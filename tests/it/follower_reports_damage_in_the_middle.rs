@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use walcrypt::inspect::segment_file_name;
-use walcrypt::{Config, Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility, Wal};
+use walcrypt::{Config, Error, Follower, KeyRing, Lsn, Mode, Reader, Record, Visibility, Wal};
 
 #[test]
 fn follower_reports_damage_in_the_middle() {
@@ -121,19 +121,8 @@ fn follower_attached_to_a_dropped_wal_reports_a_damaged_page_header() {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[(10 * PAGE + 2) as usize] ^= 0x10;
         std::fs::write(&path, &bytes).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
         let mut seen = 0;
-        let err = loop {
-            assert!(
-                Instant::now() < deadline,
-                "{mode}: damage never reported, {seen} records yielded"
-            );
-            match follower.next_timeout(Duration::from_millis(100)) {
-                Ok(Some(_)) => seen += 1,
-                Ok(None) => {}
-                Err(e) => break e,
-            }
-        };
+        let err = until_error(&mut follower, &mode.to_string(), |_| seen += 1);
         assert!(seen > 0, "{mode}: no record before the damage");
         assert!(
             matches!(err, Error::Corrupt { at, .. } if at.lsn < Lsn(11 * PAGE)),
@@ -155,26 +144,29 @@ fn follow_to_the_damage(
         let mut follower = Follower::open(dir, Some(keys.clone()), Lsn::default())
             .unwrap()
             .visibility(visibility);
-        let deadline = Instant::now() + Duration::from_secs(10);
         let mut seen = 0;
-        let err = loop {
-            assert!(
-                Instant::now() < deadline,
-                "{what} {visibility:?}: damage never reported, {seen} records yielded"
-            );
-            match follower.next_timeout(Duration::from_millis(100)) {
-                Ok(Some(r)) => {
-                    assert_eq!(r.payload, before[seen], "{what} {visibility:?}");
-                    seen += 1;
-                }
-                Ok(None) => {}
-                Err(e) => break e,
-            }
-        };
+        let err = until_error(&mut follower, &format!("{what} {visibility:?}"), |r| {
+            assert_eq!(r.payload, before[seen], "{what} {visibility:?}");
+            seen += 1;
+        });
         assert_eq!(seen, before.len(), "{what} {visibility:?}");
         match err {
             Error::Corrupt { at, .. } => assert_eq!(at.lsn, damage, "{what} {visibility:?}"),
             other => panic!("{what} {visibility:?}: {other}"),
+        }
+    }
+}
+
+/// Polls `follower` until it fails, handing each record to `record`; the error, within ten
+/// seconds (`what` names the case when it does not come).
+fn until_error(follower: &mut Follower, what: &str, mut record: impl FnMut(Record)) -> Error {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "{what}: damage never reported");
+        match follower.next_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => record(r),
+            Ok(None) => {}
+            Err(e) => return e,
         }
     }
 }
