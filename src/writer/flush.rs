@@ -352,7 +352,7 @@ impl Wal {
     /// encrypted there), after it otherwise.
     fn plan_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
-        let hint = self.positions.synced();
+        let hint = self.positions.synced().max(w.synced_known);
         let mut page = self.geo.page_start(w.reserved_to);
         let mut len = buf.len;
         while page < target {
@@ -757,15 +757,11 @@ impl Wal {
         self.sync_in_turn(&turn, &handles)?;
         // No flush returns Ok once the log is poisoned, even one whose own bytes are synced.
         self.check_poison()?;
-        // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
-        // instant (`Positions::check_order`).
-        self.positions.raise_flushed(target);
-        self.positions.raise_synced(target);
-        due.done = true;
         drop(turn);
         let mut w = self.write.lock();
         self.wait_landed(w.reserved_to)?;
-        self.refresh_hint(&mut w)?;
+        self.acknowledge_synced(&mut w, target)?;
+        due.done = true;
         self.debug_check_positions(&w);
         Ok(())
     }
@@ -792,6 +788,29 @@ impl Wal {
         }
     }
 
+    /// Acknowledges `synced`, a record boundary an fdatasync that returned covers: writes its
+    /// durable hint on file ([`Wal::refresh_hint`]), then raises `flushed_to` and `synced_to`
+    /// to it, which is what returns flushes waiting for it. In that order: a follower of the
+    /// files learns what is durable only from page headers, so a flush that returned Ok before
+    /// the hint was written left its record out of every follower's sight for good when that
+    /// write then failed (a disk failing every write after an fdatasync that succeeded: a
+    /// replica promoted then lacked an acknowledged record). A round whose hint cannot be
+    /// written acknowledges nothing; its records are durable, and the next open recovers them.
+    /// Under the write lock, with every reserved range landed.
+    pub(super) fn acknowledge_synced(&self, w: &mut WriteState, synced: Lsn) -> Result<()> {
+        // True already: write-outs planned from here on stamp it (`plan_pages`).
+        w.synced_known = w.synced_known.max(synced);
+        self.refresh_hint(w, synced)?;
+        // No flush returns Ok once the log is poisoned: the refresh in a poisoned log is
+        // best effort.
+        self.check_poison()?;
+        // `flushed_to` before `synced_to`, so that `synced_to <= flushed_to` holds at every
+        // instant (`Positions::check_order`).
+        self.positions.raise_flushed(synced);
+        self.positions.raise_synced(synced);
+        Ok(())
+    }
+
     /// Writes the durable hint an fdatasync just made true into the header of the last page
     /// written, whose header still carries the hint of before that fdatasync: a follower of
     /// the files learns what is durable only from page headers, and would otherwise stay one
@@ -810,17 +829,17 @@ impl Wal {
     /// write lock, per Durable round). The page's next write-out then finds its header current
     /// and writes only what was appended (`appendable`). Not synced here, and no segment is
     /// listed dirty for it (a `sync` with nothing new appended costs no fdatasync): the hint is
-    /// true whether or not this write survives a crash. `close` syncs it.
-    pub(super) fn refresh_hint(&self, w: &mut WriteState) -> Result<()> {
-        let synced = self.positions.synced();
+    /// true whether or not this write survives a crash. `close` syncs it. `synced` is the
+    /// position the fdatasync covers ([`Wal::acknowledge_synced`]).
+    pub(super) fn refresh_hint(&self, w: &mut WriteState, synced: Lsn) -> Result<()> {
         let (page, hint) = w.imaged;
         if page == super::NO_PAGE {
             return Ok(());
         }
-        // In a poisoned log too: the fdatasync that raised `synced` succeeded and its flushes
-        // returned Ok before a later round failed, and followers learn what is durable only
-        // from page headers (an outside probe with failing fdatasyncs and writes saw a follower
-        // miss such a record for good). While every range reserved has landed, `imaged`'s page
+        // In a poisoned log too (best effort, and nothing is acknowledged after it): the
+        // fdatasync that covers `synced` succeeded, the records it made durable come back at
+        // the next open, and followers learn what is durable only from page headers. While
+        // every range reserved has landed, `imaged`'s page
         // is on file (a write-out that failed in its planning, making a segment say, put
         // `imaged` back); otherwise a range that failed may hold its image.
         if self.poison.is_set() && self.inflight.written() < w.reserved_to {
@@ -1030,10 +1049,10 @@ mod tests {
 
     /// The hint refresh after an fdatasync that succeeded is still made when a later round
     /// poisoned the log before it (an fdatasync that failed, or a write whose range never
-    /// landed): the
-    /// records that fdatasync made durable were acknowledged, and a follower of the files learns
-    /// it only from the header. It was skipped in any poisoned log, and a follower missed those
-    /// records for good (an outside probe with failing fdatasyncs).
+    /// landed): the records that fdatasync made durable come back at the next open, and a
+    /// follower of the files learns that only from the header. (It was skipped in any poisoned
+    /// log while flushes were acknowledged before the refresh, and a follower missed such
+    /// acknowledged records for good: an outside probe with failing fdatasyncs.)
     #[test]
     fn the_hint_refresh_is_made_when_a_later_round_poisoned_the_log() {
         use crate::{Follower, SyncMode};
@@ -1057,8 +1076,6 @@ mod tests {
             let mut w = wal.write.lock();
             wal.write_locked(&mut w, end, same).unwrap();
             wal.sync_locked(&mut w, &turn).unwrap();
-            wal.positions.raise_flushed(end);
-            wal.positions.raise_synced(end);
             match failed_write {
                 // A later round's fdatasync failed: every range had landed.
                 false => {
@@ -1072,7 +1089,7 @@ mod tests {
                     drop(range);
                 }
             }
-            wal.refresh_hint(&mut w).unwrap();
+            wal.refresh_hint(&mut w, end).unwrap();
             drop((w, turn));
             let mut follower = Follower::open(dir.path(), Some(keys), Lsn(0)).unwrap();
             let mut seen = false;

@@ -307,6 +307,11 @@ struct WriteState {
     /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
     /// if any: `close` syncs it, so the hint survives a restart too.
     hint_unsynced: Option<Lsn>,
+    /// The highest position an fdatasync that returned is known to cover, as the write lock's
+    /// holders learn it: set when its hint is refreshed, before `synced_to` is raised to it
+    /// (`Wal::acknowledge_synced`). Write-outs stamp the larger of the two into page headers,
+    /// so one planned in between never writes an older hint over the refreshed one.
+    synced_known: Lsn,
     /// The write-outs registered in flight and not yet passed by `written_to`.
     inflight: inflight::Registry,
 }
@@ -452,6 +457,7 @@ impl Wal {
                     files: Vec::new(),
                     reused: Vec::new(),
                     imaged: (NO_PAGE, Lsn(0)),
+                    synced_known: Lsn(0),
                     hint_unsynced: None,
                     inflight: inflight::Registry::default(),
                 },
@@ -895,10 +901,7 @@ impl Wal {
         let result = self.write_locked(&mut w, target, same).and_then(|()| {
             self.sync_locked(&mut w, &turn)?;
             // A switch or another sync under the lock before this one may have stored more.
-            // `flushed_to` first: `synced_to <= flushed_to` at every instant.
-            self.positions.raise_flushed(target);
-            self.positions.raise_synced(target);
-            self.refresh_hint(&mut w)?;
+            self.acknowledge_synced(&mut w, target)?;
             self.debug_check_positions(&w);
             Ok(())
         });

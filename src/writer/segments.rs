@@ -263,8 +263,14 @@ impl Wal {
         // outside probe saw `hold(flushed_lsn())` refused during rotations).
         ins.move_to(next);
         w.reserved_to = next;
-        self.positions.raise_flushed(next);
-        self.positions.raise_synced(next);
+        // The last page of the segment left (the switch record's) says so in its header: a
+        // follower of the files learns what is durable only from page headers, and the records
+        // this fdatasync made durable (appended before a rotation, say, and flushed only by
+        // it) would otherwise stay out of its sight while the writer is idle, since a flush
+        // after the switch finds nothing left to write or sync. In pagelevel the page is
+        // encrypted under the key set above, which its segment lists. Then the flushed and
+        // synced positions move.
+        self.acknowledge_synced(&mut w, next)?;
         // `Positions::check_order` leaves the end out while it is closed, as it is here.
         debug_assert!(
             self.positions.flushed() <= ins.pos(),
@@ -272,13 +278,6 @@ impl Wal {
             self.positions.flushed(),
             ins.pos()
         );
-        // The last page of the segment left (the switch record's) says so in its header: a
-        // follower of the files learns what is durable only from page headers, and the records
-        // this fdatasync made durable (appended before a rotation, say, and flushed only by
-        // it) would otherwise stay out of its sight while the writer is idle, since a flush
-        // after the switch finds nothing left to write or sync. In pagelevel the page is
-        // encrypted under the key set above, which its segment lists.
-        self.refresh_hint(&mut w)?;
         if let Some(keys) = keys {
             self.keys.store(keys);
             if claim && self.preparable(next) {

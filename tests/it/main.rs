@@ -11,6 +11,7 @@ mod golden_files;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod a_durable_flush_returns_ok_only_once_followers_can_see_its_record;
 mod an_engine_gets_its_own_errors_a_shared_shutdown_and_the_durable_position;
 mod append_batch_places_records_together;
 mod appenders_flushers_and_key_rotations_at_once_keep_every_record;

@@ -23,6 +23,11 @@ pub trait Hooks: Send + Sync + 'static {
     }
     /// `buf` is about to be written at `offset` of `path`.
     fn write(&self, _path: &Path, _offset: u64, _buf: &[u8]) {}
+    /// Whether the write [`Hooks::write`] heard of goes ahead: an error fails it, unwritten
+    /// (what a failing disk returns).
+    fn write_result(&self, _path: &Path, _offset: u64, _buf: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
     /// `path` is about to be fdatasync'ed.
     fn syncing(&self, _path: &Path) {}
     /// `path` was fdatasync'ed.
@@ -71,6 +76,7 @@ impl<H: Hooks> StorageFile for HookedFile<H> {
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.hooks.write(&self.path, offset, buf);
+        self.hooks.write_result(&self.path, offset, buf)?;
         self.inner.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
