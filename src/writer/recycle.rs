@@ -16,7 +16,8 @@
 //! when one fits: renamed to the new segment's temporary name, its header page rewritten (the
 //! new header, zeros after it), fdatasync'ed, renamed to the segment's name, directory synced.
 //! The other pages are not wiped: they keep the old segment's pages and records until the
-//! writer covers them, as PostgreSQL recycles its WAL segments. A crash before the rename
+//! writer covers them, as PostgreSQL recycles its WAL segments. Not in a plaintext log, which
+//! wipes them ([`keeps_old_bytes`] says why). A crash before the rename
 //! leaves a temporary file, which the open removes.
 //!
 //! What reuse saves: no new file's blocks to allocate (and no extents to commit with them), no
@@ -163,12 +164,29 @@ pub(crate) fn make_segment(
     recycle: bool,
 ) -> Result<MadeSegment> {
     if recycle && let Ok(Some(file)) = reuse_free(storage, dir, header) {
-        return Ok(MadeSegment { file, reused: true });
+        return Ok(MadeSegment {
+            file,
+            reused: keeps_old_bytes(header.mode),
+        });
     }
     Ok(MadeSegment {
         file: create_segment(storage, dir, header)?,
         reused: false,
     })
+}
+
+/// Whether a file reused for a segment of a log in `mode` keeps its earlier life's bytes
+/// (see the module documentation). Not in plaintext: there a record's payload is the
+/// embedder's bytes as they are, so an earlier life may hold a record whose checksum is right
+/// at a later position (the file a purge keeps and the segment it becomes are predictable),
+/// and a torn write of a page's first image (its first sectors landed, the later ones not)
+/// would leave it behind the log's end, where recovery read it as the log's own. So a
+/// plaintext log wipes a file it reuses (zeros over every page after the header, as a new
+/// file gets), and keeps the rest of reuse's gain: blocks allocated already, and no unlink at
+/// the purge. In the other modes the old bytes are ciphertext (perrecord's payloads, pagelevel's
+/// page bodies) or headers the library made, bound to their old position.
+pub(crate) fn keeps_old_bytes(mode: crate::Mode) -> bool {
+    mode != crate::Mode::Plaintext
 }
 
 /// Makes the segment `header` describes from a free file of `dir`, newest first, removing each
@@ -211,8 +229,12 @@ pub(crate) fn reuse_free(
                 return Ok(None);
             }
             // The header page only: the other pages keep their bytes until the writer covers
-            // them (see the module documentation).
+            // them (see the module documentation); but for a plaintext log's file, wiped.
             write_header(file.as_ref(), header)?;
+            if !keeps_old_bytes(header.mode) {
+                let page = header.geometry.page_size;
+                file.fill_zeros(page, header.geometry.segment_size - page)?;
+            }
             file.sync_data()?;
             storage.rename(&tmp, &path)?;
             storage.sync_dir(dir)?;

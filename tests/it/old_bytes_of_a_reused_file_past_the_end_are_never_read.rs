@@ -1,13 +1,14 @@
-//! A reused segment file is not wiped: its pages keep their earlier life's bytes until the
-//! writer covers them. Inside the pages the writer has written, the log must still be followed
-//! by zeros, not by those old bytes: there, old bytes are not rejected by their address (the
-//! page header is the new one), only by the record checksum, and a plaintext payload is the
-//! embedder's bytes, which may hold anything, a record valid at a later LSN included.
+//! A reused segment file is not wiped in the encrypted modes: its pages keep their earlier
+//! life's bytes until the writer covers them. Inside the pages the writer has written, the log
+//! must still be followed by zeros, not by old bytes: there, old bytes are not rejected by
+//! their address (the page header is the new one), only by the record checksum, and a
+//! plaintext payload is the embedder's bytes, which may hold anything, a record valid at a
+//! later LSN included.
 //!
 //! Here the old life of the file holds, inside a record's payload, a plaintext record whose
-//! checksum is right for the LSN at which the new life of the file ends. The writer writes the
-//! first image of each page of a reused file to the page's end, so the reader, a reopen and a
-//! follower all stop at the true end and never return that record.
+//! checksum is right for the LSN at which the new life of the file ends. The reader, a reopen
+//! and a follower all stop at the true end and never return that record, also after a torn
+//! write: a plaintext log wipes a file it reuses.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -148,8 +149,9 @@ fn old_bytes_of_a_reused_file_past_the_end_are_never_read() {
     assert!(!free.exists(), "the free file was reused");
     let now = read_segment(dir, NEW);
     assert!(
-        now[3 * PAGE as usize..] == old[3 * PAGE as usize..],
-        "the pages not written yet keep the file's old bytes (no wipe)"
+        now[3 * PAGE as usize..].iter().all(|&b| b == 0)
+            && old[3 * PAGE as usize..] != now[3 * PAGE as usize..],
+        "a plaintext log's reused file is wiped: the pages not written yet hold zeros, not the old bytes"
     );
     // A follower started now stops at the end.
     let mut follower = Follower::open(dir, None::<KeyRing>, Lsn::default())
@@ -187,4 +189,111 @@ fn old_bytes_of_a_reused_file_past_the_end_are_never_read() {
     written.insert(lsn, b"after the reopen".to_vec());
     wal.close().unwrap();
     check_records(dir, &written, "reopened");
+}
+
+/// A page of two sectors whose first image in a reused file is torn by a power cut: its first
+/// sector lands, its second keeps what the file held before the write. In plaintext that was
+/// the earlier life's bytes, an embedder's payload that may hold a record whose checksum is
+/// right at the position the new life's log ends at (the file a purge keeps, and the segment
+/// it becomes, are predictable); recovery read that record as the log's own. Found by an
+/// outside probe. A plaintext log wipes a file it reuses; the other modes' old bytes are
+/// ciphertext or a library-made header, rejected at the new position.
+#[test]
+fn a_torn_first_write_into_a_reused_plaintext_file_never_reads_old_bytes() {
+    use crate::support::faults::FaultStorage;
+    const PAGE: u64 = 1024;
+    const SEGMENT: u64 = 8 * PAGE;
+    /// The file offset of the planted record: page 1's second sector.
+    const AT: u64 = PAGE + 512;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let storage = FaultStorage::new();
+    let config = Config::new(Mode::Plaintext)
+        .sync(SyncMode::Buffered)
+        .page_size(PAGE)
+        .segment_size(SEGMENT)
+        .prepare_segments(false)
+        .recycle_segments(1)
+        .storage(storage.arc());
+    let wal = Wal::open(&dir, config.clone()).unwrap();
+    let header = RECORD_HEADER_PLAIN as u64;
+    // The old life: segment 0's page 1 holds, at `AT`, a record valid at `NEW + AT`.
+    let first = u64::from(wal.end_lsn());
+    assert!(first + header < AT, "the log starts in page 1");
+    let mut payload = vec![0u8; (AT - first - header) as usize];
+    payload.extend(record_valid_at(2 * SEGMENT + AT, b"never appended here"));
+    wal.append(1, &payload).unwrap();
+    while u64::from(wal.end_lsn()) < SEGMENT + PAGE {
+        wal.append(2, &[0xAA; 300]).unwrap();
+    }
+    wal.sync().unwrap();
+    assert_eq!(wal.purge_before(Lsn(SEGMENT)).unwrap(), 1);
+    // The new life: everything durable up to the end of segment 1, then, without a sync, into
+    // segment 2 (segment 0's file) until a record ends exactly at `AT`.
+    while u64::from(wal.end_lsn()) < 2 * SEGMENT - 400 {
+        wal.append(2, &[0xBB; 150]).unwrap();
+    }
+    wal.sync().unwrap();
+    let target = 2 * SEGMENT + AT;
+    loop {
+        let end = u64::from(wal.end_lsn());
+        assert!(end <= target, "passed the target: {end}");
+        if end == target {
+            break;
+        }
+        let page_end = (end / PAGE + 1) * PAGE;
+        let len = match target <= page_end && target - end >= header {
+            true => target - end - header,
+            false => (page_end - end).saturating_sub(header).clamp(1, 300),
+        };
+        wal.append(3, &vec![0xCC; len as usize]).unwrap();
+    }
+    wal.flush(wal.end_lsn()).unwrap();
+    let name = segment_file_name(Lsn(2 * SEGMENT));
+    assert!(
+        !dir.join(format!("{}.free", segment_file_name(Lsn(0))))
+            .exists(),
+        "the free file was reused"
+    );
+    // The crash image: segment 2 as its last fdatasync left it, with the first sector of page
+    // 1 from its (torn) first write; the other files as they are.
+    let image = tmp.path().join("image");
+    std::fs::create_dir_all(&image).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), image.join(entry.file_name())).unwrap();
+    }
+    let live = std::fs::read(dir.join(&name)).unwrap();
+    let mut torn = storage.synced_contents(&dir.join(&name)).unwrap();
+    torn.resize(SEGMENT as usize, 0);
+    torn[PAGE as usize..AT as usize].copy_from_slice(&live[PAGE as usize..AT as usize]);
+    std::fs::write(image.join(&name), &torn).unwrap();
+    drop(wal);
+    let read: Vec<(Lsn, u8)> = Reader::open(&image, None::<KeyRing>)
+        .unwrap()
+        .records_from(Lsn(SEGMENT))
+        .map(|r| r.map(|r| (r.lsn, r.kind)).unwrap())
+        .collect();
+    assert!(
+        read.iter().all(|&(_, kind)| kind != PLANTED_KIND),
+        "the reader returned the earlier life's record"
+    );
+    assert_eq!(
+        read.last().map(|r| r.1),
+        Some(3),
+        "the log ends with the torn page's records"
+    );
+    let config = config.storage(std::sync::Arc::new(walcrypt::storage::FsStorage));
+    let mut planted = 0;
+    let wal = Wal::open_and_replay(&image, config, Lsn(SEGMENT), |r| {
+        planted += usize::from(r.kind == PLANTED_KIND);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(planted, 0, "recovery replayed the earlier life's record");
+    assert_eq!(
+        u64::from(wal.end_lsn()),
+        target,
+        "recovery ends at the torn write"
+    );
 }

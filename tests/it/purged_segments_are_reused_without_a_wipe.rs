@@ -1,8 +1,9 @@
 //! `purge_before` keeps purged segment files (up to `Config::recycle_segments`) as
 //! `<segment name>.free`, and the segments made after it are those very files (same inode),
-//! with only the header page rewritten: no wipe (reusing a file writes one page, not a
-//! segment's worth of zeros, and the storage sees no `fill_zeros` until the pool is empty). The
-//! pages the log has not reached keep the file's earlier life; the page the log ends in holds
+//! with only the header page rewritten: no wipe in the encrypted modes (reusing a file writes
+//! one page, not a segment's worth of zeros, and the storage sees no `fill_zeros` until the pool
+//! is empty), a wipe in plaintext (see `recycle::keeps_old_bytes`). The pages the log has not
+//! reached keep the file's earlier life (zeros in plaintext); the page the log ends in holds
 //! zeros after the end. The log reads back exactly what was appended since the purge, before
 //! and after a reopen. With recycling off, nothing is kept and every new segment is
 //! zero-filled.
@@ -113,14 +114,16 @@ fn purged_segments_are_reused_without_a_wipe() {
         );
 
         // The next three segments are those files, newest first, not wiped: making each costs
-        // one write (its header page).
+        // one write (its header page). A plaintext log wipes each.
+        let wiped = mode == Mode::Plaintext;
         let zeros = storage.count(Op::FillZeros);
         let id = append_to(&wal, id, 8 * SEGMENT + PAGE, &mut written);
         assert_eq!(
-            storage.count(Op::FillZeros),
-            zeros,
-            "{mode}: a reused file is not zero-filled as a new one"
+            storage.count(Op::FillZeros) - zeros,
+            if wiped { 3 } else { 0 },
+            "{mode}: a reused file is not zero-filled as a new one (wiped in plaintext)"
         );
+        let zeros = storage.count(Op::FillZeros);
         assert!(free_files(dir).is_empty(), "{mode}: the pool is used up");
         let reused: Vec<u64> = (6..9).map(|i| ino(&dir.join(seg_name(i)))).collect();
         assert_eq!(
@@ -135,10 +138,16 @@ fn purged_segments_are_reused_without_a_wipe() {
         let end = (u64::from(wal.end_lsn()) - 8 * SEGMENT) as usize;
         let next_page = end - end % PAGE as usize + PAGE as usize;
         assert!(next_page < SEGMENT as usize, "{mode}");
-        assert!(
-            now[next_page..] == held[next_page..],
-            "{mode}: the pages the log has not reached keep the earlier life"
-        );
+        match wiped {
+            true => assert!(
+                now[next_page..].iter().all(|&b| b == 0),
+                "{mode}: the pages the log has not reached are wiped"
+            ),
+            false => assert!(
+                now[next_page..] == held[next_page..],
+                "{mode}: the pages the log has not reached keep the earlier life"
+            ),
+        }
         assert!(
             now[end..next_page].iter().all(|&b| b == 0),
             "{mode}: the page the log ends in holds zeros after the end"

@@ -99,11 +99,11 @@ fn segment_files_are_never_reused_across_a_4_gib_window() {
         free.iter().map(|f| f.0).collect::<Vec<_>>(),
         [base, base + SEGMENT]
     );
-    let zeros = storage.count(Op::FillZeros);
+    let created = storage.count(Op::Create);
     append_to(WINDOW - SEGMENT + PAGE);
     assert_eq!(
-        storage.count(Op::FillZeros),
-        zeros,
+        storage.count(Op::Create),
+        created,
         "reused below the boundary"
     );
     assert_eq!(ino(dir, WINDOW - SEGMENT), free[1].1);
@@ -113,9 +113,9 @@ fn segment_files_are_never_reused_across_a_4_gib_window() {
     // below, which can never be reused now, is removed.
     append_to(WINDOW + PAGE);
     assert_eq!(
-        storage.count(Op::FillZeros),
-        zeros + 1,
-        "zero-filled above the boundary"
+        storage.count(Op::Create),
+        created + 1,
+        "created above the boundary"
     );
     assert!(free_files(dir).is_empty(), "{:?}", free_files(dir));
 
@@ -126,9 +126,9 @@ fn segment_files_are_never_reused_across_a_4_gib_window() {
     // ...and those of the new window are kept and reused in it.
     assert_eq!(wal.purge_before(Lsn(WINDOW + 2 * SEGMENT)).unwrap(), 2);
     assert_eq!(free_files(dir).len(), 2);
-    let zeros = storage.count(Op::FillZeros);
+    let created = storage.count(Op::Create);
     append_to(WINDOW + 4 * SEGMENT + PAGE);
-    assert_eq!(storage.count(Op::FillZeros), zeros);
+    assert_eq!(storage.count(Op::Create), created);
     wal.close().unwrap();
     assert!(u64::from(*written.keys().next().unwrap()) > base);
 

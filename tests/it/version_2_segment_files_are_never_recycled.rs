@@ -76,10 +76,10 @@ fn version_2_segment_files_are_never_recycled() {
         .collect();
     assert_eq!(free.iter().map(|f| f.0.clone()).collect::<Vec<_>>(), names);
 
-    // And they are reused: no zeros for the next four segments.
-    let zeros = storage.count(Op::FillZeros);
+    // And they are reused: no file created for the next four segments.
+    let created = storage.count(Op::Create);
     append_to(12 * SEGMENT + 100);
-    assert_eq!(storage.count(Op::FillZeros), zeros);
+    assert_eq!(storage.count(Op::Create), created);
     wal.close().unwrap();
     let reader = Reader::open(&dir, None).unwrap();
     let records: Vec<_> = reader

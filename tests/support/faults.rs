@@ -190,6 +190,14 @@ impl FaultStorage {
         *self.state.lock().unwrap().counts.get(&op).unwrap_or(&0)
     }
 
+    /// The contents of the file now named `path` as its last fdatasync left them (what a
+    /// crash that drops every write since would leave), if the storage knows the file.
+    pub fn synced_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.state.lock().unwrap();
+        let inode = state.paths.get(path)?;
+        Some(state.inodes.get(inode)?.synced.clone())
+    }
+
     /// How many faults fired so far.
     pub fn injected(&self) -> u64 {
         self.state.lock().unwrap().injected
@@ -407,8 +415,16 @@ impl StorageFile for FaultFile {
         if let Some(Effect::Errno(e) | Effect::ShortWrite(e)) = state.tick(Op::FillZeros) {
             return Err(errno(e));
         }
-        // Zeros over bytes that read as zeros already: nothing for a crash image to tear.
-        self.inner.fill_zeros(offset, len)
+        self.inner.fill_zeros(offset, len)?;
+        // A write like any other: the zeros may land over old bytes (a reused file's wipe),
+        // which a crash before the next sync may keep.
+        if let Some(inode) = state.inodes.get_mut(&self.inode) {
+            inode.pending.push(Pending::Write {
+                offset,
+                data: vec![0; len as usize],
+            });
+        }
+        Ok(())
     }
 }
 
