@@ -281,7 +281,10 @@ impl Config {
     /// by an earlier one.
     ///
     /// A reused file gets its new header page, fdatasync'ed, before it takes the segment's
-    /// name; its other pages are not wiped, and keep the old segment's pages until the writer
+    /// name; in a plaintext log its other pages are then written with zeros (an embedder's
+    /// payload of the file's earlier life might otherwise hold a record valid at a later
+    /// position, which a torn write could leave behind the end); in the other modes they are
+    /// not wiped, and keep the old segment's pages until the writer
     /// covers them (the writer writes each page of a reused file whole the first time, so the
     /// log is followed by zeros inside the pages it wrote). What reuse saves is the new file's
     /// block allocation and zeros and the purge's unlink (which also trims the blocks on a file

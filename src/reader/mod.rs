@@ -309,7 +309,8 @@ const SETTLE_PAUSES: [std::time::Duration; 3] = [
 /// and damage below a hint comes from outside (bit rot, a lost or misdirected write).
 /// Otherwise the record is the torn tail of a crash, the end of the log.
 ///
-/// Only page headers valid at their address count. A reused segment file is not wiped: the
+/// Only page headers valid at their address count. A reused segment file of an encrypted log
+/// is not wiped: the
 /// pages the log has not reached (or a crash kept from reaching) still carry the headers of
 /// the file's earlier life, with their old LSNs and old durable hints. Each names another page
 /// (an earlier start in the same 4 GiB window), so it is no page of the log and its hint

@@ -132,7 +132,7 @@ impl Drop for SyncDue<'_> {
             let error = self.wal.broken_invariant(
                 "fdatasync segment",
                 self.target,
-                "a flush round ended before its fdatasync".into(),
+                "a flush round ended before it acknowledged its fdatasync".into(),
             );
             let _ = self.wal.poison_error(error);
         }
@@ -352,7 +352,7 @@ impl Wal {
     /// encrypted there), after it otherwise.
     fn plan_pages(&self, w: &mut WriteState, target: Lsn, buf: &mut WriteBuffer) -> Result<()> {
         let ps = self.geo.page_size;
-        let hint = self.positions.synced().max(w.synced_known);
+        let hint = self.positions.synced();
         let mut page = self.geo.page_start(w.reserved_to);
         let mut len = buf.len;
         while page < target {
@@ -798,8 +798,8 @@ impl Wal {
     /// written acknowledges nothing; its records are durable, and the next open recovers them.
     /// Under the write lock, with every reserved range landed.
     pub(super) fn acknowledge_synced(&self, w: &mut WriteState, synced: Lsn) -> Result<()> {
-        // True already: write-outs planned from here on stamp it (`plan_pages`).
-        w.synced_known = w.synced_known.max(synced);
+        // Write-outs are planned under the write lock, which the caller holds from the refresh
+        // to the raise: none is planned in between, with the older hint.
         self.refresh_hint(w, synced)?;
         // No flush returns Ok once the log is poisoned: the refresh in a poisoned log is
         // best effort.

@@ -307,11 +307,6 @@ struct WriteState {
     /// The segment whose last page's header `refresh_hint` rewrote since its last fdatasync,
     /// if any: `close` syncs it, so the hint survives a restart too.
     hint_unsynced: Option<Lsn>,
-    /// The highest position an fdatasync that returned is known to cover, as the write lock's
-    /// holders learn it: set when its hint is refreshed, before `synced_to` is raised to it
-    /// (`Wal::acknowledge_synced`). Write-outs stamp the larger of the two into page headers,
-    /// so one planned in between never writes an older hint over the refreshed one.
-    synced_known: Lsn,
     /// The write-outs registered in flight and not yet passed by `written_to`.
     inflight: inflight::Registry,
 }
@@ -457,7 +452,6 @@ impl Wal {
                     files: Vec::new(),
                     reused: Vec::new(),
                     imaged: (NO_PAGE, Lsn(0)),
-                    synced_known: Lsn(0),
                     hint_unsynced: None,
                     inflight: inflight::Registry::default(),
                 },
