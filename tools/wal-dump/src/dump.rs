@@ -2,16 +2,19 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
 use walcrypt::inspect::{self, Geometry, PAGE_FLAG_ENCRYPTED, RawRecord};
-use walcrypt::{Error, Follower, KeyRing, Lsn, Mode, Reader, Visibility};
+use walcrypt::{Error, Follower, KeyRing, KeyStore, Lsn, Mode, Reader, Visibility};
 
 use crate::fail::{EXIT_OK, Fail};
 use crate::kinds::Selection;
-use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, open_target, position};
+use crate::source::{
+    Disk, Target, fmt_lsn, hex, load_key_source, open_target_with_source, position,
+};
 use crate::{Args, OutputFormat, PayloadFormat};
 
 /// How long `--follow` waits for a record in one call (its output is flushed whenever it has
@@ -23,12 +26,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     if args.follow && no_log_yet(&args.path) {
         return follow_from_creation(args, selection, out);
     }
-    let (keys, target, reader) = open_target(
+    let (source, target, reader) = open_target_with_source(
         args.key_file.as_deref(),
         &args.kek,
         &args.path,
         args.require_mode,
     )?;
+    let keys = source.ring;
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     if args.pages || (reader.mode() == Mode::PageLevel && keys.is_none()) {
@@ -51,6 +55,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let mut lister = Lister {
         args,
         keys: keys.as_ref(),
+        store: source.store,
         selection,
         shown: 0,
     };
@@ -118,7 +123,8 @@ fn follow_from_creation(
         "wal-dump: no log in {} yet; waiting for one",
         args.path.display()
     );
-    let keys = load_keys(args.key_file.as_deref(), &args.kek)?;
+    let source = load_key_source(args.key_file.as_deref(), &args.kek)?;
+    let keys = source.ring;
     let target = Target {
         dir: args.path.clone(),
         segment: None,
@@ -127,6 +133,7 @@ fn follow_from_creation(
     let mut lister = Lister {
         args,
         keys: keys.as_ref(),
+        store: source.store,
         selection,
         shown: 0,
     };
@@ -145,6 +152,9 @@ enum Admit {
 struct Lister<'a> {
     args: &'a Args,
     keys: Option<&'a KeyRing>,
+    /// The key store `keys` came from, if any: `--follow` reads it again for a key the
+    /// writer added since (a data-key rotation).
+    store: Option<Arc<KeyStore>>,
     selection: Selection,
     shown: u64,
 }
@@ -192,12 +202,23 @@ impl Lister<'_> {
         };
         let keys = target.key_context(self.args.key_file.as_deref(), self.keys);
         let fail = |e: walcrypt::Error| Fail::from_wal_with_keys(&e, &keys);
-        let mut follower = Follower::open(&target.dir, self.keys.cloned(), begin)
-            .map_err(fail)?
-            .visibility(visibility);
-        if let Some(mode) = target.require_mode {
-            follower = follower.require_mode(mode).map_err(fail)?;
-        }
+        // With a key store, the follower takes a key the writer added since (a data-key
+        // rotation) from the store when a page needs it (pagelevel); a perrecord record comes
+        // without its payload instead, and is read again by a follower given the store anew.
+        let (store, ring) = (self.store.clone(), self.keys);
+        let open = |from: Lsn| {
+            let follower = match &store {
+                Some(store) => Follower::open_with_key_store(&target.dir, store.clone(), from),
+                None => Follower::open(&target.dir, ring.cloned(), from),
+            };
+            let follower = follower.map_err(fail)?.visibility(visibility);
+            match target.require_mode {
+                Some(mode) => follower.require_mode(mode).map_err(fail),
+                None => Ok(follower),
+            }
+        };
+        let mut follower = open(begin)?;
+        let mut reread = std::collections::BTreeSet::new();
         let mut disk = None;
         loop {
             // Output goes out whenever the listing has caught up with the writer.
@@ -216,6 +237,10 @@ impl Lister<'_> {
             else {
                 continue;
             };
+            if self.store_gained_key(&rec, &mut reread).map_err(fail)? {
+                follower = open(rec.lsn)?;
+                continue;
+            }
             let disk = match &mut disk {
                 Some(d) if Disk::covers(d, follower.segments()) => d,
                 slot => slot.insert(Disk::over(geo, log_id, follower.segments())),
@@ -229,6 +254,29 @@ impl Lister<'_> {
                 return Ok(EXIT_OK);
             }
         }
+    }
+
+    /// Whether the key store holds the key that `rec`, read without its payload, is encrypted
+    /// under, now that it was read again (the writer rotated its data key after the tool read
+    /// the store). Once per key id, so a record the key still does not decrypt is not read
+    /// again and again.
+    fn store_gained_key(
+        &self,
+        rec: &RawRecord,
+        tried: &mut std::collections::BTreeSet<u32>,
+    ) -> Result<bool, walcrypt::Error> {
+        let (Some(store), None, Some((id, _))) = (&self.store, &rec.payload, rec.header.encryption)
+        else {
+            return Ok(false);
+        };
+        if !tried.insert(id) {
+            return Ok(false);
+        }
+        let has = || store.ring().get(id).is_some();
+        if !has() {
+            store.reload()?;
+        }
+        Ok(has())
     }
 
     /// Whether `rec` is shown, skipped (outside `[from, to)`, of another kind or key id), or

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
 use walcrypt::{KeyRing, KeyStore, Lsn, Mode, Reader};
@@ -12,7 +13,6 @@ use walcrypt::{KeyRing, KeyStore, Lsn, Mode, Reader};
 use crate::fail::{Fail, KeyContext};
 use crate::kek::{KekArgs, is_key_store};
 
-/// Loads the key ring named by `--key-file`, warning when others can read it.
 /// The key ring (if any), the target and its reader, opened as the listing commands need them.
 pub fn open_target(
     key_file: Option<&Path>,
@@ -20,23 +20,54 @@ pub fn open_target(
     path: &Path,
     require_mode: Option<Mode>,
 ) -> Result<(Option<KeyRing>, Target, Reader), Fail> {
-    let keys = load_keys(key_file, kek)?;
+    let (keys, target, reader) = open_target_with_source(key_file, kek, path, require_mode)?;
+    Ok((keys.ring, target, reader))
+}
+
+/// Like [`open_target`], with the key store the keys came from, if they came from one.
+pub fn open_target_with_source(
+    key_file: Option<&Path>,
+    kek: &KekArgs,
+    path: &Path,
+    require_mode: Option<Mode>,
+) -> Result<(Keys, Target, Reader), Fail> {
+    let keys = load_key_source(key_file, kek)?;
     let mut target = Target::resolve(path)?;
     target.require_mode = require_mode;
-    let reader = target.open(keys.as_ref(), key_file)?;
+    let reader = target.open(keys.ring.as_ref(), key_file)?;
     Ok((keys, target, reader))
+}
+
+/// The keys `--key-file` names.
+pub struct Keys {
+    /// The key ring, as read when the tool started.
+    pub ring: Option<KeyRing>,
+    /// The key store the ring came from, when `--key-file` is one: it can be read again for a
+    /// key a live writer added since.
+    pub store: Option<Arc<KeyStore>>,
 }
 
 /// A key store (told by its magic) is opened with the KEK options; anything else is read
 /// as a raw key ring.
 pub fn load_keys(path: Option<&Path>, kek: &KekArgs) -> Result<Option<KeyRing>, Fail> {
+    Ok(load_key_source(path, kek)?.ring)
+}
+
+/// Like [`load_keys`], keeping the key store the keys came from.
+pub fn load_key_source(path: Option<&Path>, kek: &KekArgs) -> Result<Keys, Fail> {
     let Some(path) = path else {
-        return Ok(None);
+        return Ok(Keys {
+            ring: None,
+            store: None,
+        });
     };
     if is_key_store(path) {
         let provider = kek.provider().map_err(Fail::trouble)?;
         let store = KeyStore::open(path, provider).map_err(|e| Fail::from_wal(&e))?;
-        return Ok(Some(store.ring()));
+        return Ok(Keys {
+            ring: Some(store.ring()),
+            store: Some(Arc::new(store)),
+        });
     }
     let ring = KeyRing::load(path).map_err(|e| {
         if walcrypt::KekFile::open(path).is_ok() {
@@ -55,7 +86,10 @@ pub fn load_keys(path: Option<&Path>, kek: &KekArgs) -> Result<Option<KeyRing>, 
             path.display()
         );
     }
-    Ok(Some(ring))
+    Ok(Keys {
+        ring: Some(ring),
+        store: None,
+    })
 }
 
 /// Where the log lives and which part of it the user asked for.
