@@ -6,8 +6,8 @@
 //! its size (zeros written only over bytes that are not zero already); later segments are
 //! removed; files and directory are made durable. The page holding the end keeps its header,
 //! with a durable hint no higher than the end: a hint beyond the end would make the next open
-//! take the end for damage. The writer's directory lock is held throughout, so a live writer
-//! is never cut under.
+//! take the end for damage. The caller holds the writer's directory lock throughout
+//! (`crate::lock`), so a live writer is never cut under.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -15,24 +15,21 @@ use std::path::Path;
 
 use walcrypt::Lsn;
 use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader};
-use walcrypt::storage::{FsStorage, Storage};
 
 use crate::fail::Fail;
+use crate::lock::LogLock;
 
 /// How much of the tail segment is read, and at most written, at a time.
 const CHUNK: usize = 1 << 20;
 
-/// Cuts the log with id `log_id` in `dir` at `end`, a record boundary.
-pub fn cut_log(dir: &Path, geo: Geometry, log_id: u64, end: Lsn) -> Result<(), Fail> {
-    let lock = FsStorage
-        .lock_dir(dir)
-        .map_err(|e| Fail::io("lock log directory", dir, &e))?;
-    if lock.is_none() {
-        return Err(Fail::trouble(format!(
-            "{}: the log is open in another process (its LOCK file is held); close it first",
-            dir.display()
-        )));
-    }
+/// Cuts the log with id `log_id` in `dir` at `end`, a record boundary, holding its lock.
+pub fn cut_log(
+    dir: &Path,
+    _held: &LogLock,
+    geo: Geometry,
+    log_id: u64,
+    end: Lsn,
+) -> Result<(), Fail> {
     let tail_segment = if end.0.is_multiple_of(geo.segment_size) {
         end - geo.segment_size
     } else {

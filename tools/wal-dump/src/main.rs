@@ -12,6 +12,7 @@ mod dump;
 mod fail;
 mod kek;
 mod kinds;
+mod lock;
 mod offline;
 mod output;
 mod progress;

@@ -7,12 +7,14 @@
 //! removes the segment files wholly before the LSN, never the one holding the end of the log.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use serde::Serialize;
 use walcrypt::inspect;
 use walcrypt::{Config, Error, Lsn, Mode, Reader, Wal};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail, KeyContext};
+use crate::lock::LogLock;
 use crate::output::write_json;
 use crate::repair::back_up;
 use crate::source::{self, Disk, Target, fmt_lsn};
@@ -70,12 +72,13 @@ impl Report {
     }
 }
 
-/// The log directory PATH names, its keys and a reader; refuses a segment file, a pagelevel log
-/// without its key and, when `writer` (the operation opens the log for writing), any encrypted
-/// log without its key.
-fn open(args: &Args, what: &str, writer: bool) -> Result<(Target, Reader, bool), Fail> {
+/// The log directory PATH names, its lock, its keys and a reader; refuses a segment file, a log
+/// open in another process (before the log is read for the operation or anything copied), a
+/// pagelevel log without its key and, when `writer` (the operation opens the log for writing),
+/// any encrypted log without its key.
+fn open(args: &Args, what: &str, writer: bool) -> Result<(Target, Arc<LogLock>, Reader), Fail> {
     let key_file = args.key_file.as_deref();
-    let (keys, target, reader) =
+    let (keys, target, _) =
         source::open_target(key_file, &args.kek, &args.path, args.require_mode)?;
     if target.segment.is_some() {
         return Err(Fail::trouble(format!(
@@ -83,6 +86,10 @@ fn open(args: &Args, what: &str, writer: bool) -> Result<(Target, Reader, bool),
             args.path.display()
         )));
     }
+    // Taken after the reader's first look at the directory (which tells a log from anything
+    // else, and makes no file), before the reads the operation is planned on.
+    let lock = LogLock::take(&target.dir)?;
+    let reader = target.open(keys.as_ref(), key_file)?;
     let mode = reader.mode();
     let needs_key = mode == Mode::PageLevel || (writer && mode.is_encrypted());
     if needs_key && keys.is_none() {
@@ -91,7 +98,7 @@ fn open(args: &Args, what: &str, writer: bool) -> Result<(Target, Reader, bool),
             target.dir.display()
         )));
     }
-    Ok((target, reader, keys.is_some()))
+    Ok((target, lock, reader))
 }
 
 fn backup_dir<'a>(args: &'a Args, what: &str) -> Result<Option<&'a std::path::Path>, Fail> {
@@ -107,7 +114,7 @@ fn backup_dir<'a>(args: &'a Args, what: &str) -> Result<Option<&'a std::path::Pa
 
 pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
     let backup = backup_dir(args, "--truncate-to")?;
-    let (target, reader, _) = open(args, "--truncate-to", false)?;
+    let (target, lock, reader) = open(args, "--truncate-to", false)?;
     let geo = reader.geometry();
     let log_id = reader.log_id();
     let cut = cut_after(&reader, lsn, args)?;
@@ -156,7 +163,7 @@ pub fn truncate(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> 
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();
     report.segments_removed = segment_names(&target.dir, |start| start > from)?;
-    crate::cut::cut_log(&target.dir, geo, log_id, lsn)?;
+    crate::cut::cut_log(&target.dir, &lock, geo, log_id, lsn)?;
     report.result = "truncated";
     report.print(
         args.format,
@@ -251,7 +258,7 @@ fn cut_after(reader: &Reader, lsn: Lsn, args: &Args) -> Result<After, Fail> {
 
 pub fn purge(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
     let backup = backup_dir(args, "--purge-before")?;
-    let (target, reader, _) = open(args, "--purge-before", true)?;
+    let (target, lock, reader) = open(args, "--purge-before", true)?;
     let geo = reader.geometry();
     let mut disk = Disk::new(&reader);
     // The segment holding the end of the log is the newest with a written first page; the
@@ -296,9 +303,11 @@ pub fn purge(args: &Args, lsn: Lsn, out: &mut dyn Write) -> Result<u8, Fail> {
     report.backup = Some(backup.display().to_string());
     report.backup_files = copied.len();
     let keys = source::load_keys(args.key_file.as_deref(), &args.kek)?;
+    // The writer takes the lock over from this process.
     let mut config = Config::new(mode)
         .recycle_segments(0)
-        .prepare_segments(false);
+        .prepare_segments(false)
+        .storage(lock);
     if let Some(keys) = keys.clone() {
         config = config.keys(keys);
     }

@@ -15,6 +15,7 @@ use walcrypt::inspect;
 use walcrypt::{Config, Lsn, Mode, RecoveryMode, Wal};
 
 use crate::fail::{EXIT_DAMAGE, EXIT_OK, Fail};
+use crate::lock::LogLock;
 use crate::output::write_json;
 use crate::source::{self, fmt_lsn};
 use crate::survey::{self, Survey};
@@ -45,6 +46,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
             target.dir.display()
         )));
     }
+    // Before the survey the cut is planned on, and so before any copy: a log open in another
+    // process is refused with nothing copied.
+    let lock = LogLock::take(&target.dir)?;
+    let reader = target.open(keys.as_ref(), key_file)?;
     let found = survey::survey(&reader)
         .map_err(|e| survey::fail(&e, &target.key_context(key_file, keys.as_ref())))?;
     let geo = reader.geometry();
@@ -108,11 +113,14 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
 
     let cut_at = match keys {
         None if mode != Mode::Plaintext => {
-            crate::cut::cut_log(&target.dir, geo, log_id, found.cut_at)?;
+            crate::cut::cut_log(&target.dir, &lock, geo, log_id, found.cut_at)?;
             Some(found.cut_at)
         }
         keys => {
-            let mut config = Config::new(mode).recovery(RecoveryMode::TruncateAtDamage);
+            // The writer takes the lock over from this process.
+            let mut config = Config::new(mode)
+                .recovery(RecoveryMode::TruncateAtDamage)
+                .storage(lock);
             if let Some(keys) = keys.clone() {
                 config = config.keys(keys);
             }

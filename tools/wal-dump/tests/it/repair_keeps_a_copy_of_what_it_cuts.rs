@@ -3,7 +3,8 @@
 //! were, from the damaged one on. `--dry-run` reports the same cut, in records and bytes of
 //! written log, and changes nothing; a perrecord log is cut by its checksums without the key.
 //! `--truncate-to LSN` and `--purge-before LSN` shorten a closed log the same way, after
-//! copying what they remove.
+//! copying what they remove. All three refuse a log open in another process before they copy
+//! anything.
 
 use crate::support;
 
@@ -554,4 +555,77 @@ fn repair_names_written_pages_after_an_end_that_reads_as_a_torn_tail() {
     let o = wal_dump(&[&"--repair", &"--dry-run", &"--format", &"json", &log]);
     let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("one object");
     assert!(report["pages_after_end"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// A log open in a `Wal` (of this process, to the tool another one) is refused by
+/// `--purge-before` (also where nothing would be purged, and with `--dry-run`) and
+/// `--truncate-to` before anything is copied: the backup directory is never made, and the same
+/// command with the same directory works once the writer is closed. `--repair` of a damaged log
+/// whose lock is held is refused the same way.
+#[test]
+fn a_log_open_in_another_process_is_refused_before_anything_is_copied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, key_file, keys, appended) = make_log(tmp.path(), Mode::PerRecord, 300);
+    let purge_at = appended[200].lsn.to_string();
+    let nothing_at = appended[0].lsn.to_string();
+    let cut_at = appended[250].lsn.to_string();
+    let backup = tmp.path().join("backup");
+    let wal = open_when_unlocked(&log, config(Mode::PerRecord, &keys));
+    let runs: [&[&dyn AsRef<std::ffi::OsStr>]; 4] = [
+        &[&"--purge-before", &purge_at, &"--backup", &backup],
+        &[&"--purge-before", &nothing_at, &"--backup", &backup],
+        &[&"--purge-before", &purge_at, &"--dry-run"],
+        &[&"--truncate-to", &cut_at, &"--backup", &backup],
+    ];
+    for run in runs {
+        let mut args = run.to_vec();
+        args.extend([
+            &"--key-file" as &dyn AsRef<std::ffi::OsStr>,
+            &key_file,
+            &log,
+        ]);
+        let o = wal_dump(&args);
+        assert!(!backup.exists(), "copied before the lock was found held");
+        assert_fails(&o, 2, "the log is open in another process");
+    }
+    wal.close().unwrap();
+    // The retry with the same backup directory, and a truncation after it.
+    let truncated = tmp.path().join("truncated");
+    for (op, lsn, dir) in [
+        ("--purge-before", &purge_at, &backup),
+        ("--truncate-to", &cut_at, &truncated),
+    ] {
+        let o = wal_dump(&[&op, lsn, &"--backup", dir, &"--key-file", &key_file, &log]);
+        assert_eq!(o.status.code(), Some(0), "{op}: {}", stderr(&o));
+        assert!(std::fs::read_dir(dir).unwrap().count() > 0, "{op}");
+    }
+
+    let d = damaged_log(tmp.path(), Mode::PerRecord);
+    use walcrypt::storage::{FsStorage, Storage};
+    let held = FsStorage.lock_dir(&d.log).unwrap();
+    assert!(held.is_some());
+    let repaired = tmp.path().join("repaired");
+    for dry in [false, true] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&"--repair", &"--key-file", &d.key_file];
+        if dry {
+            args.push(&"--dry-run");
+        } else {
+            args.extend([&"--backup" as &dyn AsRef<std::ffi::OsStr>, &repaired]);
+        }
+        args.push(&d.log);
+        let o = wal_dump(&args);
+        assert!(!repaired.exists(), "copied before the lock was found held");
+        assert_fails(&o, 2, "the log is open in another process");
+    }
+    drop(held);
+    let o = wal_dump(&[
+        &"--repair",
+        &"--backup",
+        &repaired,
+        &"--key-file",
+        &d.key_file,
+        &d.log,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
