@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::Path;
 
-use walcrypt::{Key, KeyRing};
+use walcrypt::{Key, KeyRing, Lsn};
 
 /// Exit code: the log (or every check asked for) is fine.
 pub const EXIT_OK: u8 = 0;
@@ -22,6 +22,9 @@ pub struct Fail {
     pub code: u8,
     /// One line, naming the file and offset where that applies.
     pub message: String,
+    /// For a segment file that a listing named and a purge has removed since: where the oldest
+    /// segment left starts (see [`Fail::purged`]).
+    pub purged: Option<Lsn>,
 }
 
 impl Fail {
@@ -30,6 +33,7 @@ impl Fail {
         Fail {
             code: EXIT_TROUBLE,
             message: message.into(),
+            purged: None,
         }
     }
 
@@ -38,6 +42,21 @@ impl Fail {
         Fail {
             code: EXIT_DAMAGE,
             message: message.into(),
+            purged: None,
+        }
+    }
+
+    /// The segment file at `path`, holding `lsn`, was removed by a purge after the tool listed
+    /// the log's files: the oldest segment left starts at `oldest` (exit 2, as the library's
+    /// [`walcrypt::Error::Purged`] from a reader).
+    pub fn purged(path: &Path, lsn: Lsn, oldest: Lsn) -> Fail {
+        let e = walcrypt::Error::Purged {
+            needed: lsn,
+            oldest,
+        };
+        Fail {
+            purged: Some(oldest),
+            ..Fail::trouble(format!("segment {}: {e}", path.display()))
         }
     }
 
@@ -45,6 +64,10 @@ impl Fail {
     /// missing logs) is trouble.
     pub fn from_wal(e: &walcrypt::Error) -> Fail {
         match e {
+            walcrypt::Error::Purged { oldest, .. } => Fail {
+                purged: Some(*oldest),
+                ..Fail::trouble(one_line(&e.to_string()))
+            },
             walcrypt::Error::Corrupt { .. } | walcrypt::Error::AuthenticationFailed { .. } => {
                 Fail::damage(one_line(&e.to_string()))
             }
@@ -138,6 +161,7 @@ impl From<std::io::Error> for Fail {
             Fail {
                 code: EXIT_OK,
                 message: String::new(),
+                purged: None,
             }
         } else {
             Fail::trouble(format!("write output: {e}"))

@@ -16,6 +16,8 @@ mod lock;
 mod offline;
 mod output;
 mod progress;
+#[cfg(test)]
+mod purged_while_read;
 mod repair;
 mod source;
 mod stats;

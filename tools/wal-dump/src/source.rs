@@ -220,7 +220,7 @@ impl Disk {
             return Ok(0);
         };
         if self.open.as_ref().is_none_or(|(s, _)| *s != seg) {
-            let file = File::open(path).map_err(|e| Fail::io("open segment", path, &e))?;
+            let file = File::open(path).map_err(|e| segment_gone(path, seg, lsn, "open", &e))?;
             self.open = Some((seg, file));
         }
         let Some((_, file)) = self.open.as_ref() else {
@@ -313,6 +313,40 @@ impl Disk {
         }
         Ok(Lsn(0))
     }
+}
+
+/// The error for a segment file (starting at `seg`, read at `lsn`) that the log's listing
+/// named and that could not be opened or looked at (`what`): [`Fail::purged`] when it is gone
+/// because a purge removed it since (see [`purged_since`]), else the I/O error.
+pub fn segment_gone(path: &Path, seg: Lsn, lsn: Lsn, what: &str, e: &std::io::Error) -> Fail {
+    if e.kind() == std::io::ErrorKind::NotFound
+        && let Some(oldest) = purged_since(path, seg)
+    {
+        return Fail::purged(path, lsn, oldest);
+    }
+    Fail::io(&format!("{what} segment"), path, e)
+}
+
+/// Where the oldest segment file left in the directory of `path` starts, when that lies
+/// beyond `seg`: the segment at `path` (starting at `seg`), which a listing named and which is
+/// gone, was purged since. A purge removes the oldest segments and never the one holding the
+/// end of the log; a segment gone from between segment files still there is no purge (`None`).
+pub fn purged_since(path: &Path, seg: Lsn) -> Option<Lsn> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let oldest = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .and_then(inspect::parse_segment_file_name)
+        })
+        .min()?;
+    (oldest > seg).then_some(oldest)
 }
 
 /// An LSN as the library prints it (`Lsn`'s `Display`: `HI/LO` hex, e.g. `0/1A2C0`), so the

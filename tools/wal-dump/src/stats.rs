@@ -6,7 +6,7 @@ use std::io::Write;
 use walcrypt::inspect::{
     self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, RECORD_HEADER_ENCRYPTED, RECORD_HEADER_PLAIN,
 };
-use walcrypt::{Lsn, Mode, Reader};
+use walcrypt::{KeyRing, Lsn, Mode, Reader};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -46,6 +46,18 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         &args.path,
         args.require_mode,
     )?;
+    stats_listed(args, selection, keys, target, reader, out)
+}
+
+/// `--stats` of the log `reader` listed, with the keys `keys`.
+pub(crate) fn stats_listed(
+    args: &Args,
+    selection: Selection,
+    keys: Option<KeyRing>,
+    target: Target,
+    reader: Reader,
+    out: &mut dyn Write,
+) -> Result<u8, Fail> {
     let mut disk = Disk::new(&reader);
     let (from, to) = target.range(&reader, args.start, args.end);
     let json = args.format == OutputFormat::Json;

@@ -20,7 +20,7 @@ use crate::fail::{
     EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, fingerprint, key_identity, one_line,
 };
 use crate::output::write_json;
-use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position, segment_gone};
 use crate::{Args, OutputFormat};
 
 /// One use of a keystream: `blocks` counter blocks from `iv` under `key_id`.
@@ -51,6 +51,9 @@ struct Findings {
     unchecked: Vec<String>,
     records: u64,
     pages: u64,
+    /// Where the oldest segment left starts, once segment files the first listing named were
+    /// found purged (a writer removing old segments while the log was verified).
+    purged: Option<Lsn>,
 }
 
 struct Verify<'a> {
@@ -118,8 +121,22 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         }
         Err(fail) => return Err(fail),
     };
+    verify_listed(args, target, reader, ring.as_ref(), out, || {})
+}
+
+/// `--verify` of the log `reader` listed (opened without keys), with the keys `ring`.
+/// `before_records` runs once the records pass has listed the files for its own reader, before
+/// it reads them (where a test has a writer purge).
+pub(crate) fn verify_listed(
+    args: &Args,
+    target: Target,
+    reader: Reader,
+    ring: Option<&KeyRing>,
+    out: &mut dyn Write,
+    before_records: impl FnOnce(),
+) -> Result<u8, Fail> {
     let range = target.range(&reader, args.start, args.end);
-    let mut v = Verify::new(reader, ring.as_ref(), range);
+    let mut v = Verify::new(reader, ring, range);
     // Said, so that "clean" is never read as a verdict on the whole log.
     let skipped = match (args.start, args.end) {
         (Some(s), Some(e)) => Some(format!("before {} and from {} on", fmt_lsn(s), fmt_lsn(e))),
@@ -135,8 +152,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
     let keys_match = v.check_key_values(args);
     v.check_segments()?;
     v.check_pages()?;
-    v.check_records(target, keys_match, args)?;
+    v.check_records(target, keys_match, args, before_records)?;
     v.check_iv_reuse();
+    v.note_purge();
     v.report(out, args.format)
 }
 
@@ -260,9 +278,9 @@ impl Verify<'_> {
             if !self.in_range_segment(*start) {
                 continue;
             }
-            let len = std::fs::metadata(path)
-                .map_err(|e| Fail::io("stat segment", path, &e))?
-                .len();
+            let Some(len) = self.segment_len(*start, path)? else {
+                continue;
+            };
             if len < geo.segment_size {
                 self.found.damage.push(format!(
                     "segment {} is {len} bytes, expected {}: truncated at offset {len}",
@@ -274,6 +292,39 @@ impl Verify<'_> {
         Ok(())
     }
 
+    /// The length of the segment file at `path` (starting at `start`), or `None` when a purge
+    /// removed it after the files were listed (kept for the note).
+    fn segment_len(&mut self, start: Lsn, path: &std::path::Path) -> Result<Option<u64>, Fail> {
+        match std::fs::metadata(path) {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(e) => self.unless_purged(segment_gone(path, start, start, "stat", &e)),
+        }
+    }
+
+    /// `Ok(None)` for a failure that is a purge (the oldest segment left is kept for the
+    /// note), else the failure.
+    fn unless_purged<T>(&mut self, fail: Fail) -> Result<Option<T>, Fail> {
+        match fail.purged {
+            Some(oldest) => {
+                self.found.purged = self.found.purged.max(Some(oldest));
+                Ok(None)
+            }
+            None => Err(fail),
+        }
+    }
+
+    /// A note that segment files were purged while the log was verified, if any were.
+    fn note_purge(&mut self) {
+        if let Some(oldest) = self.found.purged {
+            self.found.notes.push(format!(
+                "segment files before {} were purged while the log was verified (a writer \
+                 removed old segments): they are no longer part of the log, and what they held \
+                 was checked only as far as it was read before they went",
+                inspect::segment_file_name(oldest)
+            ));
+        }
+    }
+
     fn in_range_segment(&self, start: Lsn) -> bool {
         start + self.geo().segment_size > self.from && start < self.to
     }
@@ -281,9 +332,6 @@ impl Verify<'_> {
     /// Every page header: valid, at its own address, flagged for the log's mode, naming a key
     /// its segment lists; never-written pages only after the last written one.
     fn check_pages(&mut self) -> Result<(), Fail> {
-        let geo = self.geo();
-        let mode = self.reader.mode();
-        let log_id = self.reader.log_id();
         let segs: Vec<(Lsn, Vec<u32>, std::path::PathBuf)> = self
             .reader
             .segments()
@@ -299,50 +347,9 @@ impl Verify<'_> {
             if !self.in_range_segment(start) {
                 continue;
             }
-            // Pages at or past the end of the file read as zeros and were never written, and
-            // no written page follows them: the walk stops at the file's end (a short file is
-            // reported by `check_segment_files`). The segment size comes from a header anyone
-            // can rewrite; walking it whole, a 4 KiB file claiming 1 TiB segments made 2^31
-            // header reads.
-            let len = std::fs::metadata(&path)
-                .map_err(|e| Fail::io("stat segment", &path, &e))?
-                .len();
-            let pages = (start + geo.page_size).0..(start + geo.segment_size.min(len)).0;
-            let pages = pages.step_by(geo.page_size as usize).map(Lsn);
-            // A reused segment file is not wiped: past the last page the log wrote in it, its
-            // pages may still be those of its earlier life (each header naming the same offset
-            // of an earlier segment), which readers reject by their address. Not the log's,
-            // and not damage; before a page the log wrote, such a page is a lost write. Found
-            // by a first pass over the headers, so that none is kept: memory does not grow
-            // with the segment's size.
-            let mut last_written = start;
-            for page in pages.clone() {
-                let bytes = self.disk.page_header_bytes(page)?;
-                if bytes.iter().any(|&b| b != 0) && !earlier_life(geo, log_id, page, &bytes) {
-                    last_written = page;
-                }
-            }
-            let mut hole: Option<Lsn> = None;
-            for page in pages {
-                progress.at(page);
-                let bytes = self.disk.page_header_bytes(page)?;
-                if bytes.iter().all(|&b| b == 0) {
-                    hole.get_or_insert(page);
-                    continue;
-                }
-                if page > last_written && earlier_life(geo, log_id, page, &bytes) {
-                    self.earlier_life_pages += 1;
-                    continue;
-                }
-                self.found.pages += 1;
-                self.written_pages.push(page);
-                if let Some(h) = hole.take() {
-                    self.found.damage.push(format!(
-                        "{}: page never written, but later pages of the segment were",
-                        position(geo, h)
-                    ));
-                }
-                self.check_page(page, &bytes, log_id, mode, &listed);
+            // A segment a purge removed after the listing is no longer part of the log.
+            if let Err(fail) = self.check_segment_pages(start, &listed, &path, &mut progress) {
+                self.unless_purged::<()>(fail)?;
             }
         }
         if self.earlier_life_pages > 0 {
@@ -351,6 +358,66 @@ impl Verify<'_> {
                  files' earlier life (not part of the log)",
                 self.earlier_life_pages
             ));
+        }
+        Ok(())
+    }
+
+    /// The page headers of the segment starting at `start` (listing the key ids `listed`), in
+    /// the file at `path`.
+    fn check_segment_pages(
+        &mut self,
+        start: Lsn,
+        listed: &[u32],
+        path: &std::path::Path,
+        progress: &mut crate::progress::Progress,
+    ) -> Result<(), Fail> {
+        let geo = self.geo();
+        let mode = self.reader.mode();
+        let log_id = self.reader.log_id();
+        // Pages at or past the end of the file read as zeros and were never written, and
+        // no written page follows them: the walk stops at the file's end (a short file is
+        // reported by `check_segment_files`). The segment size comes from a header anyone
+        // can rewrite; walking it whole, a 4 KiB file claiming 1 TiB segments made 2^31
+        // header reads.
+        let Some(len) = self.segment_len(start, path)? else {
+            return Ok(());
+        };
+        let pages = (start + geo.page_size).0..(start + geo.segment_size.min(len)).0;
+        let pages = pages.step_by(geo.page_size as usize).map(Lsn);
+        // A reused segment file is not wiped: past the last page the log wrote in it, its
+        // pages may still be those of its earlier life (each header naming the same offset
+        // of an earlier segment), which readers reject by their address. Not the log's,
+        // and not damage; before a page the log wrote, such a page is a lost write. Found
+        // by a first pass over the headers, so that none is kept: memory does not grow
+        // with the segment's size.
+        let mut last_written = start;
+        for page in pages.clone() {
+            let bytes = self.disk.page_header_bytes(page)?;
+            if bytes.iter().any(|&b| b != 0) && !earlier_life(geo, log_id, page, &bytes) {
+                last_written = page;
+            }
+        }
+        let mut hole: Option<Lsn> = None;
+        for page in pages {
+            progress.at(page);
+            let bytes = self.disk.page_header_bytes(page)?;
+            if bytes.iter().all(|&b| b == 0) {
+                hole.get_or_insert(page);
+                continue;
+            }
+            if page > last_written && earlier_life(geo, log_id, page, &bytes) {
+                self.earlier_life_pages += 1;
+                continue;
+            }
+            self.found.pages += 1;
+            self.written_pages.push(page);
+            if let Some(h) = hole.take() {
+                self.found.damage.push(format!(
+                    "{}: page never written, but later pages of the segment were",
+                    position(geo, h)
+                ));
+            }
+            self.check_page(page, &bytes, log_id, mode, listed);
         }
         Ok(())
     }
@@ -388,7 +455,13 @@ impl Verify<'_> {
     }
 
     /// Reads every record; after damage, resumes at the next page where a record starts.
-    fn check_records(&mut self, target: Target, keys_match: bool, args: &Args) -> Result<(), Fail> {
+    fn check_records(
+        &mut self,
+        target: Target,
+        keys_match: bool,
+        args: &Args,
+        before_records: impl FnOnce(),
+    ) -> Result<(), Fail> {
         let mode = self.reader.mode();
         let usable = self.ring.filter(|_| keys_match);
         let why = if self.ring.is_some() {
@@ -415,10 +488,16 @@ impl Verify<'_> {
             ));
         }
         let reader = target.open(usable, args.key_file.as_deref())?;
+        before_records();
         self.reopen = Some((target.clone(), usable));
         let (first, last) = crate::progress::span(&reader);
         let mut progress = crate::progress::Progress::new("verify: records", first, last);
-        let mut begin = self.disk.boundary_before(self.from)?;
+        // From the start of the log when the segment to start in was purged since the listing:
+        // the reader then says where the oldest segment left starts.
+        let mut begin = match self.disk.boundary_before(self.from) {
+            Ok(begin) => begin,
+            Err(fail) => self.unless_purged(fail)?.unwrap_or_default(),
+        };
         let mut prev_end: Option<Lsn> = None;
         // Key ids records use that the key file lacks: their payloads (and perrecord-gcm tags)
         // could not be checked, so the log cannot be judged clean.
@@ -426,6 +505,7 @@ impl Verify<'_> {
         loop {
             let mut records = reader.raw_records_from(begin);
             let mut damage_at = None;
+            let mut purged_to = None;
             for item in records.by_ref() {
                 match item {
                     Ok(rec) => {
@@ -469,6 +549,13 @@ impl Verify<'_> {
                         self.found.damage.push(one_line(&e.to_string()));
                         break;
                     }
+                    // Segments purged since the files were listed are no longer part of the log:
+                    // reading goes on at the first record of the oldest segment left.
+                    Err(walcrypt::Error::Purged { oldest, .. }) => {
+                        self.found.purged = self.found.purged.max(Some(oldest));
+                        purged_to = Some(oldest);
+                        break;
+                    }
                     Err(e @ walcrypt::Error::Io { .. }) => return Err(Fail::from_wal(&e)),
                     Err(e) => {
                         let keys = target.key_context(args.key_file.as_deref(), usable);
@@ -476,6 +563,16 @@ impl Verify<'_> {
                         self.found.keys.push(f.message);
                         return Ok(());
                     }
+                }
+            }
+            if let Some(oldest) = purged_to {
+                match self.disk.first_record_in_segment(oldest)? {
+                    Some(next) if next > begin && oldest < self.listed_end => {
+                        begin = next;
+                        prev_end = None;
+                        continue;
+                    }
+                    _ => return Ok(()),
                 }
             }
             match damage_at {

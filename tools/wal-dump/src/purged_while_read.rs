@@ -1,0 +1,159 @@
+//! A writer purging old segments while `--verify` or `--stats` reads the log: segment files the
+//! tool listed when it started are gone when it reaches them. Tested inside the crate, with the
+//! listing taken before the purge, because a purge cannot be placed between the listing and the
+//! reads of a running binary.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Wal};
+
+use crate::Args;
+use crate::kinds::Selection;
+use crate::source::Target;
+
+const PAGE: u64 = 512;
+const SEGMENT: u64 = 8 * PAGE;
+
+fn config(mode: Mode, keys: Option<&KeyRing>) -> Config {
+    let config = Config::new(mode)
+        .page_size(PAGE)
+        .segment_size(SEGMENT)
+        .buffer_size(8 * PAGE as usize);
+    match keys {
+        Some(keys) => config.keys(keys.clone()),
+        None => config,
+    }
+}
+
+/// A log of `mode` in `dir/log` over a dozen segments, where its records start, and its
+/// writer, left open with every record on file.
+fn make_log(dir: &Path, mode: Mode, keys: Option<&KeyRing>) -> (PathBuf, Vec<Lsn>, Wal) {
+    let log = dir.join("log");
+    let wal = Wal::open(&log, config(mode, keys)).unwrap();
+    let lsns: Vec<Lsn> = (0..300u32)
+        .map(|i| wal.append(1, &[i as u8; 100]).unwrap())
+        .collect();
+    wal.flush(lsns[lsns.len() - 1]).unwrap();
+    (log, lsns, wal)
+}
+
+/// The log listed as the tool lists it when it starts.
+fn listed(log: &Path) -> (Target, Reader) {
+    let target = Target::resolve(log).unwrap();
+    let reader = target.open(None, None).unwrap();
+    (target, reader)
+}
+
+fn args(options: &[&str], log: &Path) -> Args {
+    let mut argv: Vec<OsString> = vec!["wal-dump".into()];
+    argv.extend(options.iter().map(OsString::from));
+    argv.push(log.into());
+    Args::try_parse_from(argv).unwrap()
+}
+
+/// `--verify` whose page checks find segments purged since it listed the files notes the purge
+/// and finds the log clean: no I/O error, and the records of the segments left checked.
+#[test]
+fn verify_notes_segments_purged_before_its_page_checks_and_finds_the_log_clean() {
+    for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = mode.is_encrypted().then(|| KeyRing::generate().unwrap());
+        let (log, lsns, wal) = make_log(tmp.path(), mode, keys.as_ref());
+        let (target, reader) = listed(&log);
+        let listed_segments = reader.segments().len();
+        assert!(wal.purge_before(lsns[150]).unwrap() >= 2, "{mode}");
+
+        let args = args(&["--verify", "--format", "json"], &log);
+        let mut out = Vec::new();
+        let code =
+            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, || {})
+                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
+        assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
+        wal.close().unwrap();
+    }
+}
+
+/// `--verify` whose records pass meets segments purged after it listed the files for its
+/// reader (`Error::Purged` from the reader) notes the purge, reads on from the oldest segment
+/// left and finds the log clean: a purge is no key problem.
+#[test]
+fn verify_notes_segments_purged_under_its_records_pass_and_finds_the_log_clean() {
+    for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = mode.is_encrypted().then(|| KeyRing::generate().unwrap());
+        let (log, lsns, wal) = make_log(tmp.path(), mode, keys.as_ref());
+        let (target, reader) = listed(&log);
+        let listed_segments = reader.segments().len();
+
+        let args = args(&["--verify", "--format", "json"], &log);
+        let mut out = Vec::new();
+        let purge = || assert!(wal.purge_before(lsns[150]).unwrap() >= 2, "{mode}");
+        let code =
+            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, purge)
+                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
+        assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
+        wal.close().unwrap();
+    }
+}
+
+/// The JSON report `out` of `--verify` (exit `code`) says clean, with the purge in a note and
+/// the records of the segments left checked.
+fn assert_clean_with_a_purge_note(mode: Mode, code: u8, out: &[u8], listed_segments: usize) {
+    let report: serde_json::Value = serde_json::from_slice(out).unwrap();
+    assert_eq!(code, 0, "{mode}: {report}");
+    assert_eq!(report["result"], "clean", "{mode}: {report}");
+    assert_eq!(report["segments"], listed_segments, "{mode}: {report}");
+    assert!(
+        report["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("were purged while the log was verified")),
+        "{mode}: {report}"
+    );
+    assert!(
+        report["records"].as_u64().unwrap() >= 150,
+        "{mode}: {report}"
+    );
+}
+
+/// `--stats` that reaches a segment purged since it listed the files says it was purged, as the
+/// library's readers do, instead of failing on the missing file.
+#[test]
+fn stats_says_a_segment_purged_while_it_reads_was_purged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, lsns, wal) = make_log(tmp.path(), Mode::Plaintext, None);
+    let (target, reader) = listed(&log);
+    assert!(wal.purge_before(lsns[150]).unwrap() >= 2);
+
+    // From a record in a purged segment: the tool reads that segment's first page itself.
+    let start = lsns[60].to_string();
+    let args = args(&["--stats", "--start", &start], &log);
+    let selection = Selection::from_args(&args).unwrap();
+    let mut out = Vec::new();
+    let Err(fail) = crate::stats::stats_listed(&args, selection, None, target, reader, &mut out)
+    else {
+        panic!("stats of a purged segment succeeded");
+    };
+    assert_eq!(fail.code, 2, "{}", fail.message);
+    assert!(fail.message.contains("was purged"), "{}", fail.message);
+    assert!(!fail.message.contains("No such file"), "{}", fail.message);
+    wal.close().unwrap();
+}
+
+/// A segment file gone from between others is no purge: still an I/O error.
+#[test]
+fn a_segment_missing_from_the_middle_is_not_taken_for_a_purge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (log, _, _wal) = make_log(tmp.path(), Mode::Plaintext, None);
+    let (_, reader) = listed(&log);
+    let middle = &reader.segments()[reader.segments().len() / 2];
+    std::fs::remove_file(&middle.path).unwrap();
+    let mut disk = crate::source::Disk::new(&reader);
+    let Err(fail) = disk.page_header_bytes(middle.header.start + PAGE) else {
+        panic!("a missing segment read");
+    };
+    assert_eq!(fail.purged, None, "{}", fail.message);
+    assert!(fail.message.contains("No such file"), "{}", fail.message);
+}
