@@ -316,7 +316,7 @@ impl Wal {
         for run in &buf.runs {
             run.file
                 .write_all_at(&buf.bytes[run.at..run.at + run.len], run.offset)
-                .map_err(|e| self.poison("write segment", run.segment, e))?;
+                .map_err(|e| self.poison_at("write segment", run.segment, run.offset, e))?;
         }
         Ok(())
     }
@@ -882,7 +882,7 @@ impl Wal {
         let segment = self.geo.segment_start(page);
         let file = self.file_for(w, segment)?;
         file.write_all_at(&image, page - segment)
-            .map_err(|e| self.poison("write page", segment, e))?;
+            .map_err(|e| self.poison_at("write page", segment, page - segment, e))?;
         w.imaged = (page, synced);
         w.hint_unsynced = Some(segment);
         Ok(())
@@ -898,7 +898,7 @@ impl Wal {
         let file = self.file_for(w, segment)?;
         let mut sector = [0u8; format::MIN_PAGE_SIZE as usize];
         let read = crate::storage::read_full(file.as_ref(), &mut sector, page - segment)
-            .map_err(|e| self.poison("read page", segment, e))?;
+            .map_err(|e| self.poison_at("read page", segment, page - segment, e))?;
         let header = (read == sector.len())
             .then(|| PageHeader::decode(self.log_id, &sector[..PAGE_HEADER_LEN]))
             .flatten()
@@ -914,7 +914,7 @@ impl Wal {
         header.durable_hint = synced;
         header.encode(self.log_id, &mut sector[..PAGE_HEADER_LEN]);
         file.write_all_at(&sector, page - segment)
-            .map_err(|e| self.poison("write page", segment, e))?;
+            .map_err(|e| self.poison_at("write page", segment, page - segment, e))?;
         w.imaged = (page, synced);
         w.hint_unsynced = Some(segment);
         Ok(())

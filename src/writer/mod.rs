@@ -978,6 +978,14 @@ impl Wal {
         self.poison_error(Error::io(op, path, e))
     }
 
+    /// [`Wal::poison`] for a read or write at `offset` of the segment at `segment`: the message
+    /// names the offset and its LSN too (the kind of error is kept).
+    fn poison_at(&self, op: &'static str, segment: Lsn, offset: u64, e: std::io::Error) -> Error {
+        let lsn = segment + offset;
+        let e = std::io::Error::new(e.kind(), format!("at offset {offset} (lsn {lsn}): {e}"));
+        self.poison(op, segment, e)
+    }
+
     /// An internal invariant that failed: reported as a poisoning cause naming the segment of
     /// `lsn`, never a panic.
     fn broken_invariant(&self, op: &'static str, lsn: Lsn, message: String) -> Error {

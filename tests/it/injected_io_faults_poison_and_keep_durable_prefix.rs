@@ -79,6 +79,12 @@ fn run(dir: &Path, mode: Mode, keys: &KeyRing, storage: &FaultStorage, limit: u6
             first.contains(cause.op),
             "the cause ({cause}) names the operation the failed call reported: {first}"
         );
+        if matches!(cause.op, "write segment" | "write page") {
+            assert!(
+                first.contains("at offset ") && first.contains("(lsn "),
+                "a failed write names its offset and LSN: {first}"
+            );
+        }
         let (kind, payload) = payload_for(limit + 1);
         let again = wal.append(kind, &payload);
         assert!(
