@@ -24,7 +24,8 @@ pub enum Error {
         source: DecodeError,
     },
     /// An entry in the log does not follow the entries before it, or (at open) the first entry
-    /// left does not follow the purge point: replaying it would leave a hole in the raft log.
+    /// left does not directly follow the purge point: replaying it would leave a hole in the
+    /// raft log.
     Hole {
         /// Where the entry's record starts.
         lsn: Lsn,

@@ -40,7 +40,14 @@
 //!   `save_vote` that follows it returns. openraft allows a committed log id that lags.
 //! * **Order and no holes.** There is one record stream: log and vote writes reach the disk in
 //!   the order they were issued, and a flush of a later record covers every earlier one. An
-//!   entry whose index is beyond the last entry + 1 is refused.
+//!   entry whose index is beyond the last log index + 1 is refused; the last log index is the
+//!   last entry's or, after a purge that left no entry, the purge point's (the last log id
+//!   `get_log_state` reports), so the entry after such a purge goes right after the purge
+//!   point. An entry at or below the purge point is purged as it arrives: nothing is written
+//!   for it (openraft reads nothing back there; its own storage suite appends such entries
+//!   once its state machine is ahead of the log). A log with neither entries nor a purge
+//!   point (new, or truncated to nothing before any purge) takes its first entry at any index.
+//!   Reopening applies the same rule, so the store reopens to every state it accepts.
 //! * **Truncate** (a conflicting suffix) appends a truncate record naming the first index
 //!   removed; an entry appended at an index already present also replaces it and everything
 //!   after it. A truncation becomes durable with the next flush; a crash before that brings

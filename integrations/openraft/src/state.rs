@@ -4,7 +4,9 @@
 //! order), so a reopened store holds exactly what the durable records say:
 //!
 //! * an entry at index `i` replaces any entry at `i` or later (a conflicting suffix is
-//!   overwritten, as after a truncation);
+//!   overwritten, as after a truncation); it goes at most one past the last log index, and
+//!   one at or below the purge point is purged as it arrives ([`place_entry`], checked live
+//!   before each write, for each entry replayed and for the log the replay leaves);
 //! * a truncate record removes every entry at or after its index;
 //! * a purge record removes every entry up to its index and becomes the last purged log id;
 //! * the latest vote and committed records win.
@@ -13,12 +15,71 @@
 //! themselves only for a tail of the log, the cache. Older entries are read back from the log.
 
 use std::collections::VecDeque;
+use std::fmt;
 
 use openraft::{LogId, RaftLogId, RaftTypeConfig, Vote};
 use walcrypt::Lsn;
 
 use crate::error::Error;
 use crate::record::LogRecord;
+
+/// Where an entry goes, by the rule [`place_entry`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Into the log, replacing any entry at its index or later.
+    Append,
+    /// Nowhere: its index is at or below the purge point, so the entry is purged as it
+    /// arrives (openraft's own storage suite appends such an entry after its state machine
+    /// got ahead of the log, and reads nothing back at or below the purge point).
+    Purged,
+}
+
+/// The rule every entry follows, live (before the store writes it) and at open (for each
+/// entry replayed and for the log the replay leaves, see [`State::check_start`]). `last` is
+/// the last log index: of the last entry, or of the purge point `purged` when no entry is left
+/// (the last log id the store reports).
+///
+/// * An entry at or below the purge point is [`Placement::Purged`]: those entries are gone,
+///   and one arriving there is gone as well (nothing is written for it).
+/// * Otherwise it goes at most one past `last`: one further on would leave a hole, so after a
+///   purge that left no entry the next entry goes right after the purge point.
+/// * With neither entries nor a purge point (a fresh log, or one truncated to nothing before
+///   any purge) it may go at any index: raft starts a log wherever it needs to.
+pub(crate) fn place_entry(
+    index: u64,
+    last: Option<u64>,
+    purged: Option<u64>,
+) -> Result<Placement, Hole> {
+    if purged.is_some_and(|p| index <= p) {
+        return Ok(Placement::Purged);
+    }
+    match last {
+        Some(last) if index > last.saturating_add(1) => Err(Hole {
+            index,
+            next: last.saturating_add(1),
+        }),
+        _ => Ok(Placement::Append),
+    }
+}
+
+/// An entry index [`place_entry`] refuses: it would leave a hole after the last log index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hole {
+    /// The entry's index.
+    pub(crate) index: u64,
+    /// The highest index the entry could have had: the one after the last log index.
+    pub(crate) next: u64,
+}
+
+impl fmt::Display for Hole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "index {} would leave a hole (the next index is at most {})",
+            self.index, self.next
+        )
+    }
+}
 
 /// Entries (raft index → LSN, and the newest entries themselves), vote, committed and purge
 /// point.
@@ -113,14 +174,19 @@ impl<C: RaftTypeConfig> State<C> {
             .collect()
     }
 
-    /// Checks that an entry at `index` leaves no hole after the last entry; returns the index
-    /// it may have at most otherwise. An empty log takes any index: raft starts a log (or
-    /// restarts it after a snapshot) wherever it needs to.
-    pub(crate) fn check_entry(&self, index: u64) -> Result<(), u64> {
-        if !self.is_empty() && index > self.end() {
-            return Err(self.end());
+    /// The index of the purge point, if any.
+    pub(crate) fn purged_index(&self) -> Option<u64> {
+        self.last_purged.as_ref().map(|p| p.index)
+    }
+
+    /// The last log index: of the last entry, or of the purge point when no entry is left
+    /// (the last log id the store reports).
+    pub(crate) fn last_index(&self) -> Option<u64> {
+        if self.is_empty() {
+            self.purged_index()
+        } else {
+            Some(self.end() - 1)
         }
-        Ok(())
     }
 
     /// Adds the entry whose record starts at `lsn`, replacing any entry at its index or later,
@@ -198,21 +264,18 @@ impl<C: RaftTypeConfig> State<C> {
         }
     }
 
-    /// After the replay: once entries were purged, the first entry left must be the one right
-    /// after the purge point. One further on means the log lost records after that point (a
+    /// After the replay: once entries were purged, the first entry left must be one
+    /// [`place_entry`] puts into the log after the purge point when no entry is left, that is
+    /// the one right after it. One further on means the log lost records after that point (a
     /// segment file removed by hand looks like a purge to walcrypt): refused as a hole, never
     /// served as a log with a gap. (Before any purge a log may start at any index, so a lost
-    /// oldest segment cannot be told there.) `Err` with the first entry's index and the index
-    /// expected.
-    pub(crate) fn check_start(&self) -> Result<(), (u64, u64)> {
-        let Some(purged) = &self.last_purged else {
+    /// oldest segment cannot be told there.) The live store keeps to the same rule, so it never
+    /// reaches a state this refuses.
+    pub(crate) fn check_start(&self) -> Result<(), Hole> {
+        if self.is_empty() {
             return Ok(());
-        };
-        let expected = purged.index + 1;
-        if !self.is_empty() && self.first != expected {
-            return Err((self.first, expected));
         }
-        Ok(())
+        place_entry(self.first, self.purged_index(), self.purged_index()).map(drop)
     }
 
     /// Applies one replayed record, by the same rules as the live store. Every replayed
@@ -225,12 +288,24 @@ impl<C: RaftTypeConfig> State<C> {
         match record {
             LogRecord::Entry(entry) => {
                 let index = entry.get_log_id().index;
-                self.check_entry(index).map_err(|expected| Error::Hole {
-                    lsn,
-                    index,
-                    expected,
-                })?;
-                self.put_entry(lsn, index, entry, Lsn(u64::MAX));
+                // The replay may meet a purge record after entries that a later purge removed
+                // from the log (their segment is gone), so until its end it may hold fewer
+                // entries than the live store held at that point: an empty log here takes any
+                // index, and the first entry is checked against the purge point once, at the
+                // end (`check_start`). Entries replayed are checked for a hole after the last
+                // of them, and those at or below the purge point are purged as live.
+                let last = (!self.is_empty()).then(|| self.end() - 1);
+                match place_entry(index, last, self.purged_index()) {
+                    Ok(Placement::Append) => self.put_entry(lsn, index, entry, Lsn(u64::MAX)),
+                    Ok(Placement::Purged) => {}
+                    Err(hole) => {
+                        return Err(Error::Hole {
+                            lsn,
+                            index,
+                            expected: hole.next,
+                        });
+                    }
+                }
             }
             LogRecord::Vote(vote) => self.vote = Some(vote),
             LogRecord::Committed(committed) => self.committed = committed,

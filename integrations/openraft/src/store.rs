@@ -34,7 +34,7 @@ use crate::lock_order::{OrderedMutex, READER, STATE};
 use crate::record::{
     self, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE, KIND_VOTE, LogRecord,
 };
-use crate::state::State;
+use crate::state::{Placement, State, place_entry};
 
 /// An openraft log store on a walcrypt log. Cloning is cheap: clones share one log (the
 /// store hands clones out as its log reader).
@@ -178,11 +178,11 @@ where
             (_, Some(e)) => return Err(e),
             (result, None) => Arc::new(result?),
         };
-        if let Err((index, expected)) = state.check_start() {
+        if let Err(hole) = state.check_start() {
             return Err(Error::Hole {
                 lsn: state.first_lsn().unwrap_or_default(),
-                index,
-                expected,
+                index: hole.index,
+                expected: hole.next,
             });
         }
         let flusher = Flusher::start(wal.clone()).map_err(Error::Thread)?;
@@ -258,40 +258,51 @@ where
     where
         I: IntoIterator<Item = C::Entry>,
     {
-        // Encoding happens before the state lock.
-        let mut payloads = Vec::new();
-        let mut batch = Vec::new();
-        for entry in entries {
-            payloads.push(record::encode(&entry).map_err(|e| write_error::<C>(&e))?);
-            batch.push(entry);
-        }
-        if !batch.is_empty() {
-            let mut state = self.inner.state.lock();
-            // The whole batch is checked before anything is written: an entry may replace the
-            // entry at its index (and all after it), never leave a gap.
-            let mut next = (!state.is_empty()).then(|| state.end());
-            for entry in &batch {
-                let log_id = entry.get_log_id();
-                if let Some(expected) = next.filter(|n| log_id.index > *n) {
-                    let why =
-                        format!("entry {log_id} would leave a hole: the next index is {expected}");
-                    return Err(StorageIOError::write_log_entry(
-                        log_id.clone(),
-                        AnyError::error(why),
-                    )
-                    .into());
-                }
-                next = Some(log_id.index + 1);
+        let entries: Vec<C::Entry> = entries.into_iter().collect();
+        if !entries.is_empty() {
+            // Encoding happens before the state lock (of all the entries: one at or below the
+            // purge point, which is not written, is rare).
+            let mut payloads = Vec::with_capacity(entries.len());
+            for entry in &entries {
+                payloads.push(record::encode(entry).map_err(|e| write_error::<C>(&e))?);
             }
-            let lsns = append_records(
-                &self.inner.wal,
-                payloads.iter().map(|p| (KIND_ENTRY, p.as_slice())),
-            )
-            .map_err(|e| write_error::<C>(&e))?;
-            let durable = self.inner.wal.flushed_lsn();
-            for (lsn, entry) in lsns.into_iter().zip(batch) {
-                let index = entry.get_log_id().index;
-                state.put_entry(lsn, index, entry, durable);
+            let mut state = self.inner.state.lock();
+            // The whole batch is checked before anything is written, each entry by the rule
+            // the replay at open applies (`place_entry`) against the log the entries before it
+            // leave: an entry may replace the entry at its index (and all after it), never
+            // leave a gap; one at or below the purge point is purged as it arrives.
+            let purged = state.purged_index();
+            let mut last = state.last_index();
+            let mut batch = Vec::with_capacity(entries.len());
+            for (entry, payload) in entries.into_iter().zip(payloads) {
+                let log_id = entry.get_log_id();
+                match place_entry(log_id.index, last, purged) {
+                    Ok(Placement::Append) => {
+                        last = Some(log_id.index);
+                        batch.push((entry, payload));
+                    }
+                    Ok(Placement::Purged) => {}
+                    Err(hole) => {
+                        let why = format!("entry {log_id}: {hole}");
+                        return Err(StorageIOError::write_log_entry(
+                            log_id.clone(),
+                            AnyError::error(why),
+                        )
+                        .into());
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let lsns = append_records(
+                    &self.inner.wal,
+                    batch.iter().map(|(_, p)| (KIND_ENTRY, p.as_slice())),
+                )
+                .map_err(|e| write_error::<C>(&e))?;
+                let durable = self.inner.wal.flushed_lsn();
+                for (lsn, (entry, _)) in lsns.into_iter().zip(batch) {
+                    let index = entry.get_log_id().index;
+                    state.put_entry(lsn, index, entry, durable);
+                }
             }
         }
         self.inner.flusher.submit(waiter);
