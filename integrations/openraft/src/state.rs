@@ -8,7 +8,8 @@
 //!   one at or below the purge point is purged as it arrives ([`place_entry`], checked live
 //!   before each write, for each entry replayed and for the log the replay leaves);
 //! * a truncate record removes every entry at or after its index;
-//! * a purge record removes every entry up to its index and becomes the last purged log id;
+//! * a purge record removes every entry up to its index and becomes the last purged log id,
+//!   unless it is at or below the purge point (a stale purge changes nothing);
 //! * the latest vote and committed records win.
 //!
 //! Every entry's LSN is kept (8 bytes an entry, from the purge point to the end); the entries
@@ -245,7 +246,19 @@ impl<C: RaftTypeConfig> State<C> {
         }
     }
 
+    /// Whether a purge up to `upto` is stale: at or below the purge point. A stale purge
+    /// changes nothing: the live store writes nothing and removes nothing for it (openraft
+    /// ignores one too), and [`State::purge`] ignores its record, as the replay of a log
+    /// written before that rule meets it.
+    pub(crate) fn is_stale_purge(&self, upto: u64) -> bool {
+        self.purged_index().is_some_and(|p| upto <= p)
+    }
+
+    /// Drops every entry up to `upto` and makes it the purge point, unless the purge is stale.
     pub(crate) fn purge(&mut self, upto: LogId<C::NodeId>) {
+        if self.is_stale_purge(upto.index) {
+            return;
+        }
         let keep_from = upto.index + 1;
         if keep_from >= self.end() {
             self.lsns.clear();
@@ -259,9 +272,7 @@ impl<C: RaftTypeConfig> State<C> {
             }
             self.first = keep_from;
         }
-        if self.last_purged.as_ref().is_none_or(|p| *p < upto) {
-            self.last_purged = Some(upto);
-        }
+        self.last_purged = Some(upto);
     }
 
     /// After the replay: once entries were purged, the first entry left must be one

@@ -629,10 +629,18 @@ where
     /// Appends a purge record followed by the current vote and committed log id, flushes,
     /// and removes the segment files that lie entirely before the oldest record still needed
     /// (the first entry after `log_id`, or the purge record when no entry is left).
+    ///
+    /// A purge at or below the purge point is stale (openraft ignores one as well): it writes
+    /// nothing and removes nothing. Recorded, its lower point would name records before the
+    /// current purge point as still needed, and removing the files before it could take the
+    /// record of the higher purge point with them.
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> StoreResult<(), C> {
         let payload = record::encode(&log_id).map_err(|e| write_error::<C>(&e))?;
         let keep_from = {
             let mut state = self.inner.state.lock();
+            if state.is_stale_purge(log_id.index) {
+                return Ok(());
+            }
             let mut batch = vec![(KIND_PURGE, payload)];
             if let Some(vote) = &state.vote {
                 batch.push((

@@ -1,7 +1,7 @@
 //! Truncation and purge on the append-only log: the store reopens to exactly the state it had
 //! (entries, their LSNs, vote, committed, purge point), purge removes whole segment files that
-//! hold only purged entries, and the vote survives the removal of the segment it was first
-//! written in. A raft node restarted after a purge past its snapshot rebuilds its state machine
+//! hold only purged entries, a purge at or below the purge point changes nothing, and the vote
+//! survives the removal of the segment it was first written in. A raft node restarted after a purge past its snapshot rebuilds its state machine
 //! from the sealed snapshot and the log.
 
 use crate::support;
@@ -187,6 +187,59 @@ async fn reopen_replays_truncate_and_purge_in_every_mode() {
     for mode in Mode::ALL {
         scenario(mode).await;
     }
+}
+
+/// A purge at or below the purge point (a stale one, which openraft ignores) writes nothing and
+/// removes nothing: the purge point stays, live and after reopen, also when the record of the
+/// higher purge point lies in a segment that the lower one's removal would have taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_at_or_below_the_purge_point_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = KeyRing::generate().unwrap();
+    let mode = Mode::PerRecord;
+    let mut store = Store::open(dir.path(), config(mode, &keys)).unwrap();
+    store
+        .blocking_append((0..50).map(|i| entry(1, i)))
+        .await
+        .unwrap();
+    // Beyond the last entry, as after installing a snapshot.
+    store.purge(log_id(1, 100)).await.unwrap();
+    // Enough records to move the log into later segments than the purge record's.
+    let files = segment_files(dir.path());
+    for i in 0..4000 {
+        store
+            .save_committed(Some(log_id(1, 40 + i % 2)))
+            .await
+            .unwrap();
+    }
+    store
+        .blocking_append((101..110).map(|i| entry(2, i)))
+        .await
+        .unwrap();
+    let files_before = segment_files(dir.path());
+    assert!(files_before > files, "{files_before} segment files");
+    let live = LogState {
+        last_purged_log_id: Some(log_id(1, 100)),
+        last_log_id: Some(log_id(2, 109)),
+    };
+
+    store.purge(log_id(1, 60)).await.unwrap();
+    assert_eq!(store.get_log_state().await.unwrap(), live);
+    assert_eq!(
+        segment_files(dir.path()),
+        files_before,
+        "a stale purge removed files"
+    );
+    let mut reopened = reopen(store, dir.path(), mode, &keys).await;
+    assert_eq!(reopened.get_log_state().await.unwrap(), live);
+    assert_eq!(reopened.try_get_log_entries(0..).await.unwrap().len(), 9);
+
+    // At the purge point itself, after the reopen.
+    let files_reopened = segment_files(dir.path());
+    reopened.purge(log_id(1, 100)).await.unwrap();
+    assert_eq!(segment_files(dir.path()), files_reopened);
+    let mut again = reopen(reopened, dir.path(), mode, &keys).await;
+    assert_eq!(again.get_log_state().await.unwrap(), live);
 }
 
 /// The value written under key `i` in the node test: easy to find in a file in plaintext.
