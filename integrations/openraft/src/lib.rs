@@ -57,7 +57,8 @@
 //!   kept (or of the purge record when no entry is left): whole segment files before it are
 //!   removed. The copies keep the vote alive when the segment it was first written in goes.
 //!   A purge at or below the purge point (stale, as openraft treats it) writes nothing and
-//!   removes nothing.
+//!   removes nothing; one that would leave a hole before the first entry (a log that started
+//!   further on than the index after it, nothing purged yet) is refused.
 //! * **Reopen.** [`WalLogStore::open`] replays the log once from its oldest segment, through
 //!   walcrypt's `open_and_replay` (which cuts a torn tail first), applying the same rules as
 //!   the live store: the entries (with their LSNs), vote, committed log id and purge point come

@@ -254,6 +254,17 @@ impl<C: RaftTypeConfig> State<C> {
         self.purged_index().is_some_and(|p| upto <= p)
     }
 
+    /// Checks a purge up to `upto` the live store is about to write: the first entry left must
+    /// be the one [`place_entry`] puts right after the new purge point, as
+    /// [`State::check_start`] asks at open. Only a log that started further on than the index
+    /// after `upto` before any purge fails it. `Err` with the first entry's index.
+    pub(crate) fn check_purge(&self, upto: u64) -> Result<(), Hole> {
+        if self.is_empty() || self.first <= upto.saturating_add(1) {
+            return Ok(());
+        }
+        place_entry(self.first, Some(upto), Some(upto)).map(drop)
+    }
+
     /// Drops every entry up to `upto` and makes it the purge point, unless the purge is stale.
     pub(crate) fn purge(&mut self, upto: LogId<C::NodeId>) {
         if self.is_stale_purge(upto.index) {

@@ -631,7 +631,8 @@ where
     /// (the first entry after `log_id`, or the purge record when no entry is left).
     ///
     /// A purge at or below the purge point is stale (openraft ignores one as well): it writes
-    /// nothing and removes nothing. Recorded, its lower point would name records before the
+    /// nothing and removes nothing. A purge point before the index before the first entry (a
+    /// log that started further on, nothing purged yet) is refused: it would leave a hole. Recorded, its lower point would name records before the
     /// current purge point as still needed, and removing the files before it could take the
     /// record of the higher purge point with them.
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> StoreResult<(), C> {
@@ -640,6 +641,13 @@ where
             let mut state = self.inner.state.lock();
             if state.is_stale_purge(log_id.index) {
                 return Ok(());
+            }
+            if let Err(hole) = state.check_purge(log_id.index) {
+                let why = format!(
+                    "purge up to {log_id} would leave a hole: the first entry left is {}, not {}",
+                    hole.index, hole.next
+                );
+                return Err(StorageIOError::write_logs(AnyError::error(why)).into());
             }
             let mut batch = vec![(KIND_PURGE, payload)];
             if let Some(vote) = &state.vote {

@@ -204,3 +204,45 @@ async fn log_ids(store: &mut WalLogStore<TypeConfig>) -> Vec<openraft::LogId<u64
     }
     entries.into_iter().map(|e| e.log_id).collect()
 }
+
+/// A log that starts further on than index 0 (nothing purged yet) refuses a purge point that
+/// would leave a gap before its first entry, and changes nothing; the purge point right before
+/// the first entry is taken. The store reopens to the state it had live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_that_would_leave_a_gap_before_the_first_entry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = KeyRing::generate().unwrap();
+    let mut store =
+        WalLogStore::<TypeConfig>::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
+    store
+        .blocking_append((5..10).map(|i| entry(1, i)))
+        .await
+        .unwrap();
+    let before = store.get_log_state().await.unwrap();
+    for upto in [2, 3] {
+        let message = match store.purge(log_id(1, upto)).await {
+            Ok(()) => panic!("purge {upto} accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(message.contains("hole"), "unexpected error: {message}");
+        assert_eq!(store.get_log_state().await.unwrap(), before, "purge {upto}");
+    }
+    let ids = log_ids(&mut store).await;
+    drop(store);
+    let mut reopened =
+        WalLogStore::<TypeConfig>::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
+    assert_eq!(reopened.get_log_state().await.unwrap(), before);
+    assert_eq!(log_ids(&mut reopened).await, ids);
+
+    reopened.purge(log_id(1, 4)).await.unwrap();
+    let live = LogState {
+        last_purged_log_id: Some(log_id(1, 4)),
+        last_log_id: Some(log_id(1, 9)),
+    };
+    assert_eq!(reopened.get_log_state().await.unwrap(), live);
+    drop(reopened);
+    let mut again =
+        WalLogStore::<TypeConfig>::open(dir.path(), config(Mode::PerRecord, &keys)).unwrap();
+    assert_eq!(again.get_log_state().await.unwrap(), live);
+    assert_eq!(log_ids(&mut again).await, ids);
+}
