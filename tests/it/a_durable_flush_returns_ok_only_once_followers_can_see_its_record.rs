@@ -9,10 +9,10 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use crate::support::hooked::{Hooked, Hooks};
+use crate::support::hooked::{Gate, Hooked, Hooks};
 use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 /// Once armed, fails the first write to a segment after an fdatasync of one (the round's hint
@@ -21,30 +21,7 @@ use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, SyncMode, Wal};
 struct FailAfterSync {
     /// 0 idle, 1 armed, 2 an fdatasync seen, 3 writes fail.
     stage: AtomicU8,
-    held: Mutex<(bool, bool)>,
-    changed: Condvar,
-}
-
-impl FailAfterSync {
-    fn wait_held(&self) {
-        let mut state = self.held.lock().unwrap();
-        while !state.0 {
-            let (next, timeout) = self
-                .changed
-                .wait_timeout(state, Duration::from_secs(10))
-                .unwrap();
-            state = next;
-            assert!(
-                !timeout.timed_out(),
-                "no write after the fdatasync was held"
-            );
-        }
-    }
-
-    fn release(&self) {
-        self.held.lock().unwrap().1 = true;
-        self.changed.notify_all();
-    }
+    gate: Gate,
 }
 
 fn is_segment(path: &Path) -> bool {
@@ -67,12 +44,7 @@ impl Hooks for FailAfterSync {
         match self.stage.load(Ordering::SeqCst) {
             2 => {
                 self.stage.store(3, Ordering::SeqCst);
-                let mut state = self.held.lock().unwrap();
-                state.0 = true;
-                self.changed.notify_all();
-                while !state.1 {
-                    state = self.changed.wait(state).unwrap();
-                }
+                self.gate.hold();
                 Err(std::io::Error::from_raw_os_error(libc_eio()))
             }
             3 => Err(std::io::Error::from_raw_os_error(libc_eio())),
@@ -108,7 +80,7 @@ fn a_durable_flush_returns_ok_only_once_followers_can_see_its_record() {
             let wal = wal.clone();
             std::thread::spawn(move || wal.flush(lsn))
         };
-        hooks.wait_held();
+        hooks.gate.wait_held();
         // A flusher of the same record, arriving while the hint rewrite is held.
         let (sent, answer) = mpsc::channel();
         let flusher = {
@@ -116,7 +88,7 @@ fn a_durable_flush_returns_ok_only_once_followers_can_see_its_record() {
             std::thread::spawn(move || sent.send(wal.flush(lsn)).unwrap())
         };
         let early = answer.recv_timeout(Duration::from_millis(300));
-        hooks.release();
+        hooks.gate.release();
         let flushed = early.unwrap_or_else(|_| answer.recv().unwrap());
         flusher.join().unwrap();
         let led = leader.join().unwrap();

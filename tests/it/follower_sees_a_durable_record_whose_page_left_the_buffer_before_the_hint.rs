@@ -8,39 +8,18 @@
 //! with failing fdatasyncs and many threads.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::support::hooked::{Hooked, Hooks};
+use crate::support::hooked::{Gate, Hooked, Hooks};
 use walcrypt::{Config, Follower, KeyRing, Lsn, Mode, SyncMode, Wal};
 
 /// Holds the first fdatasync of a segment after `armed` is set until `release`.
 #[derive(Default)]
 struct HoldSync {
     armed: AtomicBool,
-    held: Mutex<(bool, bool)>,
-    changed: Condvar,
-}
-
-impl HoldSync {
-    /// Waits until a sync is being held.
-    fn wait_held(&self) {
-        let mut state = self.held.lock().unwrap();
-        while !state.0 {
-            let (next, timeout) = self
-                .changed
-                .wait_timeout(state, Duration::from_secs(10))
-                .unwrap();
-            state = next;
-            assert!(!timeout.timed_out(), "no fdatasync was held");
-        }
-    }
-
-    fn release(&self) {
-        self.held.lock().unwrap().1 = true;
-        self.changed.notify_all();
-    }
+    gate: Gate,
 }
 
 impl Hooks for HoldSync {
@@ -49,12 +28,7 @@ impl Hooks for HoldSync {
         {
             return;
         }
-        let mut state = self.held.lock().unwrap();
-        state.0 = true;
-        self.changed.notify_all();
-        while !state.1 {
-            state = self.changed.wait(state).unwrap();
-        }
+        self.gate.hold();
     }
 }
 
@@ -112,7 +86,7 @@ fn follower_sees_a_durable_record_whose_page_left_the_buffer_before_the_hint() {
             let wal = wal.clone();
             std::thread::spawn(move || wal.flush(lsn))
         };
-        hooks.wait_held();
+        hooks.gate.wait_held();
         // While the fdatasync is held: more than the whole buffer's worth of records, not
         // flushed, so the page's slot is taken for a page one ring length on.
         let mut appended = 0;
@@ -120,7 +94,7 @@ fn follower_sees_a_durable_record_whose_page_left_the_buffer_before_the_hint() {
             wal.append(2, &[0xC3; 100]).unwrap();
             appended += 100;
         }
-        hooks.release();
+        hooks.gate.release();
         flusher.join().unwrap().unwrap();
         // The writer stays idle: a follower of the files sees the acknowledged record.
         let mut follower = Follower::open(dir.path(), Some(keys.clone()), Lsn(0)).unwrap();

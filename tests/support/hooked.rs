@@ -4,9 +4,49 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use walcrypt::storage::{FsStorage, Storage, StorageFile};
+
+/// Where a hook holds one storage call until the test releases it.
+#[derive(Default)]
+pub struct Gate {
+    /// (a call is held, released)
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    /// Called by the hook: says a call is held here, then waits for [`Gate::release`].
+    pub fn hold(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.0 = true;
+        self.changed.notify_all();
+        while !state.1 {
+            state = self.changed.wait(state).unwrap();
+        }
+    }
+
+    /// Waits until a call is held (fails the test after 10 s).
+    pub fn wait_held(&self) {
+        let mut state = self.state.lock().unwrap();
+        while !state.0 {
+            let (next, timeout) = self
+                .changed
+                .wait_timeout(state, Duration::from_secs(10))
+                .unwrap();
+            state = next;
+            assert!(!timeout.timed_out(), "no storage call was held");
+        }
+    }
+
+    /// Lets the held call (and any later one) go on.
+    pub fn release(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
+}
 
 /// What a test hears of. Every method does nothing unless overridden.
 pub trait Hooks: Send + Sync + 'static {
