@@ -312,8 +312,25 @@ impl Follower {
 
     /// Like [`Follower::poll`], but the record as stored, with its header (see
     /// [`Reader::raw_records_from`](crate::Reader::raw_records_from)).
+    /// A perrecord record under a key this follower lacks is read again once the key is taken
+    /// from its source (the key store, read again, or the attached `Wal`), as `poll` does; with
+    /// no source, or one that lacks the key too, its payload is left out.
     pub fn poll_raw(&mut self) -> Result<Option<RawRecord>> {
-        self.poll_with(raw_record)
+        if self.store.is_none() && self.wal.is_none() {
+            return self.poll_with(raw_record);
+        }
+        // The missing key is an error here, so that `poll_with` takes it from the source.
+        let with_key = |stored: Stored, keys: Option<&Keys>| {
+            let raw = raw_record(stored, keys)?;
+            match (&raw.payload, raw.header.encryption) {
+                (None, Some((key_id, _))) => Err(Error::missing_key(key_id)),
+                _ => Ok(raw),
+            }
+        };
+        match self.poll_with(with_key) {
+            Err(Error::MissingKey { .. }) => self.poll_with(raw_record),
+            other => other,
+        }
     }
 
     /// Waits up to `timeout` for the next record; `Ok(None)` when none came in time.

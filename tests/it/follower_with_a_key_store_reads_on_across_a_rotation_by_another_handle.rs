@@ -37,6 +37,11 @@ fn follower_with_a_key_store_reads_on_across_a_rotation_by_another_handle() {
             Follower::open_with_key_store(&log, replica_store.clone(), Lsn::default())
                 .unwrap()
                 .visibility(Visibility::Written);
+        // Records as stored, with their payloads: the store is read again for them too.
+        let raw_store = Arc::new(KeyStore::open(&store_path, kek.clone()).unwrap());
+        let mut raw = Follower::open_with_key_store(&log, raw_store, Lsn::default())
+            .unwrap()
+            .visibility(Visibility::Written);
         let mut plain = Follower::open(&log, Some(replica_store.ring()), Lsn::default())
             .unwrap()
             .visibility(Visibility::Written);
@@ -63,6 +68,19 @@ fn follower_with_a_key_store_reads_on_across_a_rotation_by_another_handle() {
         }
         assert_eq!(got, expected, "{mode}");
         assert_eq!(replica_store.ring().ids(), vec![1, 2, 3], "{mode}");
+        let mut got_raw = Vec::new();
+        while got_raw.len() < expected.len() {
+            let record = raw
+                .next_raw_timeout(PATIENCE)
+                .unwrap_or_else(|e| panic!("{mode}: raw, after {} records: {e}", got_raw.len()))
+                .unwrap_or_else(|| panic!("{mode}: raw, no record after {}", got_raw.len()));
+            got_raw.push(record.payload);
+        }
+        let expected_raw: Vec<Option<Vec<u8>>> = expected.iter().cloned().map(Some).collect();
+        assert_eq!(
+            got_raw, expected_raw,
+            "{mode}: records as stored carry their payloads under the rotated keys"
+        );
 
         let reader = Reader::open_with_key_store(&log, &reader_store).unwrap();
         let read: Vec<Vec<u8>> = reader
