@@ -202,23 +202,16 @@ impl Lister<'_> {
         };
         let keys = target.key_context(self.args.key_file.as_deref(), self.keys);
         let fail = |e: walcrypt::Error| Fail::from_wal_with_keys(&e, &keys);
-        // With a key store, the follower takes a key the writer added since (a data-key
-        // rotation) from the store when a page needs it (pagelevel); a perrecord record comes
-        // without its payload instead, and is read again by a follower given the store anew.
-        let (store, ring) = (self.store.clone(), self.keys);
-        let open = |from: Lsn| {
-            let follower = match &store {
-                Some(store) => Follower::open_with_key_store(&target.dir, store.clone(), from),
-                None => Follower::open(&target.dir, ring.cloned(), from),
-            };
-            let follower = follower.map_err(fail)?.visibility(visibility);
-            match target.require_mode {
-                Some(mode) => follower.require_mode(mode).map_err(fail),
-                None => Ok(follower),
-            }
+        // With a key store, the follower reads it again for a key the writer added since (a
+        // data-key rotation), for pages and records alike.
+        let follower = match &self.store {
+            Some(store) => Follower::open_with_key_store(&target.dir, store.clone(), begin),
+            None => Follower::open(&target.dir, self.keys.cloned(), begin),
         };
-        let mut follower = open(begin)?;
-        let mut reread = std::collections::BTreeSet::new();
+        let mut follower = follower.map_err(fail)?.visibility(visibility);
+        if let Some(mode) = target.require_mode {
+            follower = follower.require_mode(mode).map_err(fail)?;
+        }
         let mut disk = None;
         loop {
             // Output goes out whenever the listing has caught up with the writer.
@@ -237,10 +230,6 @@ impl Lister<'_> {
             else {
                 continue;
             };
-            if self.store_gained_key(&rec, &mut reread).map_err(fail)? {
-                follower = open(rec.lsn)?;
-                continue;
-            }
             let disk = match &mut disk {
                 Some(d) if Disk::covers(d, follower.segments()) => d,
                 slot => slot.insert(Disk::over(geo, log_id, follower.segments())),
@@ -254,29 +243,6 @@ impl Lister<'_> {
                 return Ok(EXIT_OK);
             }
         }
-    }
-
-    /// Whether the key store holds the key that `rec`, read without its payload, is encrypted
-    /// under, now that it was read again (the writer rotated its data key after the tool read
-    /// the store). Once per key id, so a record the key still does not decrypt is not read
-    /// again and again.
-    fn store_gained_key(
-        &self,
-        rec: &RawRecord,
-        tried: &mut std::collections::BTreeSet<u32>,
-    ) -> Result<bool, walcrypt::Error> {
-        let (Some(store), None, Some((id, _))) = (&self.store, &rec.payload, rec.header.encryption)
-        else {
-            return Ok(false);
-        };
-        if !tried.insert(id) {
-            return Ok(false);
-        }
-        let has = || store.ring().get(id).is_some();
-        if !has() {
-            store.reload()?;
-        }
-        Ok(has())
     }
 
     /// Whether `rec` is shown, skipped (outside `[from, to)`, of another kind or key id), or
