@@ -57,22 +57,7 @@ fn args(options: &[&str], log: &Path) -> Args {
 /// and finds the log clean: no I/O error, and the records of the segments left checked.
 #[test]
 fn verify_notes_segments_purged_before_its_page_checks_and_finds_the_log_clean() {
-    for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
-        let tmp = tempfile::tempdir().unwrap();
-        let keys = mode.is_encrypted().then(|| KeyRing::generate().unwrap());
-        let (log, lsns, wal) = make_log(tmp.path(), mode, keys.as_ref());
-        let (target, reader) = listed(&log);
-        let listed_segments = reader.segments().len();
-        assert!(wal.purge_before(lsns[150]).unwrap() >= 2, "{mode}");
-
-        let args = args(&["--verify", "--format", "json"], &log);
-        let mut out = Vec::new();
-        let code =
-            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, || {})
-                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
-        assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
-        wal.close().unwrap();
-    }
+    verify_beside_a_purge(false);
 }
 
 /// `--verify` whose records pass meets segments purged after it listed the files for its
@@ -80,19 +65,39 @@ fn verify_notes_segments_purged_before_its_page_checks_and_finds_the_log_clean()
 /// left and finds the log clean: a purge is no key problem.
 #[test]
 fn verify_notes_segments_purged_under_its_records_pass_and_finds_the_log_clean() {
+    verify_beside_a_purge(true);
+}
+
+/// `--verify` of a log listed before a writer's purge: the purge made right after the listing,
+/// or (`under_records`) once the records pass has listed the files for its reader.
+fn verify_beside_a_purge(under_records: bool) {
     for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PageLevel] {
         let tmp = tempfile::tempdir().unwrap();
         let keys = mode.is_encrypted().then(|| KeyRing::generate().unwrap());
         let (log, lsns, wal) = make_log(tmp.path(), mode, keys.as_ref());
         let (target, reader) = listed(&log);
         let listed_segments = reader.segments().len();
+        let purge = || assert!(wal.purge_before(lsns[150]).unwrap() >= 2, "{mode}");
+        if !under_records {
+            purge();
+        }
 
         let args = args(&["--verify", "--format", "json"], &log);
         let mut out = Vec::new();
-        let purge = || assert!(wal.purge_before(lsns[150]).unwrap() >= 2, "{mode}");
-        let code =
-            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, purge)
-                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
+        let before_records = || {
+            if under_records {
+                purge();
+            }
+        };
+        let code = crate::verify::verify_listed(
+            &args,
+            target,
+            reader,
+            keys.as_ref(),
+            &mut out,
+            before_records,
+        )
+        .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
         assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
         wal.close().unwrap();
     }
