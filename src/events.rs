@@ -24,7 +24,9 @@ pub trait EventListener: Send + Sync {
     /// where no listener runs).
     fn on_segment_switch(&self, _event: &SegmentSwitch) {}
 
-    /// A group-commit round this thread led has finished.
+    /// A flush round this thread led has finished: a group-commit round (`Durable`, and
+    /// pagelevel), or a `Buffered` flush's own write-out (or its wait for the write-out that
+    /// covered its record), which joins no group.
     fn on_flush_round(&self, _event: &FlushRound) {}
 
     /// A write or fdatasync failed and the log now refuses further work until reopened.

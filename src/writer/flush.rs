@@ -278,6 +278,7 @@ impl Wal {
         };
         w.reserved_to = target;
         w.data_end = target;
+        self.counters.here().write_outs.add(1);
         Ok(Some(Reserved {
             wal: self,
             ticket,
@@ -583,13 +584,17 @@ impl Wal {
     /// (`flush(wal.end_lsn())` flushes everything appended so far). Beyond the end it fails
     /// with [`Error::LsnNotAvailable`].
     ///
-    /// Group commit, in both sync modes: one caller at a time is the leader; it writes (and,
-    /// `Durable`, fdatasyncs) everything in the buffer so far, in one write per segment. The
-    /// others do not queue for the write lock behind it (a leader that returns and commits
-    /// again would win that race on a busy machine); they wait for the leader to finish,
-    /// return at once if it covered their record, and otherwise one of them leads the next
-    /// round for all the rest. Commits arriving together thus cost one write (and one
-    /// fdatasync) between them.
+    /// Every flush writes everything in the buffer so far, not only its own record, in one
+    /// write per segment, so commits whose records are in the buffer together share one
+    /// write-out. `Buffered` (but pagelevel): the flush takes the write lock only to reserve
+    /// that range, or to find its record in a range another flush reserved, and writes (or
+    /// waits for) it after the lock; ranges of concurrent commits are written side by side
+    /// ([`Wal::writes_alone`]). `Durable` and pagelevel: group commit. One caller at a time
+    /// is the leader; the others do not queue for the write lock behind it (a leader that
+    /// returns and commits again would win that race on a busy machine); they wait for the
+    /// leader to finish, return at once if it covered their record, and otherwise one of them
+    /// leads the next round for all the rest. Commits arriving together thus cost one
+    /// fdatasync between them.
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         loop {
             self.check_poison()?;
@@ -602,6 +607,11 @@ impl Wal {
             let end = self.reservations.end();
             if end < lsn {
                 return Err(Error::LsnNotAvailable { lsn, end });
+            }
+            if self.writes_alone() {
+                // No round to join: this commit writes its own range (or waits for the
+                // write-out that reserved it) and returns.
+                return self.lead_round(lsn, None);
             }
             if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
                 // Written, and a leader's fdatasync of it is queued or running: its round's
@@ -616,6 +626,20 @@ impl Wal {
                 None => self.group.wait_after(seen),
             }
         }
+    }
+
+    /// Whether a flush skips group commit and writes out its own range: `Buffered` plaintext,
+    /// perrecord and perrecord-gcm, whose write lock only plans a range, so that concurrent
+    /// commits write disjoint ranges side by side, which land in order without a lock
+    /// (inflight.rs). Electing a leader to write for a group would cost two writes of the
+    /// group word per write-out, and a futex sleep and wake for every commit that arrives
+    /// while a write runs, to save a pwrite that, unsynced, is about as cheap as the wake:
+    /// Buffered commits rarely share a write-out (1.1–1.3 commits per write-out at 4 to 64
+    /// threads with the group, docs/BENCHMARKS.md, "Buffered commits without a group").
+    /// pagelevel keeps the group: its write-out encrypts and writes under the write lock,
+    /// which others would queue on. `Durable` keeps it: the fdatasync is what a group shares.
+    fn writes_alone(&self) -> bool {
+        self.sync == SyncMode::Buffered && self.mode != Mode::PageLevel
     }
 
     /// True when the record at `lsn` (or, at the end of the log, everything before it) lies

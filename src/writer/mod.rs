@@ -144,7 +144,9 @@
 //! moves `reserved_to`, `written_to` and `insert_end` past the rest of the tail page, with
 //! nothing in flight.
 //!
-//! Group commit sits in front of the write lock: one flusher at a time leads a round (write
+//! Group commit sits in front of the write lock in `Durable` mode and for pagelevel (a
+//! `Buffered` plaintext, perrecord or perrecord-gcm flush reserves and writes its own range,
+//! beside other commits' ranges): one flusher at a time leads a round (write
 //! and, Durable, fdatasync everything appended so far); the others wait for the round to end
 //! and then either find their record durable or lead the next round for everyone still
 //! waiting. A Durable leader hands the lead on once its range has landed and it has announced

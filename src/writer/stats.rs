@@ -29,6 +29,11 @@ pub struct WalStats {
     pub insert_lock_ns: u64,
     /// Times the write lock was taken.
     pub write_lock_acquisitions: u64,
+    /// Write-outs: ranges of the buffer reserved and written (one pwrite per segment they
+    /// reach) by a flush, an appender facing a full buffer, a segment switch, `sync` or
+    /// `close`. A flush whose record a write-out already under way covers adds none, but
+    /// takes the write lock to learn so.
+    pub write_outs: u64,
     /// Total time the write lock was held, in nanoseconds (including fdatasync).
     pub write_lock_ns: u64,
     /// Of that, time spent encrypting pages (pagelevel only), in nanoseconds.
@@ -72,6 +77,7 @@ pub(super) struct Shard {
     pub(super) insert_lock_ns: Counter,
     pub(super) buffer_full_waits: Counter,
     pub(super) write_lock_acquisitions: Counter,
+    pub(super) write_outs: Counter,
     pub(super) write_lock_ns: Counter,
     pub(super) write_lock_encrypt_ns: Counter,
     pub(super) fsync_ns: Counter,
@@ -117,6 +123,7 @@ impl Wal {
             record_bytes: c.sum(|s| &s.record_bytes),
             insert_lock_ns: c.sum(|s| &s.insert_lock_ns),
             write_lock_acquisitions: c.sum(|s| &s.write_lock_acquisitions),
+            write_outs: c.sum(|s| &s.write_outs),
             write_lock_ns: c.sum(|s| &s.write_lock_ns),
             write_lock_encrypt_ns: c.sum(|s| &s.write_lock_encrypt_ns),
             fsync_ns: c.sum(|s| &s.fsync_ns),

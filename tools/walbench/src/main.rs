@@ -144,7 +144,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
         args.rounds
     );
     println!(
-        "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync (Durable commits: in the sync turn, after the write lock, not in wr ns); wouts = write-lock acquisitions (write-outs); txn/wo = commits per write-out;"
+        "  ser ns = ins + wr of each round, median (the model's t_ser); sync ns = fdatasync (Durable commits: in the sync turn, after the write lock, not in wr ns); wouts = write-outs (ranges written; a flush that finds its record in one under way makes none); txn/wo = commits per write-out;"
     );
     println!(
         "  syncs = fdatasyncs; pages = page images written; full = write-outs by an appender facing a full buffer; vcsw, ivcsw = voluntary, involuntary context switches (process);"

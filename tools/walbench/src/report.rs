@@ -42,10 +42,11 @@ pub struct Summary {
     pub encrypt_ns: f64,
     pub serial_ns: f64,
     /// The ledger of the commit path, per transaction (medians over rounds): fdatasync time
-    /// (inside `write_ns`), write-lock acquisitions, commits per acquisition, fdatasyncs,
-    /// page images written, buffer-full write-outs, context switches.
+    /// (inside `write_ns`), write-outs, commits per write-out, write-lock acquisitions,
+    /// fdatasyncs, page images written, buffer-full write-outs, context switches.
     pub fsync_ns: f64,
     pub write_outs: f64,
+    pub write_locks: f64,
     pub commits_per_write_out: f64,
     pub fsyncs: f64,
     pub pages: f64,
@@ -128,6 +129,7 @@ pub fn summarize(cells: &[Cell]) -> Vec<Summary> {
                 serial_ns: med(&|c| c.serial_ns_per_txn()),
                 fsync_ns: med(&|c| c.fsync_ns_per_txn()),
                 write_outs: med(&|c| c.write_outs_per_txn()),
+                write_locks: med(&|c| c.write_locks_per_txn()),
                 commits_per_write_out: med(&|c| c.commits_per_write_out()),
                 fsyncs: med(&|c| c.fsyncs_per_txn()),
                 pages: med(&|c| c.pages_per_txn()),
@@ -352,7 +354,8 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
          commit_p50_us,commit_p99_us,user_cpu_s,sys_cpu_s,insert_lock_ns_per_txn,\
          insert_ratio_to_plaintext,write_lock_ns_per_txn,write_ratio_to_plaintext,\
          write_lock_encrypt_ns_per_txn,serial_ns_per_txn,cpu_us_per_txn,cpu_ratio_to_plaintext,\
-         fsync_ns_per_txn,write_lock_acquisitions_per_txn,commits_per_write_lock_acquisition,\
+         fsync_ns_per_txn,write_outs_per_txn,commits_per_write_out,\
+         write_lock_acquisitions_per_txn,\
          fsyncs_per_txn,pages_written_per_txn,buffer_full_waits_per_txn,\
          voluntary_switches_per_txn,involuntary_switches_per_txn,line_writes_per_txn,\
          line_transfers_per_txn,own_line_writes_per_record,append_line_writes_per_record,\
@@ -362,7 +365,7 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.1},{:.4},{:.2},{:.2},{:.2},{:.4},{:.4},{:.1},{:.4},{:.1},{:.4},{:.1},{:.1},{:.3},{:.4},{:.1},{:.5},{:.3},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{},{},{},{},{},{},{},{}",
             r.workload.name(),
             r.mode.name(),
             r.threads,
@@ -385,6 +388,7 @@ pub fn throughput_csv(rows: &[Summary]) -> String {
             r.fsync_ns,
             r.write_outs,
             r.commits_per_write_out,
+            r.write_locks,
             r.fsyncs,
             r.pages,
             r.full_waits,
@@ -408,7 +412,7 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
     let mut s = String::from(
         "workload,mode,threads,round,elapsed_s,txns,commit_p50_us,commit_p99_us,user_cpu_s,\
          sys_cpu_s,appends,payload_bytes,record_bytes,insert_lock_ns,write_lock_acquisitions,\
-         write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits,\
+         write_outs,write_lock_ns,write_lock_encrypt_ns,fsync_ns,fsyncs,pages_written,buffer_full_waits,\
          voluntary_switches,involuntary_switches,line_writes,line_transfers,futex_calls,\
          syscalls\n",
     );
@@ -424,7 +428,7 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
         );
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.6},{},{:.2},{:.2},{:.4},{:.4},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.workload.name(),
             c.mode.name(),
             c.threads,
@@ -440,6 +444,7 @@ pub fn rounds_csv(cells: &[Cell]) -> String {
             st.record_bytes,
             st.insert_lock_ns,
             st.write_lock_acquisitions,
+            st.write_outs,
             st.write_lock_ns,
             st.write_lock_encrypt_ns,
             st.fsync_ns,
@@ -692,7 +697,8 @@ mod tests {
             stats: WalStats {
                 appends: txns * 5,
                 insert_lock_ns: txns * 200,
-                write_lock_acquisitions: txns / 4,
+                write_lock_acquisitions: txns / 2,
+                write_outs: txns / 4,
                 write_lock_ns: txns * 3000,
                 fsync_ns: txns * 2000,
                 fsyncs: txns / 4,
@@ -728,6 +734,7 @@ mod tests {
         assert_eq!(r.serial_ns, 3200.0);
         assert_eq!(r.write_outs, 0.25);
         assert_eq!(r.commits_per_write_out, 4.0);
+        assert_eq!(r.write_locks, 0.5);
         assert_eq!(r.fsyncs, 0.25);
         assert_eq!(r.pages, 0.5);
         assert_eq!(r.full_waits, 0.01);
@@ -774,7 +781,7 @@ mod tests {
         assert_eq!(r.line_budget, 6.0 / 6.0);
         assert!(line_sites_table(&counted_rows).contains("insert 5.00/0.40"));
         let mut idle = cell(Mode::Plaintext, 1, 0, 10);
-        idle.stats.write_lock_acquisitions = 0;
+        idle.stats.write_outs = 0;
         assert!(ledger_table(&summarize(&[idle])).contains(" - "));
 
         // Every CSV line has as many fields as its header.

@@ -69,17 +69,22 @@ impl Cell {
     pub fn fsync_ns_per_txn(&self) -> f64 {
         self.per_txn(self.stats.fsync_ns)
     }
-    /// Write-lock acquisitions per transaction: group-commit rounds, plus an appender's
-    /// write-out of a full buffer, plus `sync`; about one write-out each.
+    /// Write-outs per transaction: ranges reserved and written (a commit's, or an
+    /// appender's facing a full buffer, or `sync`'s).
     pub fn write_outs_per_txn(&self) -> f64 {
+        self.per_txn(self.stats.write_outs)
+    }
+    /// Write-lock acquisitions per transaction: the write-outs, plus the flushes that took
+    /// the lock to find their record in a write-out already under way.
+    pub fn write_locks_per_txn(&self) -> f64 {
         self.per_txn(self.stats.write_lock_acquisitions)
     }
-    /// Commits per write-lock acquisition: how many transactions one write-out served.
+    /// Commits per write-out: how many transactions one write-out served.
     pub fn commits_per_write_out(&self) -> f64 {
-        if self.stats.write_lock_acquisitions == 0 {
+        if self.stats.write_outs == 0 {
             return f64::NAN;
         }
-        self.txns as f64 / self.stats.write_lock_acquisitions as f64
+        self.txns as f64 / self.stats.write_outs as f64
     }
     pub fn fsyncs_per_txn(&self) -> f64 {
         self.per_txn(self.stats.fsyncs)
@@ -137,12 +142,13 @@ impl Cell {
             l.append_writes() as f64 / self.stats.appends.max(1) as f64
         })
     }
-    /// Writes to the commit path's lines per write-out (write-lock acquisition); NaN without
-    /// the feature or without a write-out.
+    /// Writes to the commit path's lines per write-out (every flush's writes to them, also
+    /// of one that wrote nothing, over the write-outs); NaN without the feature or without a
+    /// write-out.
     pub fn commit_writes_per_write_out(&self) -> f64 {
         match &self.lines {
-            Some(l) if self.stats.write_lock_acquisitions > 0 => {
-                l.commit_writes() as f64 / self.stats.write_lock_acquisitions as f64
+            Some(l) if self.stats.write_outs > 0 => {
+                l.commit_writes() as f64 / self.stats.write_outs as f64
             }
             _ => f64::NAN,
         }
@@ -151,8 +157,7 @@ impl Cell {
     /// per write-out: at most 1 where the budget holds; NaN without the feature.
     pub fn line_budget_ratio(&self) -> f64 {
         self.lines.as_ref().map_or(f64::NAN, |l| {
-            let budget =
-                self.stats.appends as f64 + 4.0 * self.stats.write_lock_acquisitions as f64;
+            let budget = self.stats.appends as f64 + 4.0 * self.stats.write_outs as f64;
             (l.writes - l.own_writes()) as f64 / budget.max(1.0)
         })
     }
@@ -318,6 +323,7 @@ fn delta(after: WalStats, before: WalStats) -> WalStats {
         record_bytes: after.record_bytes - before.record_bytes,
         insert_lock_ns: after.insert_lock_ns - before.insert_lock_ns,
         write_lock_acquisitions: after.write_lock_acquisitions - before.write_lock_acquisitions,
+        write_outs: after.write_outs - before.write_outs,
         write_lock_ns: after.write_lock_ns - before.write_lock_ns,
         write_lock_encrypt_ns: after.write_lock_encrypt_ns - before.write_lock_encrypt_ns,
         fsync_ns: after.fsync_ns - before.fsync_ns,
