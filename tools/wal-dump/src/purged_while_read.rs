@@ -12,6 +12,7 @@ use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, Wal};
 use crate::Args;
 use crate::kinds::Selection;
 use crate::source::Target;
+use crate::verify::Seams;
 
 const PAGE: u64 = 512;
 const SEGMENT: u64 = 8 * PAGE;
@@ -84,20 +85,17 @@ fn verify_beside_a_purge(under_records: bool) {
 
         let args = args(&["--verify", "--format", "json"], &log);
         let mut out = Vec::new();
-        let before_records = || {
-            if under_records {
-                purge();
-            }
+        let seams = Seams {
+            before_records: Box::new(|| {
+                if under_records {
+                    purge();
+                }
+            }),
+            ..Seams::none()
         };
-        let code = crate::verify::verify_listed(
-            &args,
-            target,
-            reader,
-            keys.as_ref(),
-            &mut out,
-            before_records,
-        )
-        .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
+        let code =
+            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, seams)
+                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
         assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
         wal.close().unwrap();
     }

@@ -76,6 +76,29 @@ struct Verify<'a> {
     /// The log and the keys the records pass read it with, to open a fresh reader that tells
     /// a live writer's next records from a torn tail; `None` until that pass starts.
     reopen: Option<(Target, Option<&'a KeyRing>)>,
+    /// Called between the page checks' two reads of a segment's page headers (see [`Seams`]).
+    between_page_passes: Box<dyn FnMut(Lsn) + 'a>,
+}
+
+/// Points between the steps of `--verify` where a test has a live writer act (purge, reuse
+/// the purged files, append), because nothing can be placed between the steps of a running
+/// binary. The tool runs with [`Seams::none`].
+pub(crate) struct Seams<'s> {
+    /// Once the records pass has listed the files for its own reader, before it reads them.
+    pub(crate) before_records: Box<dyn FnOnce() + 's>,
+    /// Once the page checks have read the page headers of the segment starting at the given
+    /// LSN a first time, through the file they opened for it, before they read them again.
+    pub(crate) between_page_passes: Box<dyn FnMut(Lsn) + 's>,
+}
+
+impl Seams<'_> {
+    /// Nothing between the steps.
+    pub(crate) fn none() -> Seams<'static> {
+        Seams {
+            before_records: Box::new(|| {}),
+            between_page_passes: Box::new(|_| {}),
+        }
+    }
 }
 
 /// Whether the header bytes of `page` are a valid page header of this log for the same offset
@@ -121,22 +144,22 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<u8, Fail> {
         }
         Err(fail) => return Err(fail),
     };
-    verify_listed(args, target, reader, ring.as_ref(), out, || {})
+    verify_listed(args, target, reader, ring.as_ref(), out, Seams::none())
 }
 
-/// `--verify` of the log `reader` listed (opened without keys), with the keys `ring`.
-/// `before_records` runs once the records pass has listed the files for its own reader, before
-/// it reads them (where a test has a writer purge).
-pub(crate) fn verify_listed(
+/// `--verify` of the log `reader` listed (opened without keys), with the keys `ring`; `seams`
+/// run between its steps (where a test has a live writer act).
+pub(crate) fn verify_listed<'a>(
     args: &Args,
     target: Target,
     reader: Reader,
-    ring: Option<&KeyRing>,
+    ring: Option<&'a KeyRing>,
     out: &mut dyn Write,
-    before_records: impl FnOnce(),
+    seams: Seams<'a>,
 ) -> Result<u8, Fail> {
     let range = target.range(&reader, args.start, args.end);
     let mut v = Verify::new(reader, ring, range);
+    v.between_page_passes = seams.between_page_passes;
     // Said, so that "clean" is never read as a verdict on the whole log.
     let skipped = match (args.start, args.end) {
         (Some(s), Some(e)) => Some(format!("before {} and from {} on", fmt_lsn(s), fmt_lsn(e))),
@@ -152,7 +175,7 @@ pub(crate) fn verify_listed(
     let keys_match = v.check_key_values(args);
     v.check_segments()?;
     v.check_pages()?;
-    v.check_records(target, keys_match, args, before_records)?;
+    v.check_records(target, keys_match, args, seams.before_records)?;
     v.check_iv_reuse();
     v.note_purge();
     v.report(out, args.format)
@@ -185,6 +208,7 @@ impl<'a> Verify<'a> {
             ivs: Vec::new(),
             written_pages: Vec::new(),
             earlier_life_pages: 0,
+            between_page_passes: Box::new(|_| {}),
         }
     }
 }
@@ -397,6 +421,7 @@ impl Verify<'_> {
                 last_written = page;
             }
         }
+        (self.between_page_passes)(start);
         let mut hole: Option<Lsn> = None;
         for page in pages {
             progress.at(page);
@@ -460,7 +485,7 @@ impl Verify<'_> {
         target: Target,
         keys_match: bool,
         args: &Args,
-        before_records: impl FnOnce(),
+        before_records: Box<dyn FnOnce() + '_>,
     ) -> Result<(), Fail> {
         let mode = self.reader.mode();
         let usable = self.ring.filter(|_| keys_match);
