@@ -1,7 +1,8 @@
 //! A writer purging old segments while `--verify` or `--stats` reads the log: segment files the
-//! tool listed when it started are gone when it reaches them. Tested inside the crate, with the
-//! listing taken before the purge, because a purge cannot be placed between the listing and the
-//! reads of a running binary.
+//! tool listed when it started are gone when it reaches them, or (with the purged files reused,
+//! `Config::recycle_segments`) a file the tool is reading becomes a later segment under it.
+//! Tested inside the crate, with the listing taken before the purge, because a purge cannot be
+//! placed between the listing and the reads of a running binary.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -18,10 +19,13 @@ const PAGE: u64 = 512;
 const SEGMENT: u64 = 8 * PAGE;
 
 fn config(mode: Mode, keys: Option<&KeyRing>) -> Config {
+    // Segments made when the writer reaches them, none ahead: which one a purged file becomes
+    // is then known.
     let config = Config::new(mode)
         .page_size(PAGE)
         .segment_size(SEGMENT)
-        .buffer_size(8 * PAGE as usize);
+        .buffer_size(8 * PAGE as usize)
+        .prepare_segments(false);
     match keys {
         Some(keys) => config.keys(keys.clone()),
         None => config,
@@ -99,6 +103,75 @@ fn verify_beside_a_purge(under_records: bool) {
         assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
         wal.close().unwrap();
     }
+}
+
+/// `--verify` whose page checks read a segment's pages through its file while a writer purges
+/// the segment and makes the file the segment after its last one (a purged file kept for
+/// reuse, as by default): by the second read of its page headers the file holds the new
+/// segment's pages, at other addresses. That is a purge, noted as one, not damage: the log is
+/// found clean. Reported page-address damage (or a page never written before written ones, in
+/// plaintext, whose reused files are wiped) without the fix.
+#[test]
+fn verify_takes_a_segment_whose_file_was_reused_under_its_page_checks_for_purged() {
+    for mode in [
+        Mode::Plaintext,
+        Mode::PerRecord,
+        Mode::PageLevel,
+        Mode::PerRecordGcm,
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let keys = mode.is_encrypted().then(|| KeyRing::generate().unwrap());
+        let (log, lsns, wal) = make_log(tmp.path(), mode, keys.as_ref());
+        let (target, reader) = listed(&log);
+        let listed_segments = reader.segments().len();
+        let oldest = reader.segments()[0].header.start;
+        let after_last = reader.geometry().segment_start(wal.end_lsn()) + SEGMENT;
+        let reused = std::cell::Cell::new(false);
+        let seams = Seams {
+            between_page_passes: Box::new(|start| {
+                if start == oldest && !reused.replace(true) {
+                    reuse_oldest(&wal, &log, &lsns, oldest, after_last);
+                }
+            }),
+            ..Seams::none()
+        };
+
+        let args = args(&["--verify", "--format", "json"], &log);
+        let mut out = Vec::new();
+        let code =
+            crate::verify::verify_listed(&args, target, reader, keys.as_ref(), &mut out, seams)
+                .unwrap_or_else(|fail| panic!("{mode}: {}", fail.message));
+        assert!(
+            reused.get(),
+            "{mode}: the oldest segment's pages were never read"
+        );
+        assert_clean_with_a_purge_note(mode, code, &out, listed_segments);
+        wal.close().unwrap();
+    }
+}
+
+/// Purges the segment at `oldest` (its file kept for reuse) and appends until the writer has
+/// made the segment at `next` from that file and written pages into it.
+fn reuse_oldest(wal: &Wal, log: &Path, lsns: &[Lsn], oldest: Lsn, next: Lsn) {
+    let second = lsns
+        .iter()
+        .copied()
+        .find(|&l| l >= oldest + SEGMENT)
+        .unwrap();
+    assert_eq!(wal.purge_before(second).unwrap(), 1);
+    let free = log.join(format!(
+        "{}.free",
+        walcrypt::inspect::segment_file_name(oldest)
+    ));
+    assert!(free.exists(), "the purged file is kept for reuse");
+    while wal.end_lsn() < next + 4 * PAGE {
+        let lsn = wal.append(2, &[0xa5; 100]).unwrap();
+        wal.flush(lsn).unwrap();
+    }
+    assert!(
+        !free.exists(),
+        "the purged file became the segment at {next}"
+    );
 }
 
 /// The JSON report `out` of `--verify` (exit `code`) says clean, with the purge in a note and

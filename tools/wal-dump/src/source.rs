@@ -7,7 +7,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use walcrypt::inspect::{self, Geometry, PAGE_HEADER_LEN, PageHeader, SegmentInfo};
+use walcrypt::inspect::{
+    self, Geometry, PAGE_HEADER_LEN, PageHeader, SEGMENT_HEADER_FIXED, SegmentHeader, SegmentInfo,
+};
 use walcrypt::{KeyRing, KeyStore, Lsn, Mode, Reader};
 
 use crate::fail::{Fail, KeyContext};
@@ -244,6 +246,25 @@ impl Disk {
             done += n;
         }
         Ok(done)
+    }
+
+    /// Whether the file this reads the segment `listed` describes from is still that segment:
+    /// its header, read again through the file the reads went to, is the one the listing read.
+    /// A writer's purge takes a segment's name away before anything changes its file, and reuse
+    /// (`Config::recycle_segments`) rewrites the file's header, naming the new segment, before
+    /// it wipes or writes any page of it; a header that still reads as listed after the pages
+    /// were read therefore says that every page read before it was the segment's own. (A file
+    /// kept open by its old name reads the new segment's pages once its file was reused.)
+    pub fn still_holds(&mut self, listed: &SegmentHeader) -> Result<bool, Fail> {
+        let start = listed.start;
+        let mut fixed = [0u8; SEGMENT_HEADER_FIXED];
+        let n = self.read(start, &mut fixed)?;
+        let Some(len) = SegmentHeader::len_from_fixed(&fixed[..n]) else {
+            return Ok(false);
+        };
+        let mut bytes = vec![0u8; len];
+        let n = self.read(start, &mut bytes)?;
+        Ok(SegmentHeader::decode(&bytes[..n]).is_ok_and(|h| h == *listed))
     }
 
     /// `n` record-stream bytes from the body position `from`, skipping page and segment

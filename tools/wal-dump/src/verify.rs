@@ -10,7 +10,7 @@
 
 use std::io::Write;
 
-use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN};
+use walcrypt::inspect::{self, PAGE_FLAG_ENCRYPTED, PAGE_HEADER_LEN, SegmentInfo};
 use walcrypt::{CorruptionKind, IV_LEN, KeyRing, Lsn, Mode, Reader};
 
 use serde::Serialize;
@@ -20,7 +20,7 @@ use crate::fail::{
     EXIT_DAMAGE, EXIT_OK, EXIT_TROUBLE, EXIT_UNCHECKED, Fail, fingerprint, key_identity, one_line,
 };
 use crate::output::write_json;
-use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position, segment_gone};
+use crate::source::{Disk, Target, fmt_lsn, hex, load_keys, position, purged_since, segment_gone};
 use crate::{Args, OutputFormat};
 
 /// One use of a keystream: `blocks` counter blocks from `iv` under `key_id`.
@@ -99,6 +99,16 @@ impl Seams<'_> {
             between_page_passes: Box::new(|_| {}),
         }
     }
+}
+
+/// How far the page checks' findings had got before a segment: what they go back to when the
+/// segment's file turns out to have become another segment while it was read.
+struct PagesMark {
+    damage: usize,
+    pages: u64,
+    written_pages: usize,
+    ivs: usize,
+    earlier_life_pages: u64,
 }
 
 /// Whether the header bytes of `page` are a valid page header of this log for the same offset
@@ -356,24 +366,30 @@ impl Verify<'_> {
     /// Every page header: valid, at its own address, flagged for the log's mode, naming a key
     /// its segment lists; never-written pages only after the last written one.
     fn check_pages(&mut self) -> Result<(), Fail> {
-        let segs: Vec<(Lsn, Vec<u32>, std::path::PathBuf)> = self
-            .reader
-            .segments()
-            .iter()
-            .map(|s| {
-                let ids = s.header.key_checks.iter().map(|(id, _)| *id).collect();
-                (s.header.start, ids, s.path.clone())
-            })
-            .collect();
+        let segs: Vec<SegmentInfo> = self.reader.segments().to_vec();
         let (first, last) = crate::progress::span(&self.reader);
         let mut progress = crate::progress::Progress::new("verify: pages", first, last);
-        for (start, listed, path) in segs {
+        for seg in segs {
+            let (start, path) = (seg.header.start, &seg.path);
             if !self.in_range_segment(start) {
                 continue;
             }
+            let listed: Vec<u32> = seg.header.key_checks.iter().map(|(id, _)| *id).collect();
+            let mark = self.pages_mark();
             // A segment a purge removed after the listing is no longer part of the log.
-            if let Err(fail) = self.check_segment_pages(start, &listed, &path, &mut progress) {
+            if let Err(fail) = self.check_segment_pages(start, &listed, path, &mut progress) {
                 self.unless_purged::<()>(fail)?;
+                continue;
+            }
+            // Nor is one whose file a purge took and reuse made into a later segment while its
+            // pages were read: what was read may be that segment's pages, at other addresses.
+            let still_holds = match self.disk.still_holds(&seg.header) {
+                Ok(holds) => holds,
+                Err(fail) => self.unless_purged(fail)?.unwrap_or(false),
+            };
+            if !still_holds {
+                self.back_to(mark);
+                self.reused_under_reader(start, path);
             }
         }
         if self.earlier_life_pages > 0 {
@@ -384,6 +400,43 @@ impl Verify<'_> {
             ));
         }
         Ok(())
+    }
+
+    /// Where the page checks' findings stand now.
+    fn pages_mark(&self) -> PagesMark {
+        PagesMark {
+            damage: self.found.damage.len(),
+            pages: self.found.pages,
+            written_pages: self.written_pages.len(),
+            ivs: self.ivs.len(),
+            earlier_life_pages: self.earlier_life_pages,
+        }
+    }
+
+    /// Forgets the page checks' findings made since `mark`.
+    fn back_to(&mut self, mark: PagesMark) {
+        self.found.damage.truncate(mark.damage);
+        self.found.pages = mark.pages;
+        self.written_pages.truncate(mark.written_pages);
+        self.ivs.truncate(mark.ivs);
+        self.earlier_life_pages = mark.earlier_life_pages;
+    }
+
+    /// The segment starting at `start`, whose file (listed at `path`) stopped holding it while
+    /// its pages were read: purged (and its file reused) when every segment file left starts
+    /// after it, kept for the note like any purge. Otherwise nothing the writer does explains
+    /// it (a purge takes the oldest segments, and reuse renames a file before it rewrites it),
+    /// and it is damage.
+    fn reused_under_reader(&mut self, start: Lsn, path: &std::path::Path) {
+        match purged_since(path, start) {
+            Some(oldest) => self.found.purged = self.found.purged.max(Some(oldest)),
+            None => self.found.damage.push(format!(
+                "segment {}: its header changed while its pages were read, though no purge \
+                 removed the segment (a segment file at or before it is still there): its \
+                 pages were not checked",
+                inspect::segment_file_name(start)
+            )),
+        }
     }
 
     /// The page headers of the segment starting at `start` (listing the key ids `listed`), in
