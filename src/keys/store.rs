@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -61,6 +62,11 @@ pub struct KeyStore {
     path: PathBuf,
     storage: Arc<dyn Storage>,
     inner: Mutex<Inner>,
+    /// Whether this handle's keys were handed out for writing (a log opened with it, a sealed
+    /// file written): set once, never cleared. Such a handle's log may still use a key that
+    /// another handle retired, so its changes are never made again on a generation lacking
+    /// one (`take_newer`).
+    in_service: AtomicBool,
 }
 
 impl std::fmt::Debug for KeyStore {
@@ -200,6 +206,7 @@ impl KeyStore {
                 auth,
                 durable: false,
             }),
+            in_service: AtomicBool::new(false),
         };
         let saved = store.save(&mut store.inner.lock(), Put::Create);
         match saved {
@@ -230,6 +237,7 @@ impl KeyStore {
             path,
             storage,
             inner: Mutex::new(inner),
+            in_service: AtomicBool::new(false),
         })
     }
 
@@ -301,6 +309,7 @@ impl KeyStore {
     pub(crate) fn ring_for_writing(&self) -> Result<KeyRing> {
         let mut inner = self.inner.lock();
         self.make_durable(&mut inner)?;
+        self.in_service.store(true, Ordering::Relaxed);
         Ok(ring_of(&inner.entries))
     }
 
@@ -316,8 +325,22 @@ impl KeyStore {
     /// and then switches the log to the new key.
     ///
     /// If someone else wrote the store since this handle read it (another handle, `wal-key
-    /// rotate`), the newer generation is read and the key is added on top of it, so neither
-    /// change is lost ([`KeyStore::retire_unused`] does the same).
+    /// rotate`, a live log's rotation or purge), the newer generation is read and the key is
+    /// added on top of it, so neither change is lost ([`KeyStore::retire_unused`] does the
+    /// same), a few times at most before the call fails. What the newer generation may have
+    /// changed:
+    /// - another rotation: not a conflict. The key is added on top, with the next id, as if
+    ///   this call had come right after the other one; two rotations make two keys, in either
+    ///   order, as two `wal-key rotate` run one after the other do.
+    /// - keys retired by a log's purge: not a conflict for a handle no log writes with (one
+    ///   never handed to [`crate::Config::key_store`] or used to write a sealed file, as
+    ///   `wal-key rotate`'s): a retired key is older than the store's active key, and the new
+    ///   key is added to what is left. For a log's handle it is refused: its log may still use
+    ///   the key.
+    /// - anything else is refused and nothing is written: a key this handle holds replaced by
+    ///   another under its id, or gone while no later key is active (as when another store is
+    ///   put in its place); the store re-wrapped under another KEK ([`KeyStore::reload_with`]);
+    ///   an older generation put back.
     pub fn rotate_data_key(&self) -> Result<(u32, KeyRing)> {
         let mut inner = self.inner.lock();
         let id = self.update(&mut inner, |inner| {
@@ -441,9 +464,9 @@ impl KeyStore {
     }
 
     /// Reads the generation `found` someone else wrote, to make this handle's change again on
-    /// top of it. Refused when it lacks a key this handle holds (a key this handle's log may
-    /// still use), or is wrapped under another KEK (the caller needs the new provider:
-    /// [`KeyStore::reload_with`]).
+    /// top of it. Refused when it lost a key this handle holds in a way the change cannot be
+    /// made on (see [`KeyStore::lost_key`]), or is wrapped under another KEK (the caller needs
+    /// the new provider: [`KeyStore::reload_with`]).
     fn take_newer(&self, inner: &mut Inner, found: u64) -> Result<()> {
         let changed = |why: String| {
             store_error(
@@ -474,20 +497,49 @@ impl KeyStore {
             Err(e) => return Err(e),
         };
         for e in &inner.entries {
-            let kept = newer
-                .entries
-                .iter()
-                .any(|n| n.info.id == e.info.id && n.info.fingerprint == e.info.fingerprint);
-            if !kept {
-                return Err(changed(format!(
-                    "no longer holds key id {} that this handle holds and its log may still \
-                     use; nothing was written",
-                    e.info.id
-                )));
+            if let Some(why) = self.lost_key(&e.info, &newer) {
+                return Err(changed(why));
             }
         }
         *inner = newer;
         Ok(())
+    }
+
+    /// Why the newer generation `newer` cannot be built on for the key `held` this handle
+    /// holds, or `None` when it can: it holds the same key under that id, or (for a handle no
+    /// log writes with) it lacks that key because a purge retired it, which only a key older
+    /// than the active one can have been.
+    fn lost_key(&self, held: &KeyInfo, newer: &Inner) -> Option<String> {
+        let id = held.id;
+        let in_service = self.in_service.load(Ordering::Relaxed);
+        let same_id = newer.entries.iter().find(|n| n.info.id == id);
+        if same_id.is_some_and(|n| n.info.fingerprint == held.fingerprint) {
+            return None;
+        }
+        if in_service {
+            return Some(format!(
+                "no longer holds key id {id} that this handle holds and its log may still use; \
+                 nothing was written"
+            ));
+        }
+        if same_id.is_some() {
+            return Some(format!(
+                "holds another key under key id {id} than the one this handle read, as when \
+                 another store is put in its place; nothing was written"
+            ));
+        }
+        let active = newer
+            .entries
+            .iter()
+            .find(|n| n.info.state == KeyState::Active)
+            .map(|n| n.info.id);
+        if active.is_some_and(|active| active > id) {
+            return None;
+        }
+        Some(format!(
+            "no longer holds key id {id} while no later key is active, which a purge retiring \
+             it does not leave (as when another store is put in its place); nothing was written"
+        ))
     }
 
     /// Writes `entries` as the next generation. They replace the ones in memory once the new
@@ -908,6 +960,62 @@ mod tests {
         assert!(stale.exists());
         again.rotate_data_key().unwrap();
         assert!(!stale.exists());
+    }
+
+    /// A handle no log writes with (`wal-key rotate`'s) makes its rotation on a newer
+    /// generation that retired a key it holds (a live log's purge, after the log rotated), but
+    /// not on one that replaced a key it holds or lost one no later active key explains; a
+    /// log's handle makes it on neither.
+    #[test]
+    fn a_rotation_is_made_on_a_retirement_only_by_a_handle_no_log_writes_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        let kek: Arc<dyn KeyProvider> = Arc::new(Kek::generate("test").unwrap());
+        KeyStore::create(&path, kek.clone()).unwrap();
+        let log = KeyStore::open(&path, kek.clone()).unwrap();
+        log.ring_for_writing().unwrap();
+        let other_log = KeyStore::open(&path, kek.clone()).unwrap();
+        other_log.ring_for_writing().unwrap();
+        let operator = KeyStore::open(&path, kek.clone()).unwrap();
+        assert_eq!(log.rotate_data_key().unwrap().0, 2);
+        assert_eq!(log.retire_unused(&[2]).unwrap(), [1]);
+
+        let (id, ring) = operator.rotate_data_key().unwrap();
+        assert_eq!((id, ring.ids(), ring.active_id()), (3, vec![2, 3], Some(3)));
+        let err = other_log.rotate_data_key().unwrap_err().to_string();
+        assert!(err.contains("no longer holds key id 1"), "{err}");
+        assert!(err.contains("its log may still use"), "{err}");
+
+        // Another store (same KEK) put in place, with another key under id 2 and a later
+        // generation: refused, and nothing is written.
+        let elsewhere = dir.path().join("elsewhere");
+        let replacement = KeyStore::create(&elsewhere, kek.clone()).unwrap();
+        for _ in 0..4 {
+            replacement.rotate_data_key().unwrap();
+        }
+        let bytes = std::fs::read(&elsewhere).unwrap();
+        std::fs::copy(&elsewhere, &path).unwrap();
+        let err = operator.rotate_data_key().unwrap_err().to_string();
+        assert!(err.contains("another key under key id 2"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing written");
+
+        // One holding the same key 1 alone (so no later key is active), a later generation.
+        let operator = KeyStore::open(&path, kek.clone()).unwrap();
+        let mut first = KeyRing::empty();
+        first
+            .add(1, operator.ring().get(1).unwrap().clone())
+            .unwrap();
+        let lone = KeyStore::create_from_ring(dir.path().join("lone"), kek.clone(), &first);
+        let lone = lone.unwrap();
+        for _ in 0..8 {
+            lone.rotate_kek(kek.clone()).unwrap();
+        }
+        let bytes = std::fs::read(dir.path().join("lone")).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        let err = operator.rotate_data_key().unwrap_err().to_string();
+        assert!(err.contains("no longer holds key id 2"), "{err}");
+        assert!(err.contains("no later key is active"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing written");
     }
 
     #[test]

@@ -112,7 +112,9 @@ enum Command {
     },
     /// Add a fresh data key with the next id and make it active (a key store needs its KEK;
     /// a raw ring is rewritten). A log picks the key up when it is next opened; a live log
-    /// rotates with Wal::rotate_data_key.
+    /// rotates with Wal::rotate_data_key. A store that a live log rotates or retires keys of
+    /// meanwhile gets the key on top of that change; one replaced or re-wrapped under another
+    /// KEK meanwhile is refused, with nothing written.
     Rotate {
         /// Key store or raw key ring file.
         file: PathBuf,
