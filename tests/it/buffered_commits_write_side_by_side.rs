@@ -1,0 +1,104 @@
+//! A `Buffered` flush (plaintext, perrecord, perrecord-gcm) joins no group-commit round: a
+//! commit that arrives while another commit's write runs reserves and writes its own range
+//! beside it, instead of sleeping until that write ends and then writing for everyone waiting.
+//! It still returns only once everything before its record has been written: its range lands
+//! behind the earlier one. pagelevel keeps group commit (its write-out runs under the write
+//! lock) and is not asked the first question.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use crate::support::hooked::{Gate, Hooked, Hooks};
+use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
+
+/// Once armed, counts segment writes and holds the first until released.
+#[derive(Default)]
+struct HoldFirstWrite {
+    armed: AtomicBool,
+    writes: AtomicUsize,
+    gate: Gate,
+}
+
+impl Hooks for HoldFirstWrite {
+    fn write_result(&self, path: &Path, _offset: u64, _buf: &[u8]) -> std::io::Result<()> {
+        if !self.armed.load(Ordering::SeqCst) || path.extension().is_none_or(|e| e != "wal") {
+            return Ok(());
+        }
+        if self.writes.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.gate.hold();
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
+    for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PerRecordGcm] {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let hooks = Arc::new(HoldFirstWrite::default());
+        let config = Config::new(mode)
+            .keys(keys.clone())
+            .sync(SyncMode::Buffered)
+            .page_size(4096)
+            .segment_size(256 * 1024)
+            .prepare_segments(false)
+            .storage(Arc::new(Hooked(hooks.clone())));
+        let wal = Arc::new(Wal::open(dir.path(), config).unwrap());
+        wal.flush(wal.append(1, b"before").unwrap()).unwrap();
+        hooks.armed.store(true, Ordering::SeqCst);
+
+        // The first commit's write is held.
+        let first = wal.append(1, b"first").unwrap();
+        let held = {
+            let wal = wal.clone();
+            std::thread::spawn(move || wal.flush(first))
+        };
+        hooks.gate.wait_held();
+
+        // A second commit arrives while it is held.
+        let second = wal.append(1, b"second").unwrap();
+        let (sent, answer) = mpsc::channel();
+        let beside = {
+            let wal = wal.clone();
+            std::thread::spawn(move || sent.send(wal.flush(second)).unwrap())
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while hooks.writes.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let writes = hooks.writes.load(Ordering::SeqCst);
+        // Before the assertions: a failed one must not leave the held write waiting.
+        let early = answer.recv_timeout(Duration::from_millis(200));
+        hooks.gate.release();
+        assert!(
+            writes >= 2,
+            "{mode}: the second commit's write did not start while the first was held \
+             ({writes} segment writes)"
+        );
+        assert!(
+            early.is_err(),
+            "{mode}: the second commit's flush returned ({early:?}) while the write of the \
+             record before it was held"
+        );
+        answer.recv().unwrap().unwrap();
+        beside.join().unwrap();
+        held.join().unwrap().unwrap();
+        assert!(wal.flushed_lsn() > second);
+
+        // Both are in the files, in order.
+        let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
+        let payloads: Vec<Vec<u8>> = reader
+            .records_from(Lsn::default())
+            .map(|r| r.unwrap().payload)
+            .collect();
+        assert_eq!(
+            payloads,
+            [b"before".to_vec(), b"first".to_vec(), b"second".to_vec()],
+            "{mode}"
+        );
+        drop(wal);
+    }
+}
