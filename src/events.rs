@@ -71,7 +71,8 @@ pub struct SegmentSwitch {
     pub to: Lsn,
 }
 
-/// One group-commit round.
+/// One flush round: a group-commit round (`Durable`, and pagelevel), or a `Buffered` flush's
+/// own write-out (or its wait for the write-out that covered its record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FlushRound {
@@ -79,7 +80,8 @@ pub struct FlushRound {
     pub flushed_to: Lsn,
     /// Whether the round called fdatasync ([`crate::SyncMode::Durable`]).
     pub synced: bool,
-    /// Time from taking the lead to the end of the round, the wait for the write lock included.
+    /// Time from taking the lead (a `Buffered` flush outside group commit: from the start of
+    /// its write-out) to the end of the round, the wait for the write lock included.
     pub duration: Duration,
 }
 

@@ -586,10 +586,11 @@ impl Wal {
     ///
     /// Every flush writes everything in the buffer so far, not only its own record, in one
     /// write per segment, so commits whose records are in the buffer together share one
-    /// write-out. `Buffered` (but pagelevel): the flush takes the write lock only to reserve
-    /// that range, or to find its record in a range another flush reserved, and writes (or
-    /// waits for) it after the lock; ranges of concurrent commits are written side by side
-    /// ([`Wal::writes_alone`]). `Durable` and pagelevel: group commit. One caller at a time
+    /// write-out. `Buffered`, except pagelevel: the flush takes the write lock only to reserve
+    /// that range, or to find its record in a range reserved already (by another flush, an
+    /// appender facing a full buffer, `sync`), and writes (or waits for) it after the lock;
+    /// ranges of concurrent commits are written side by side, and the flush returns once
+    /// everything below its target has landed. `Durable` and pagelevel: group commit. One caller at a time
     /// is the leader; the others do not queue for the write lock behind it (a leader that
     /// returns and commits again would win that race on a busy machine); they wait for the
     /// leader to finish, return at once if it covered their record, and otherwise one of them
@@ -598,6 +599,18 @@ impl Wal {
     pub fn flush(&self, lsn: Lsn) -> Result<()> {
         loop {
             self.check_poison()?;
+            if self.writes_alone() {
+                if self.flushed_through(lsn) {
+                    return Ok(());
+                }
+                let end = self.reservations.end();
+                if end < lsn {
+                    return Err(Error::LsnNotAvailable { lsn, end });
+                }
+                // No round to join: this commit writes its own range (or waits for the
+                // write-out that reserved it) and returns.
+                return self.lead_round(lsn, None);
+            }
             // Read before the checks below: a round that ends after this read bumps it, and
             // one that ended before it raised `flushed_to` (and ended `pending`'s wait) first.
             let seen = self.group.rounds();
@@ -607,11 +620,6 @@ impl Wal {
             let end = self.reservations.end();
             if end < lsn {
                 return Err(Error::LsnNotAvailable { lsn, end });
-            }
-            if self.writes_alone() {
-                // No round to join: this commit writes its own range (or waits for the
-                // write-out that reserved it) and returns.
-                return self.lead_round(lsn, None);
             }
             if self.sync == SyncMode::Durable && self.sync_pending_through(lsn) {
                 // Written, and a leader's fdatasync of it is queued or running: its round's
@@ -649,9 +657,11 @@ impl Wal {
         pending > lsn || (pending == lsn && self.reservations.end() == lsn)
     }
 
-    /// One group-commit round: takes the write lock and flushes everything appended so far.
+    /// One flush round: takes the write lock and flushes everything appended so far (a
+    /// group-commit round, or a `Buffered` flush's own, [`Wal::writes_alone`]).
     /// `Durable`: [`Wal::lead_durable`]. pagelevel, `Buffered`: writes and waits for every
-    /// range in flight, all under the lock. `Buffered` plaintext and perrecord: reserves and
+    /// range in flight, all under the lock. `Buffered` plaintext, perrecord and perrecord-gcm:
+    /// reserves and
     /// plans the range under the lock, copies and writes it after releasing it, and waits
     /// until everything below its target has landed.
     pub(super) fn lead_flush(&self, lsn: Lsn, round: Option<&mut RoundEnd<'_>>) -> Result<()> {

@@ -50,8 +50,10 @@ use crate::lock_order::{self, Domain};
 
 /// Slots for parked ranges, indexed by range id (a power of two). At most this many ranges are
 /// registered and not yet passed by `written_to` (a registration beyond it waits under the
-/// write lock for the oldest to be passed): write-outs in flight at once are few (one per
-/// thread writing, most often one), so the wait is a bound, not a queue.
+/// write lock for the oldest to be passed): at most one per thread writing (a `Buffered`
+/// flush writes its own range, so one per committing thread), so past 64 such threads a
+/// registration can wait under the write lock for the oldest range's pwrite; the wait is a
+/// bound, not a queue.
 const PARK_SLOTS: usize = 64;
 
 /// A range registered and not yet known to be passed by `written_to`.

@@ -908,7 +908,8 @@ impl Wal {
         result
     }
 
-    /// One group-commit round led by this thread, reported to the listener. `round` (the
+    /// One flush round led by this thread (a group-commit round, or a `Buffered` flush's
+    /// own, `writes_alone`), reported to the listener. `round` (the
     /// group-commit round this thread leads, if any) ends before the listener is called, so a
     /// listener may `flush` again: it joins or leads a later round instead of waiting for the
     /// end of the one its own thread still leads.

@@ -29,10 +29,12 @@ pub struct WalStats {
     pub insert_lock_ns: u64,
     /// Times the write lock was taken.
     pub write_lock_acquisitions: u64,
-    /// Write-outs: ranges of the buffer reserved and written (one pwrite per segment they
-    /// reach) by a flush, an appender facing a full buffer, a segment switch, `sync` or
-    /// `close`. A flush whose record a write-out already under way covers adds none, but
-    /// takes the write lock to learn so.
+    /// Write-outs: ranges of the buffer reserved for writing (one pwrite per segment they
+    /// reach; counted when reserved, so one whose write then fails counts too) by a flush (a
+    /// `Durable` round makes one or two), an appender facing a full buffer, a segment switch,
+    /// `sync`, `close`, a drop, the open's rewrite of the tail page. A `Buffered` flush whose
+    /// record a write-out already under way covers adds none, but takes the write lock to
+    /// learn so.
     pub write_outs: u64,
     /// Total time the write lock was held, in nanoseconds (including fdatasync).
     pub write_lock_ns: u64,

@@ -2,7 +2,8 @@
 //! commit that arrives while another commit's write runs reserves and writes its own range
 //! beside it, instead of sleeping until that write ends and then writing for everyone waiting.
 //! It still returns only once everything before its record has been written: its range lands
-//! behind the earlier one. pagelevel keeps group commit (its write-out runs under the write
+//! behind the earlier one. A flush of a record a write under way covers writes nothing
+//! (`WalStats::write_outs`). pagelevel keeps group commit (its write-out runs under the write
 //! lock) and is not asked the first question.
 
 use std::path::Path;
@@ -49,6 +50,7 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
         let wal = Arc::new(Wal::open(dir.path(), config).unwrap());
         wal.flush(wal.append(1, b"before").unwrap()).unwrap();
         hooks.armed.store(true, Ordering::SeqCst);
+        let stats_before = wal.stats();
 
         // The first commit's write is held.
         let first = wal.append(1, b"first").unwrap();
@@ -57,6 +59,11 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
             std::thread::spawn(move || wal.flush(first))
         };
         hooks.gate.wait_held();
+        // Another flush of the held record: the held write covers it.
+        let covered = {
+            let wal = wal.clone();
+            std::thread::spawn(move || wal.flush(first))
+        };
 
         // A second commit arrives while it is held.
         let second = wal.append(1, b"second").unwrap();
@@ -86,7 +93,19 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
         answer.recv().unwrap().unwrap();
         beside.join().unwrap();
         held.join().unwrap().unwrap();
+        covered.join().unwrap().unwrap();
         assert!(wal.flushed_lsn() > second);
+        let stats = wal.stats();
+        assert_eq!(
+            stats.write_outs - stats_before.write_outs,
+            2,
+            "{mode}: write-outs of three flushes, two of one record"
+        );
+        assert_eq!(
+            stats.write_lock_acquisitions - stats_before.write_lock_acquisitions,
+            3,
+            "{mode}: write-lock acquisitions of three flushes"
+        );
 
         // Both are in the files, in order.
         let reader = Reader::open(dir.path(), Some(keys.clone())).unwrap();
