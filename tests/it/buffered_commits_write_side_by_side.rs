@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 use crate::support::hooked::{Gate, Hooked, Hooks};
 use walcrypt::{Config, KeyRing, Lsn, Mode, Reader, SyncMode, Wal};
 
-/// Once armed, counts segment writes and holds the first until released.
+/// Once armed, counts segment writes and holds the first until released (then fails it
+/// with EIO when `fail_held` is set).
 #[derive(Default)]
 struct HoldFirstWrite {
     armed: AtomicBool,
+    fail_held: bool,
     writes: AtomicUsize,
     gate: Gate,
 }
@@ -29,9 +31,36 @@ impl Hooks for HoldFirstWrite {
         }
         if self.writes.fetch_add(1, Ordering::SeqCst) == 0 {
             self.gate.hold();
+            if self.fail_held {
+                // EIO, as Linux numbers it.
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
         }
         Ok(())
     }
+}
+
+/// A Buffered log over `hooks` holding one flushed record, `before`.
+fn log_with(mode: Mode, keys: &KeyRing, dir: &Path, hooks: &Arc<HoldFirstWrite>) -> Arc<Wal> {
+    let config = Config::new(mode)
+        .keys(keys.clone())
+        .sync(SyncMode::Buffered)
+        .page_size(4096)
+        .segment_size(256 * 1024)
+        .prepare_segments(false)
+        .storage(Arc::new(Hooked(hooks.clone())));
+    let wal = Arc::new(Wal::open(dir, config).unwrap());
+    wal.flush(wal.append(1, b"before").unwrap()).unwrap();
+    wal
+}
+
+/// Waits (up to 10 s) until `hooks` has seen `n` segment writes; returns how many it saw.
+fn writes_reach(hooks: &HoldFirstWrite, n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hooks.writes.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hooks.writes.load(Ordering::SeqCst)
 }
 
 #[test]
@@ -40,15 +69,7 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let keys = KeyRing::generate().unwrap();
         let hooks = Arc::new(HoldFirstWrite::default());
-        let config = Config::new(mode)
-            .keys(keys.clone())
-            .sync(SyncMode::Buffered)
-            .page_size(4096)
-            .segment_size(256 * 1024)
-            .prepare_segments(false)
-            .storage(Arc::new(Hooked(hooks.clone())));
-        let wal = Arc::new(Wal::open(dir.path(), config).unwrap());
-        wal.flush(wal.append(1, b"before").unwrap()).unwrap();
+        let wal = log_with(mode, &keys, dir.path(), &hooks);
         hooks.armed.store(true, Ordering::SeqCst);
         let stats_before = wal.stats();
 
@@ -72,11 +93,7 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
             let wal = wal.clone();
             std::thread::spawn(move || sent.send(wal.flush(second)).unwrap())
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while hooks.writes.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let writes = hooks.writes.load(Ordering::SeqCst);
+        let writes = writes_reach(&hooks, 2);
         // Before the assertions: a failed one must not leave the held write waiting.
         let early = answer.recv_timeout(Duration::from_millis(200));
         hooks.gate.release();
@@ -119,5 +136,58 @@ fn a_buffered_commit_writes_beside_a_write_under_way_and_returns_after_it() {
             "{mode}"
         );
         drop(wal);
+    }
+}
+
+/// The held write fails: the range written beside it landed, but no flush of a record after
+/// the failed one returns Ok, and the flushed position stays where it was.
+#[test]
+fn a_range_written_beside_a_failed_one_is_never_acknowledged() {
+    for mode in [Mode::Plaintext, Mode::PerRecord, Mode::PerRecordGcm] {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyRing::generate().unwrap();
+        let hooks = Arc::new(HoldFirstWrite {
+            fail_held: true,
+            ..HoldFirstWrite::default()
+        });
+        let wal = log_with(mode, &keys, dir.path(), &hooks);
+        let flushed_before = wal.flushed_lsn();
+        hooks.armed.store(true, Ordering::SeqCst);
+        let first = wal.append(1, b"first").unwrap();
+        let held = {
+            let wal = wal.clone();
+            std::thread::spawn(move || wal.flush(first))
+        };
+        hooks.gate.wait_held();
+        let second = wal.append(1, b"second").unwrap();
+        let beside = {
+            let wal = wal.clone();
+            std::thread::spawn(move || wal.flush(second))
+        };
+        let writes = writes_reach(&hooks, 2);
+        // A flush of the second record arriving once its range was written.
+        let again = {
+            let wal = wal.clone();
+            std::thread::spawn(move || wal.flush(second))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        hooks.gate.release();
+        assert!(
+            writes >= 2,
+            "{mode}: the second range was not written beside the first"
+        );
+        let results = [
+            held.join().unwrap(),
+            beside.join().unwrap(),
+            again.join().unwrap(),
+        ];
+        for result in &results {
+            assert!(
+                result.is_err(),
+                "{mode}: a flush returned Ok in a log whose write below it failed: {results:?}"
+            );
+        }
+        assert_eq!(wal.flushed_lsn(), flushed_before, "{mode}");
+        assert!(wal.sync().is_err(), "{mode}: sync of a poisoned log");
     }
 }
