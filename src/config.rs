@@ -139,6 +139,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 16 << 20;
 pub const DEFAULT_PAGE_SIZE: u64 = 8 << 10;
 /// Default WAL buffer size: 4 MiB.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+/// Largest WAL buffer size [`Config::validate`] accepts: 1 GiB (see [`Config::buffer_size`]).
+pub const MAX_BUFFER_SIZE: usize = 1 << 30;
 /// Default limit on how far a retention hold may fall behind the end of the log: 4 GiB (see
 /// [`Config::max_hold_bytes`]).
 pub const DEFAULT_MAX_HOLD_BYTES: u64 = 4 << 30;
@@ -217,8 +219,15 @@ impl Config {
     }
 
     /// Sets the in-memory WAL buffer size in bytes. Default 4 MiB ([`DEFAULT_BUFFER_SIZE`]),
-    /// rounded up to at least 4 pages. Appenders wait for the writer when it is full, so memory
-    /// stays bounded.
+    /// rounded up to at least 4 pages (so 0 gives a buffer of 4 pages). Appenders wait for the
+    /// writer when it is full, so memory stays bounded.
+    ///
+    /// At most 1 GiB ([`MAX_BUFFER_SIZE`]); [`Config::validate`] refuses more. The whole buffer
+    /// is allocated when the log opens, so a size beyond the machine's memory would abort the
+    /// process there rather than fail with an error. 1 GiB is far above what helps: the buffer
+    /// only has to hold what appenders copy in while the writer writes out (PostgreSQL's
+    /// automatic `wal_buffers` is at most one 16 MiB segment), and 1 GiB is still an amount a
+    /// server can spare.
     pub fn buffer_size(mut self, bytes: usize) -> Config {
         self.buffer_size = bytes;
         self
@@ -343,14 +352,21 @@ impl Config {
         }
     }
 
-    /// Checks the settings on their own, without looking at a log: page and segment sizes, a
-    /// key ring for the encrypted modes, and that the ring's key check values fit a segment
-    /// header. [`crate::Wal::open`] calls it first; call it earlier to report a bad setting
+    /// Checks the settings on their own, without looking at a log: page and segment sizes, the
+    /// buffer size, a key ring for the encrypted modes, and that the ring's key check values
+    /// fit a segment header. [`crate::Wal::open`] calls it first; call it earlier to report a bad setting
     /// where it is made.
     ///
     /// Fails with [`Error::Config`] naming the setting and the rule it breaks.
     pub fn validate(&self) -> Result<()> {
         format::validate_geometry(self.geometry()).map_err(|why| Error::Config(why.into()))?;
+        if self.buffer_size > MAX_BUFFER_SIZE {
+            return Err(Error::Config(format!(
+                "buffer_size {} is above the maximum of {MAX_BUFFER_SIZE} bytes (1 GiB): the \
+                 whole buffer is allocated when the log opens",
+                self.buffer_size
+            )));
+        }
         if self.mode.is_encrypted() && self.keys.is_empty() {
             return Err(Error::Config(format!(
                 "mode {} needs a key ring with at least one key",
