@@ -352,14 +352,25 @@ impl Config {
         }
     }
 
-    /// Checks the settings on their own, without looking at a log: page and segment sizes, the
-    /// buffer size, a key ring for the encrypted modes, and that the ring's key check values
-    /// fit a segment header. [`crate::Wal::open`] calls it first; call it earlier to report a bad setting
-    /// where it is made.
+    /// Checks the settings on their own, without looking at a log: page and segment sizes (as
+    /// a new log would get them), the buffer size, and a key ring for the encrypted modes.
+    /// [`crate::Wal::open`] checks the same, but for an existing log checks the sizes against the log's own instead (sizes
+    /// left unset adopt them, so only a new log needs the defaults to fit together); call it
+    /// earlier to report a bad setting where it is made.
     ///
     /// Fails with [`Error::Config`] naming the setting and the rule it breaks.
     pub fn validate(&self) -> Result<()> {
-        format::validate_geometry(self.geometry()).map_err(|why| Error::Config(why.into()))?;
+        self.validate_sizes()?;
+        self.validate_settings()
+    }
+
+    /// The page and segment sizes as a new log would get them.
+    pub(crate) fn validate_sizes(&self) -> Result<()> {
+        format::validate_geometry(self.geometry()).map_err(|why| Error::Config(why.into()))
+    }
+
+    /// Every setting but the page and segment sizes, which an existing log may supply.
+    pub(crate) fn validate_settings(&self) -> Result<()> {
         if self.buffer_size > MAX_BUFFER_SIZE {
             return Err(Error::Config(format!(
                 "buffer_size {} is above the maximum of {MAX_BUFFER_SIZE} bytes (1 GiB): the \
@@ -378,8 +389,17 @@ impl Config {
     }
 
     /// Checks the settings against an existing log's mode and geometry (see the rule in the
-    /// type's docs).
-    pub(crate) fn check_existing(&self, mode: Mode, geo: Geometry) -> Result<()> {
+    /// type's docs), then takes the log's sizes for the ones left unset.
+    pub(crate) fn adopt_existing(&mut self, mode: Mode, geo: Geometry) -> Result<()> {
+        self.check_existing(mode, geo)?;
+        self.page_size = geo.page_size;
+        self.segment_size = geo.segment_size;
+        Ok(())
+    }
+
+    /// Checks the settings against an existing log's mode and geometry: the mode must match,
+    /// and so must the sizes set explicitly.
+    fn check_existing(&self, mode: Mode, geo: Geometry) -> Result<()> {
         if mode != self.mode {
             return Err(Error::Mismatch {
                 what: "mode",

@@ -472,7 +472,9 @@ impl Wal {
     /// what the purge removed. So does a checkpoint whose position lies before the oldest
     /// segment left (an older control file put back), naming that position. An engine that
     /// purges by positions of its own, without [`Wal::checkpoint`], replays with
-    /// [`Wal::open_and_replay`] from its position. Also refused before `restore`: a log
+    /// [`Wal::open_and_replay`] from its position. Also refused before `restore`: a
+    /// configuration [`Config::validate`] refuses ([`Error::Config`]; its page and segment
+    /// sizes only when there is no log to take them from), a log
     /// another `Wal` has open ([`Error::Locked`]: the directory's lock is taken first and kept
     /// for the open), and keys whose check values the segments contradict ([`Error::WrongKey`],
     /// as `Wal::open` says it, not as a checkpoint that fails authentication).
@@ -487,6 +489,8 @@ impl Wal {
         F: FnMut(Record) -> Result<()>,
     {
         let dir = dir.as_ref();
+        // A setting that would fail the open fails it before `restore` too.
+        super::open::check_before_open(&config, dir)?;
         // Held from here, so a log another `Wal` has open is refused (`Locked`) before
         // `restore`, not after the engine loaded its snapshot.
         let held = super::open::lock_existing(&config, dir)?;

@@ -157,14 +157,10 @@ fn open_holding(
         // never outlive the key in a power cut.
         config.keys = store.ring_for_writing()?;
     }
-    config.validate()?;
+    check_before_open(&config, dir)?;
     let storage = config.storage.clone();
     if let Some((from, _)) = &replay {
-        let geo = Geometry {
-            page_size: config.page_size,
-            segment_size: config.segment_size,
-        };
-        refuse_checkpoint_without_log(storage.as_ref(), dir, *from, geo)?;
+        refuse_checkpoint_without_log(&config, dir, *from)?;
     }
     create_log_dir(storage.as_ref(), dir)?;
     let lock = match held {
@@ -177,10 +173,8 @@ fn open_holding(
     remove_unfinished_segments(&config, dir)?;
 
     if list_segments(storage.as_ref(), dir)?.is_empty() {
-        let geo = Geometry {
-            page_size: config.page_size,
-            segment_size: config.segment_size,
-        };
+        config.validate_sizes()?;
+        let geo = config.geometry();
         let log_id = random_u64("a log id")?;
         let keys = Arc::new(Keys::new(&config.keys, log_id)?);
         let header = new_segment_header(config.mode, geo, log_id, Lsn(0), &keys);
@@ -207,7 +201,7 @@ fn open_holding(
     }
 
     let files = LogFiles::open(dir, storage.clone(), Some(&config.keys))?;
-    config.check_existing(files.mode, files.geo)?;
+    config.adopt_existing(files.mode, files.geo)?;
     refuse_rolled_back_store(&files, &config)?;
     check_every_listed_key(&files, &config)?;
     let keys = Arc::new(Keys::new(&config.keys, files.log_id)?);
@@ -276,25 +270,41 @@ fn open_holding(
     Ok(wal)
 }
 
+/// Checks the configuration before an open touches anything: every setting, and the page and
+/// segment sizes when there is no log to adopt them from (a new log gets them; an existing
+/// log's own fill in the unset ones, and set ones must match them: `Config::adopt_existing`).
+/// The log is looked for only when the sizes would not do for a new log.
+pub(super) fn check_before_open(config: &Config, dir: &Path) -> Result<()> {
+    config.validate_settings()?;
+    match config.validate_sizes() {
+        Err(e) if !log_exists(config.storage.as_ref(), dir)? => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// True when `dir` holds a segment file.
+fn log_exists(storage: &dyn Storage, dir: &Path) -> Result<bool> {
+    match list_segments(storage, dir) {
+        Ok(segments) => Ok(!segments.is_empty()),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// A replay from a checkpoint past the start of a log that does not exist is refused before
 /// anything is created: a new log would hand out positions below the checkpoint, and the
 /// engine would take them for older than its own state.
-fn refuse_checkpoint_without_log(
-    storage: &dyn Storage,
-    dir: &Path,
-    from: Lsn,
-    geo: Geometry,
-) -> Result<()> {
+fn refuse_checkpoint_without_log(config: &Config, dir: &Path, from: Lsn) -> Result<()> {
+    // Sizes that would not do for a new log belong to an existing one (`check_before_open`).
+    if config.validate_sizes().is_err() {
+        return Ok(());
+    }
     // The end of a new, empty log: a checkpoint there lost nothing.
+    let geo = config.geometry();
     if geo.skip_headers(from).0 <= geo.skip_headers(Lsn(0)).0 {
         return Ok(());
     }
-    let exists = match list_segments(storage, dir) {
-        Ok(segments) => !segments.is_empty(),
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(e),
-    };
-    if exists {
+    if log_exists(config.storage.as_ref(), dir)? {
         return Ok(());
     }
     Err(Error::CheckpointBeyondEnd {

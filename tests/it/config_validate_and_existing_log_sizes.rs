@@ -1,7 +1,7 @@
 //! `Config::validate` reports a bad setting before any file is touched, and an existing log's
 //! page and segment sizes win over defaults but conflict with sizes set explicitly.
 
-use walcrypt::{Config, Error, KeyRing, Mode, Wal};
+use walcrypt::{Config, Error, KeyRing, Lsn, Mode, Wal};
 
 #[test]
 fn validate_names_the_setting_that_is_wrong() {
@@ -83,4 +83,73 @@ fn an_existing_log_keeps_its_sizes_and_refuses_explicit_other_ones() {
         "{err:?}"
     );
     assert!(err.to_string().contains("4096"), "{err}");
+}
+
+/// A size left unset takes the log's own before the sizes are checked together: a
+/// configuration setting only the segment size (its page size left at the 8 KiB default, which
+/// a 1 KiB segment could not hold) opens a log of 512-byte pages and 1 KiB segments through
+/// every entry point, and one setting another segment size is a mismatch, not a bad setting.
+#[test]
+fn a_segment_size_set_alone_is_checked_against_the_logs_own_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = Config::new(Mode::Plaintext);
+    let wal = Wal::open(dir.path(), base.clone().page_size(512).segment_size(1024)).unwrap();
+    let first = wal.append(1, b"acknowledged").unwrap();
+    wal.checkpoint(first, b"meta").unwrap();
+    wal.close().unwrap();
+
+    let own = base.clone().segment_size(1024);
+    let wal = Wal::open(dir.path(), own.clone()).unwrap();
+    assert_eq!(
+        (wal.geometry().page_size, wal.geometry().segment_size),
+        (512, 1024)
+    );
+    wal.close().unwrap();
+    let mut replayed = Vec::new();
+    Wal::open_and_replay(dir.path(), own.clone(), Lsn::default(), |r| {
+        replayed.push(r.lsn);
+        Ok(())
+    })
+    .unwrap()
+    .close()
+    .unwrap();
+    assert_eq!(replayed, [first]);
+    let mut restored = None;
+    Wal::open_from_checkpoint(
+        dir.path(),
+        own,
+        |c| {
+            restored = c.map(|c| c.lsn);
+            Ok(())
+        },
+        |_| Ok(()),
+    )
+    .unwrap()
+    .close()
+    .unwrap();
+    assert_eq!(restored, Some(first));
+
+    let other = base.clone().segment_size(2048);
+    let mismatch = |err: Error| match err {
+        Error::Mismatch {
+            what: "segment size",
+            on_disk,
+            configured,
+        } => assert_eq!((on_disk.as_str(), configured.as_str()), ("1024", "2048")),
+        other => panic!("expected a segment size mismatch, got {other:?}"),
+    };
+    mismatch(Wal::open(dir.path(), other.clone()).unwrap_err());
+    mismatch(
+        Wal::open_and_replay(dir.path(), other.clone(), Lsn::default(), |_| Ok(())).unwrap_err(),
+    );
+    mismatch(Wal::open_from_checkpoint(dir.path(), other, |_| Ok(()), |_| Ok(())).unwrap_err());
+
+    // A new log still gets the sizes as configured, so they must fit together.
+    let missing = dir.path().join("new");
+    let err = Wal::open(&missing, base.segment_size(1024)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(why) if why.contains("segment size")),
+        "{err}"
+    );
+    assert!(!missing.exists());
 }
