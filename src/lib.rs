@@ -149,8 +149,8 @@ use std::fmt;
 
 pub use config::{
     Compression, Config, DEFAULT_BUFFER_SIZE, DEFAULT_MAX_HOLD_BYTES, DEFAULT_PAGE_SIZE,
-    DEFAULT_RECYCLE_SEGMENTS, DEFAULT_SEGMENT_SIZE, MAX_BUFFER_SIZE, Mode, RecoveryMode,
-    SyncMode,
+    DEFAULT_RECYCLE_SEGMENTS, DEFAULT_SEGMENT_SIZE, MAX_BUFFER_SIZE, MAX_SEGMENT_SIZE, Mode,
+    RecoveryMode, SyncMode,
 };
 pub use control::{CONTROL_FILE, Checkpoint, Hold, MAX_CHECKPOINT_META, MAX_HOLD_NAME, MAX_HOLDS};
 pub use crypto::{IV_LEN, KCV_LEN, KEY_LEN};

@@ -496,3 +496,37 @@ fn tail_format(files: &LogFiles, end: Lsn) -> (Lsn, u32) {
         _ => (Lsn(0), format::FORMAT_VERSION),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MAX_SEGMENT_SIZE;
+
+    /// A log made with segments above the new-log maximum by an earlier version passes the
+    /// open's checks, with the segment size left unset or set to the log's own; only a new
+    /// log is refused such segments. (An open for real would read a GiB of tail segment.)
+    #[test]
+    fn an_existing_log_with_segments_above_the_maximum_passes_the_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = Config::new(Mode::Plaintext)
+            .page_size(512)
+            .segment_size(1024);
+        Wal::open(dir.path(), made).unwrap().close().unwrap();
+        let geo = Geometry {
+            page_size: 512,
+            segment_size: MAX_SEGMENT_SIZE + 512,
+        };
+        // The format still reads it (`LogFiles::open` checks the headers with this).
+        format::validate_geometry(geo).unwrap();
+        let unset = Config::new(Mode::Plaintext).page_size(512);
+        let set = unset.clone().segment_size(geo.segment_size);
+        for config in [unset, set.clone()] {
+            check_before_open(&config, dir.path()).unwrap();
+            let mut config = config;
+            config.adopt_existing(Mode::Plaintext, geo).unwrap();
+            assert_eq!(config.geometry(), geo);
+        }
+        let err = check_before_open(&set, &dir.path().join("new")).unwrap_err();
+        assert!(matches!(&err, Error::Config(why) if why.contains("segment_size")));
+    }
+}

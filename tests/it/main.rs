@@ -105,6 +105,7 @@ mod lost_page_before_a_segment_boundary;
 mod missing_middle_segment;
 mod modules_depend_in_one_direction;
 mod new_log_directory_is_made_durable;
+mod new_log_with_segments_above_a_gib_is_refused;
 mod nist_ctr_aes256;
 mod no_plaintext_on_disk;
 mod old_bytes_of_a_reused_file_past_the_end_are_never_read;
