@@ -744,10 +744,17 @@ impl<'a> Cursor<'a> {
 /// and, in perrecord-gcm, against a record sealed at the page's first body position, so a
 /// length rewritten there cannot move a reader past records after the position it asked for.
 pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
+    record_start_reached(files, lsn).map(|(pos, _)| pos)
+}
+
+/// [`record_start`], and whether the log reaches the position yet: false when it lies past
+/// the valid records the files hold, where whether a record will start there is not known
+/// until the log reaches it ([`reached_record_start`] tells then).
+pub(crate) fn record_start_reached(files: &LogFiles, lsn: Lsn) -> Result<(Lsn, bool)> {
     let oldest = files.segments.first().map_or(Lsn(0), |s| s.header.start);
     if lsn == Lsn(0) || lsn == oldest {
         let first = first_record_in_segment(files, oldest)?;
-        return Ok(first.unwrap_or_else(|| files.geo.skip_headers(oldest)));
+        return Ok((first.unwrap_or_else(|| files.geo.skip_headers(oldest)), true));
     }
     // Past the files, a position in the segment right after the last is one the writer may
     // have handed out already (a log ending on the boundary, a pagelevel writer resuming on a
@@ -764,16 +771,21 @@ pub(crate) fn record_start(files: &LogFiles, lsn: Lsn) -> Result<Lsn> {
         return Err(Error::LsnNotAvailable { lsn, end: farthest });
     }
     let pos = files.geo.skip_headers(lsn);
-    if pos < files.end_of_files() {
-        check_record_start(files, pos)?;
-    }
-    Ok(pos)
+    let reached = pos < files.end_of_files() && reached_record_start(files, pos)?;
+    Ok((pos, reached))
 }
 
 /// Checks that `pos` is where a record starts, by walking from the first record boundary of
 /// its page (the page header's continuation length says where that is). Positions in a
 /// part of the log not written yet are left for the iteration to end at.
 pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
+    reached_record_start(files, pos).map(|_| ())
+}
+
+/// [`check_record_start`], saying whether the walk reached `pos` (true: a record starts
+/// there, or the valid log ends exactly there) or ended before it, in a part of the log not
+/// written yet (false). [`Error::NotRecordStart`] when `pos` lies inside a record or headers.
+pub(crate) fn reached_record_start(files: &LogFiles, pos: Lsn) -> Result<bool> {
     let geo = files.geo;
     let not_a_record = || Error::NotRecordStart(pos);
     let page = geo.page_start(pos);
@@ -782,7 +794,7 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
         return Err(not_a_record());
     }
     let Some(header) = files.read_page_header(page)? else {
-        return Ok(());
+        return Ok(false);
     };
     let at = geo.advance(body, header.rem_len as u64);
     if geo.skip_headers(at) > pos {
@@ -800,12 +812,12 @@ pub(crate) fn check_record_start(files: &LogFiles, pos: Lsn) -> Result<()> {
         let step = cursor.next()?;
         let looked_at = cursor.looked_at.replace(Vec::new()).unwrap_or_default();
         if looked_at.contains(&pos) {
-            return Ok(());
+            return Ok(true);
         }
         match step {
             Step::Record(stored) if stored.end_lsn <= pos => {}
             Step::Record(_) => return Err(not_a_record()),
-            Step::End(_) => return Ok(()),
+            Step::End(_) => return Ok(false),
         }
     }
 }

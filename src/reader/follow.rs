@@ -63,7 +63,12 @@ const REREAD_PATIENCE: Duration = Duration::from_secs(1);
 ///
 /// What it yields is set by [`Visibility`]: by default only records the writer has made
 /// durable. A follower may start before the log exists (it waits for the first segment) or
-/// at any record boundary of an existing log (a record's `end_lsn` included).
+/// at any record boundary of an existing log (a record's `end_lsn` included). A position
+/// inside the valid records where no record starts is refused at open with
+/// [`Error::NotRecordStart`]. A position past them is accepted, since a writer may have handed
+/// it out for records it has not written yet: the follower waits for the log to reach it,
+/// reading nothing there before, and then follows from it if a record starts there, or fails
+/// with [`Error::NotRecordStart`] if it lies inside a record.
 ///
 /// Damage is reported as [`Error::Corrupt`] once it is certain: a valid page header whose
 /// durable hint lies past an unreadable record, still there after the record has been read
@@ -116,6 +121,9 @@ pub struct Follower {
     parked: Parked,
     /// Where the next record starts (meaningful once `files` is loaded).
     pos: Lsn,
+    /// The position the follower started from, while the log has not reached it yet: whether
+    /// a record starts there is checked when it does, before anything is read there.
+    unreached: Option<Lsn>,
     /// Everything before this position is known to be durable.
     durable: Lsn,
     visibility: Visibility,
@@ -142,7 +150,9 @@ impl std::fmt::Debug for Follower {
 impl Follower {
     /// Follows the log in `dir` from `from`: a record boundary, or `Lsn::default()` for the
     /// first record of the oldest segment. The directory need not hold a log yet. Keys as
-    /// for [`Reader::open`](crate::Reader::open).
+    /// for [`Reader::open`](crate::Reader::open). A position the files' records do not reach
+    /// yet is checked when they do (see the type's docs); one farther than a segment past the
+    /// last segment file is [`Error::LsnNotAvailable`].
     pub fn open(dir: impl AsRef<Path>, keys: Option<KeyRing>, from: Lsn) -> Result<Follower> {
         Self::open_with_storage(dir, keys, Arc::new(FsStorage), from)
     }
@@ -171,6 +181,7 @@ impl Follower {
             files: None,
             parked: Parked::default(),
             pos: Lsn(0),
+            unreached: None,
             durable: Lsn(0),
             visibility: Visibility::default(),
             poll_interval: DEFAULT_POLL_INTERVAL,
@@ -385,11 +396,11 @@ impl Follower {
         // A purge may remove the oldest segment between the listing and these reads: from
         // the start of the log, the follower looks again at the next poll; from a position
         // the purge removed, that is `Purged`.
-        let started = super::record_start(&files, self.from).and_then(|pos| {
+        let started = super::record_start_reached(&files, self.from).and_then(|(pos, reached)| {
             // `durable_lsn` is true from the start, not only once a record needed it.
-            Ok((pos, durable_frontier(&files, self.wal.as_ref(), pos)?))
+            Ok((pos, reached, durable_frontier(&files, self.wal.as_ref(), pos)?))
         });
-        let (pos, frontier) = match started {
+        let (pos, reached, frontier) = match started {
             Ok(started) => started,
             Err(e) if is_not_found(&e) => {
                 let oldest = files.segments.first().map(|s| s.header.start);
@@ -404,8 +415,39 @@ impl Follower {
             Err(e) => return Err(e),
         };
         self.pos = pos;
+        self.unreached = (!reached).then_some(pos);
         self.durable = self.durable.max(frontier);
         self.files = Some(files);
+        Ok(true)
+    }
+
+    /// Whether the log has reached the position the follower started from (always, once it
+    /// has been checked). Until it does, a start past the valid records is a position the
+    /// writer may have handed out already, and nothing is read there: a record written across
+    /// it would read as damage, or in pagelevel as no record at all. Once the log reaches it,
+    /// a position inside a record is [`Error::NotRecordStart`], as a [`Reader`](crate::Reader)
+    /// says at once for a position inside the log. New segment files are looked for while the
+    /// position lies past the follower's.
+    fn start_reached(&mut self) -> Result<bool> {
+        let (Some(start), Some(files)) = (self.unreached, self.files.as_ref()) else {
+            return Ok(true);
+        };
+        if start >= files.end_of_files() {
+            match refresh(files, self.ring.as_ref())? {
+                Some(newer) => {
+                    self.files = Some(newer);
+                    self.parked = Parked::default();
+                }
+                None => return Ok(false),
+            }
+        }
+        let Some(files) = self.files.as_ref() else {
+            return Ok(false);
+        };
+        if start >= files.end_of_files() || !super::reached_record_start(files, start)? {
+            return Ok(false);
+        }
+        self.unreached = None;
         Ok(true)
     }
 
@@ -602,7 +644,7 @@ impl Follower {
         &mut self,
         convert: impl FnOnce(Stored, Option<&Keys>) -> Result<T>,
     ) -> Result<Option<T>> {
-        if !self.load()? {
+        if !self.load()? || !self.start_reached()? {
             return Ok(None);
         }
         // A few rounds: after new segments are found, or the durable position moved, or a

@@ -23,7 +23,7 @@ mod prefetched;
 
 pub(crate) use cursor::{
     Cursor, Invalid, Step, Stored, authenticated_walk_reaches, check_record_start,
-    first_record_in_segment, record_start,
+    first_record_in_segment, reached_record_start, record_start, record_start_reached,
 };
 pub(crate) use files::{LogFiles, changed_under_reader, list_segments, read_segment_header};
 pub use files::{PageInfo, SegmentInfo, check_page_header};
