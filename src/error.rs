@@ -361,13 +361,15 @@ pub enum Error {
         /// The largest payload a record can carry.
         max: usize,
     },
-    /// The requested LSN is not in the log: beyond its end. `end` is where the log ended when
-    /// the call looked (the writer's `end_lsn()`; for a reader, the farthest position the
-    /// files it listed could hold).
+    /// The requested LSN is not in the log: beyond its end. The log ends at or before `end`:
+    /// for a call on a `Wal`, `end` is its `end_lsn()` when the call looked; for a reader or
+    /// follower, the farthest position the files it listed could hold (the end of the last
+    /// segment file, which may be one prepared ahead, plus one segment), usually well past the
+    /// last record: finding the log's real end would mean reading its tail.
     LsnNotAvailable {
         /// The position asked for.
         lsn: Lsn,
-        /// The end it lies beyond.
+        /// A position the log does not reach past.
         end: Lsn,
     },
     /// The requested LSN lies inside the log but no record starts there.
@@ -536,7 +538,7 @@ impl fmt::Display for Error {
             Self::LsnNotAvailable { lsn, end } => {
                 write!(
                     f,
-                    "lsn {lsn} is not in the log: it lies beyond the end, {end}"
+                    "lsn {lsn} is not in the log: the log ends at or before {end}"
                 )
             }
             Self::NotRecordStart(lsn) => write!(f, "no record starts at lsn {lsn}"),

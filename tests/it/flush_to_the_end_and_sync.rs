@@ -27,7 +27,7 @@ fn flush_of_the_end_inside_a_record_and_beyond() {
             .unwrap_err()
             .to_string();
         assert!(
-            message.contains(&format!("beyond the end, {end}")),
+            message.contains(&format!("the log ends at or before {end}")),
             "{message}"
         );
         // Inside the first record: that record is flushed.
