@@ -754,7 +754,10 @@ pub(crate) fn record_start_reached(files: &LogFiles, lsn: Lsn) -> Result<(Lsn, b
     let oldest = files.segments.first().map_or(Lsn(0), |s| s.header.start);
     if lsn == Lsn(0) || lsn == oldest {
         let first = first_record_in_segment(files, oldest)?;
-        return Ok((first.unwrap_or_else(|| files.geo.skip_headers(oldest)), true));
+        return Ok((
+            first.unwrap_or_else(|| files.geo.skip_headers(oldest)),
+            true,
+        ));
     }
     // Past the files, a position in the segment right after the last is one the writer may
     // have handed out already (a log ending on the boundary, a pagelevel writer resuming on a

@@ -398,7 +398,11 @@ impl Follower {
         // the purge removed, that is `Purged`.
         let started = super::record_start_reached(&files, self.from).and_then(|(pos, reached)| {
             // `durable_lsn` is true from the start, not only once a record needed it.
-            Ok((pos, reached, durable_frontier(&files, self.wal.as_ref(), pos)?))
+            Ok((
+                pos,
+                reached,
+                durable_frontier(&files, self.wal.as_ref(), pos)?,
+            ))
         });
         let (pos, reached, frontier) = match started {
             Ok(started) => started,

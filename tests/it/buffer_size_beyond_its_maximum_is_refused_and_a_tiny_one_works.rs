@@ -30,7 +30,10 @@ fn a_buffer_above_the_maximum_is_a_config_error_before_anything_is_created() {
             matches!(&err, Error::Config(why) if why.contains("buffer_size")),
             "buffer {buffer}: {err}"
         );
-        assert!(!missing.exists(), "buffer {buffer}: the open created the log");
+        assert!(
+            !missing.exists(),
+            "buffer {buffer}: the open created the log"
+        );
     }
 }
 

@@ -22,6 +22,9 @@ fn a_new_log_with_segments_above_the_maximum_is_refused_before_anything_is_creat
             matches!(&err, Error::Config(why) if why.contains("segment_size")),
             "segment {segment}: {err}"
         );
-        assert!(!missing.exists(), "segment {segment}: the open created the log");
+        assert!(
+            !missing.exists(),
+            "segment {segment}: the open created the log"
+        );
     }
 }
