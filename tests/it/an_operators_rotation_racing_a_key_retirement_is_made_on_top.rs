@@ -7,6 +7,7 @@
 //! still refuses a generation lacking a key its log may use
 //! (`live_log_keeps_rotating_after_its_key_store_changed_elsewhere.rs`).
 
+use crate::support;
 use std::sync::Arc;
 
 use walcrypt::{Config, Kek, KeyProvider, KeyStore, Lsn, Mode, Reader, SyncMode, Wal};
@@ -32,12 +33,6 @@ fn append(wal: &Wal, tag: u8) -> Vec<(Lsn, Vec<u8>)> {
     records
 }
 
-/// The key ids in the store file, read by a fresh handle.
-fn ids_on_disk(path: &std::path::Path, provider: &Arc<dyn KeyProvider>) -> Vec<u32> {
-    let store = KeyStore::open(path, provider.clone()).unwrap();
-    store.keys().iter().map(|k| k.id).collect()
-}
-
 #[test]
 fn an_operators_rotation_racing_a_key_retirement_is_made_on_top() {
     for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
@@ -56,14 +51,22 @@ fn an_operators_rotation_racing_a_key_retirement_is_made_on_top() {
         assert_eq!(wal.rotate_data_key().unwrap(), 2, "{mode}");
         append(&wal, 2);
         wal.purge_before(wal.end_lsn()).unwrap();
-        assert_eq!(ids_on_disk(&store_path, &provider), [2], "{mode}");
+        assert_eq!(
+            support::key_ids_on_disk(&store_path, &provider),
+            [2],
+            "{mode}"
+        );
 
         // The operator's rotation writes now, on top of the retirement.
         let (id, ring) = operator
             .rotate_data_key()
             .unwrap_or_else(|e| panic!("{mode}: {e}"));
         assert_eq!((id, ring.ids(), ring.active_id()), (3, vec![2, 3], Some(3)));
-        assert_eq!(ids_on_disk(&store_path, &provider), [2, 3], "{mode}");
+        assert_eq!(
+            support::key_ids_on_disk(&store_path, &provider),
+            [2, 3],
+            "{mode}"
+        );
 
         // The log goes on: its next rotation is made on top of the operator's, and every
         // record since the purge reads back with the store.

@@ -12,6 +12,7 @@
 //! Before, every later rotation and every purge failed with "changed by someone else ...
 //! reopen it" until the log was reopened.
 
+use crate::support;
 use std::sync::Arc;
 
 use walcrypt::{Config, Error, Kek, KeyProvider, KeyStore, Lsn, Mode, SyncMode, Wal};
@@ -74,12 +75,6 @@ fn written(lsns: &[Lsn], tag: u8) -> Vec<(Lsn, Vec<u8>)> {
         .collect()
 }
 
-/// The key ids in the store file, read by a fresh handle.
-fn ids_on_disk(path: &std::path::Path, provider: &Arc<dyn KeyProvider>) -> Vec<u32> {
-    let store = KeyStore::open(path, provider.clone()).unwrap();
-    store.keys().iter().map(|k| k.id).collect()
-}
-
 #[test]
 fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_purge() {
     for mode in [Mode::PerRecord, Mode::PageLevel, Mode::PerRecordGcm] {
@@ -98,7 +93,7 @@ fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_pu
         // The live log rotates on top of it: key 3, and key 2 stays in the store.
         assert_eq!(wal.rotate_data_key().unwrap(), 3, "{mode}");
         want.extend(written(&append(&wal, 50, 40), 50));
-        let ids = ids_on_disk(&store_path, &provider);
+        let ids = support::key_ids_on_disk(&store_path, &provider);
         assert_eq!(ids, [1, 2, 3], "{mode}: the store keeps both changes");
 
         // Another change, then a purge of everything before the end: the purge retires keys 1
@@ -106,7 +101,7 @@ fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_pu
         other.reload().unwrap();
         other.rotate_data_key().unwrap(); // key 4, unused by the log
         wal.purge_before(wal.end_lsn()).unwrap();
-        let ids = ids_on_disk(&store_path, &provider);
+        let ids = support::key_ids_on_disk(&store_path, &provider);
         assert!(
             !ids.contains(&1) && !ids.contains(&2),
             "{mode}: retired {ids:?}"
@@ -210,7 +205,7 @@ fn a_purge_on_top_of_an_operators_rotation_keeps_the_key_the_log_writes_with() {
     assert_eq!(other.rotate_data_key().unwrap().0, 4);
 
     wal.purge_before(wal.end_lsn()).unwrap();
-    let ids = ids_on_disk(&store_path, &provider);
+    let ids = support::key_ids_on_disk(&store_path, &provider);
     assert!(
         ids.contains(&3),
         "the key the log writes with left the store: {ids:?}"

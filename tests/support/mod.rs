@@ -319,3 +319,12 @@ pub fn sealed_problem(err: walcrypt::Error) -> walcrypt::SealedFileProblem {
         other => panic!("not a sealed-file error: {other}"),
     }
 }
+
+/// The key ids in the key store file at `path`, read by a fresh handle.
+pub fn key_ids_on_disk(
+    path: &Path,
+    provider: &std::sync::Arc<dyn walcrypt::KeyProvider>,
+) -> Vec<u32> {
+    let store = walcrypt::KeyStore::open(path, provider.clone()).unwrap();
+    store.keys().iter().map(|k| k.id).collect()
+}
