@@ -10,16 +10,7 @@
 use crate::support;
 use std::sync::Arc;
 
-use walcrypt::{Config, Kek, KeyProvider, KeyStore, Lsn, Mode, Reader, SyncMode, Wal};
-
-fn config(mode: Mode, store: &Arc<KeyStore>) -> Config {
-    Config::new(mode)
-        .sync(SyncMode::Buffered)
-        .page_size(1024)
-        .segment_size(16 * 1024)
-        .buffer_size(8 * 1024)
-        .key_store(store.clone())
-}
+use walcrypt::{Kek, KeyProvider, KeyStore, Lsn, Mode, Reader, Wal};
 
 /// Appends 40 records of 300 bytes (about one segment) tagged with `tag`, and flushes.
 fn append(wal: &Wal, tag: u8) -> Vec<(Lsn, Vec<u8>)> {
@@ -40,7 +31,7 @@ fn an_operators_rotation_racing_a_key_retirement_is_made_on_top() {
         let (dir, store_path) = (tmp.path().join("wal"), tmp.path().join("keys.store"));
         let provider: Arc<dyn KeyProvider> = Arc::new(Kek::generate("kek").unwrap());
         let store = Arc::new(KeyStore::create(&store_path, provider.clone()).unwrap());
-        let wal = Wal::open(&dir, config(mode, &store)).unwrap();
+        let wal = Wal::open(&dir, support::store_config(mode, &store)).unwrap();
         append(&wal, 1);
 
         // `wal-key rotate` opens the store: key 1.

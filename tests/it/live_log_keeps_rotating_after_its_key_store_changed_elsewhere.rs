@@ -15,16 +15,7 @@
 use crate::support;
 use std::sync::Arc;
 
-use walcrypt::{Config, Error, Kek, KeyProvider, KeyStore, Lsn, Mode, SyncMode, Wal};
-
-fn config(mode: Mode, store: &Arc<KeyStore>) -> Config {
-    Config::new(mode)
-        .sync(SyncMode::Buffered)
-        .page_size(1024)
-        .segment_size(16 * 1024)
-        .buffer_size(8 * 1024)
-        .key_store(store.clone())
-}
+use walcrypt::{Error, Kek, KeyProvider, KeyStore, Lsn, Mode, SyncMode, Wal};
 
 fn kek(name: &str) -> Arc<dyn KeyProvider> {
     Arc::new(Kek::generate(name).unwrap())
@@ -50,7 +41,7 @@ fn check_reopen(
 ) {
     let store = Arc::new(KeyStore::open(store_path, provider).unwrap());
     let mut got = Vec::new();
-    let wal = Wal::open_and_replay(dir, config(mode, &store), Lsn(0), |r| {
+    let wal = Wal::open_and_replay(dir, support::store_config(mode, &store), Lsn(0), |r| {
         got.push((r.lsn, r.payload));
         Ok(())
     })
@@ -82,7 +73,7 @@ fn a_data_key_added_by_another_handle_does_not_stop_the_live_logs_rotation_or_pu
         let (dir, store_path) = (tmp.path().join("wal"), tmp.path().join("keys.store"));
         let provider = kek("kek a");
         let store = Arc::new(KeyStore::create(&store_path, provider.clone()).unwrap());
-        let wal = Wal::open(&dir, config(mode, &store)).unwrap();
+        let wal = Wal::open(&dir, support::store_config(mode, &store)).unwrap();
         let mut want = written(&append(&wal, 1, 40), 1);
 
         // `wal-key rotate` while the log runs: key 2 is the store's active key now, though the
@@ -123,7 +114,7 @@ fn a_kek_rotated_by_another_handle_needs_the_new_provider_once_then_rotation_goe
         let (dir, store_path) = (tmp.path().join("wal"), tmp.path().join("keys.store"));
         let (old_kek, new_kek) = (kek("kek a"), kek("kek b"));
         let store = Arc::new(KeyStore::create(&store_path, old_kek.clone()).unwrap());
-        let wal = Wal::open(&dir, config(mode, &store)).unwrap();
+        let wal = Wal::open(&dir, support::store_config(mode, &store)).unwrap();
         let mut want = written(&append(&wal, 1, 30), 1);
 
         // `wal-key rotate-kek` while the log runs.
@@ -158,7 +149,7 @@ fn a_newer_generation_lacking_a_key_this_handle_holds_is_not_taken_for_a_retry()
     let (dir, store_path) = (tmp.path().join("wal"), tmp.path().join("keys.store"));
     let provider = kek("kek a");
     let store = Arc::new(KeyStore::create(&store_path, provider.clone()).unwrap());
-    let wal = Wal::open(&dir, config(Mode::PerRecord, &store)).unwrap();
+    let wal = Wal::open(&dir, support::store_config(Mode::PerRecord, &store)).unwrap();
     append(&wal, 1, 20);
     assert_eq!(wal.rotate_data_key().unwrap(), 2);
     append(&wal, 2, 20);
@@ -190,7 +181,7 @@ fn a_purge_on_top_of_an_operators_rotation_keeps_the_key_the_log_writes_with() {
     let provider = kek("kek a");
     let store = Arc::new(KeyStore::create(&store_path, provider.clone()).unwrap());
     let config = |store: &Arc<KeyStore>| {
-        config(Mode::PerRecord, store)
+        support::store_config(Mode::PerRecord, store)
             .sync(SyncMode::Durable)
             .prepare_segments(false)
             .recycle_segments(0)

@@ -328,3 +328,14 @@ pub fn key_ids_on_disk(
     let store = walcrypt::KeyStore::open(path, provider.clone()).unwrap();
     store.keys().iter().map(|k| k.id).collect()
 }
+
+/// A Buffered log of 1 KiB pages and 16 KiB segments (a small buffer, so that records reach
+/// the files soon) keyed by the key store `store`.
+pub fn store_config(mode: Mode, store: &std::sync::Arc<walcrypt::KeyStore>) -> Config {
+    Config::new(mode)
+        .sync(SyncMode::Buffered)
+        .page_size(1024)
+        .segment_size(16 * 1024)
+        .buffer_size(8 * 1024)
+        .key_store(store.clone())
+}
